@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ArtifactsConfig(AppConfig):
+    name = "artifacts"
+    verbose_name = "Artifacts and Evidence"

@@ -1,0 +1,68 @@
+"""Bearer-token authentication of Agent Sessions for REST reads.
+
+A token is valid while its session is the Agent's current one: opening a new
+session fences the old token at once (MWP-WRK-014).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
+from rest_framework.request import Request
+
+from mwportal.protocol import ErrorCode, ProtocolError
+
+from .handlers import token_digest
+from .models import Agent, AgentSession
+
+
+@dataclass
+class AgentPrincipal:
+    """``request.user`` for a bearer-token request: the Agent behind the session."""
+
+    agent: Agent
+    session_epoch: int
+    is_authenticated: bool = True
+    is_anonymous: bool = False
+
+
+def agent_for_token(token: str) -> tuple[Agent, int]:
+    """The Agent and Session Epoch of a current session token, else STALE_SESSION."""
+    session = (
+        AgentSession.objects.select_related("agent")
+        .filter(token_hash=token_digest(token), revoked_at__isnull=True)
+        .first()
+    )
+    if session is None or session.agent.session_epoch != session.epoch:
+        raise ProtocolError(ErrorCode.STALE_SESSION, "the session token is unknown, revoked or replaced")
+    return session.agent, session.epoch
+
+
+class BearerTokenAuthentication(BaseAuthentication):
+    def authenticate(self, request: Request) -> tuple[Any, Any] | None:
+        header = get_authorization_header(request).split()
+        if not header or header[0].lower() != b"bearer":
+            return None
+        if len(header) != 2:
+            raise ProtocolError(ErrorCode.MALFORMED, "Authorization: expected 'Bearer <token>'",
+                                {"field": "Authorization"})
+        agent, epoch = agent_for_token(header[1].decode("ascii", "replace"))
+        return AgentPrincipal(agent, epoch), epoch
+
+    def authenticate_header(self, request: Request) -> str:
+        return "Bearer"
+
+
+def request_agent(request: Request) -> Agent:
+    """The Agent making this request (bearer token or a Django user's person Agent)."""
+    user = request.user
+    if isinstance(user, AgentPrincipal):
+        return user.agent
+    if user is not None and getattr(user, "is_authenticated", False):
+        agent = Agent.objects.filter(user=user).first()
+        if agent is not None:
+            return agent
+        raise ProtocolError(ErrorCode.FORBIDDEN, "this user has no Agent in any Organization")
+    raise ProtocolError(ErrorCode.STALE_SESSION, "authentication required: send Authorization: Bearer <token>")

@@ -1,0 +1,478 @@
+"""``accept()``: the single write path of the Group Authority (DESIGN §3).
+
+Every authoritative change in MissionWeave is a Command accepted here, in one
+``transaction.atomic(durable=True)``:
+
+1. idempotency: the receipt of ``(actor, action_id)``; same canonical content
+   returns it (``replayed: true``), different content is ACTION_ID_COLLISION
+   (MWP-EVT-003);
+2. authentication: signature or portal session, current Session Epoch,
+   Membership and role;
+3. the Group row is locked (it holds ``last_sequence``);
+4. the aggregate is loaded and its revision compared (MWP-EVT-007);
+5. the handler decides, raising ``ProtocolError`` to refuse;
+6. Events are appended with the next sequences and the hash chain, the Group
+   head and revision move, and the receipt is written;
+7. after commit the channel layer hears that the Group head moved.
+
+A ``ProtocolError`` anywhere rolls everything back: a refused Command writes
+nothing. Lock order is always the Group row first, then the aggregate rows a
+handler locks; Groups never lock one another, so appends cannot deadlock.
+
+The hot path speaks SQL to the models' own tables through Django's
+connection: the Group lock, the head advance, the Event and the receipt are
+one statement each, so few round trips happen while the Group row is locked
+(issue 2 benchmark). The models stay the schema and the read API.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from mwportal.protocol import (
+    SYSTEM_ACTOR,
+    Envelope,
+    ErrorCode,
+    ProtocolError,
+    event_hash,
+    format_time,
+    verify,
+)
+
+from .models import ActionReceipt, Agent, Group, GroupEvent, Membership
+from .registry import CommandSpec, spec_for
+
+log = logging.getLogger(__name__)
+
+
+class Auth(Enum):
+    """How the Command's actor was authenticated."""
+
+    SIGNED = "signed"  # agent transport: Ed25519 signature + current Session Epoch
+    PORTAL = "portal"  # a Django session; the view resolved the actor from request.user
+    SYSTEM = "system"  # the system actor (expiry, management commands)
+    SELF = "self"  # the body carries its own proof (agent.open_session)
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    envelope: Envelope
+    auth: Auth = Auth.SIGNED
+
+
+@dataclass(frozen=True, slots=True)
+class AggregateRef:
+    kind: str
+    id: str
+    revision: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "id": self.id, "revision": self.revision}
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """An Event a handler decided to append."""
+
+    type: str
+    aggregate: AggregateRef
+    body: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Decision:
+    events: list[Emit]
+    aggregate: AggregateRef
+    # Returned in the receipt only, never in an Event nor the stored receipt
+    # (session tokens, capability tokens).
+    grants: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Actor:
+    id: str
+    organization_id: str | None
+    kind: str  # "agent", "person" or "system"
+    org_roles: frozenset[str]
+    public_key: str
+    session_epoch: int
+    membership_roles: frozenset[str] | None  # None: no active Membership
+    membership_epoch: int | None
+
+    @property
+    def is_system(self) -> bool:
+        return self.kind == "system"
+
+
+@dataclass(slots=True)
+class GroupHead:
+    id: str
+    organization_id: str
+    kind: str
+    last_sequence: int
+    head_hash: str
+    revision: int
+    exists: bool = True
+
+    @property
+    def ref(self) -> AggregateRef:
+        return AggregateRef("group", self.id, self.revision)
+
+
+@dataclass(slots=True)
+class HandlerContext:
+    """What a handler sees: the Command, who sent it, the locked Group, ``now``."""
+
+    envelope: Envelope
+    spec: CommandSpec
+    actor: Actor
+    group: GroupHead
+    now: datetime
+    body: dict[str, Any]
+
+
+Receipt = dict[str, Any]
+
+
+def _db_uuid(value: str | uuid.UUID) -> Any:
+    """A UUID as the backend stores it (native on PostgreSQL, hex on SQLite)."""
+    u = value if isinstance(value, uuid.UUID) else uuid.UUID(value)
+    return u if connection.features.has_native_uuid_field else u.hex
+
+
+def _db_time(value: datetime) -> Any:
+    return connection.ops.adapt_datetimefield_value(value)
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def _for_update() -> str:
+    # SQLite has no row locks; its IMMEDIATE transactions already serialise
+    # writers for the whole database (settings.py).
+    return " FOR UPDATE" if connection.features.has_select_for_update else ""
+
+
+_T_GROUP = Group._meta.db_table
+_T_AGENT = Agent._meta.db_table
+_T_MEMBERSHIP = Membership._meta.db_table
+_T_EVENT = GroupEvent._meta.db_table
+_T_RECEIPT = ActionReceipt._meta.db_table
+
+
+def accept(command: Command, *, now: datetime | None = None) -> Receipt:
+    """Accept ``command`` or raise ``ProtocolError``; return its receipt.
+
+    The caller renders the receipt (or the error). Nothing is written for a
+    refused Command, and nothing outside this function writes authoritative
+    models. Retries once when a concurrent identical Command won the race to
+    the receipt row, so the loser answers with the winner's receipt.
+    """
+    env = command.envelope
+    spec = spec_for(env.type)
+    if spec is None:
+        raise ProtocolError(ErrorCode.MALFORMED, f"type: unknown command type {env.type!r}", {"field": "type"})
+    now = now or timezone.now()
+    try:
+        return _accept_once(command, spec, now)
+    except IntegrityError:
+        # Either the receipt (actor, action_id) or a unique key the handler
+        # relies on was taken by a concurrent transaction that committed
+        # first. Looking again answers with that outcome.
+        return _accept_once(command, spec, now)
+
+
+def _accept_once(command: Command, spec: CommandSpec, now: datetime) -> Receipt:
+    env = command.envelope
+    content_hash = env.content_hash()
+    with transaction.atomic(durable=True), connection.cursor() as cur:
+        # Step 1: idempotency (MWP-EVT-003), before any lock: a replay costs
+        # one indexed read.
+        cur.execute(
+            f"SELECT content_hash, receipt FROM {_T_RECEIPT} WHERE actor = %s AND action_id = %s",
+            [env.actor, _db_uuid(env.action_id)],
+        )
+        row = cur.fetchone()
+        if row is not None:
+            if row[0] != content_hash:
+                raise ProtocolError(
+                    ErrorCode.ACTION_ID_COLLISION,
+                    "this action_id was already accepted with different content",
+                    {"action_id": env.action_id},
+                )
+            return {**_json(row[1]), "replayed": True}
+
+        # Steps 2-3: lock the Group row (it serialises appends to this Group;
+        # always the first lock taken) and read the actor and its Membership
+        # under that lock, so a concurrent Membership change is either fully
+        # before or fully after this Command.
+        group = _lock_group(cur, env.group, spec)
+        actor = _load_actor(cur, command, group)
+        _check_actor(command, spec, actor, group)
+
+        # Step 4: the Group aggregate's revision; handlers compare their own
+        # aggregates through check_revision().
+        if spec.target == "group":
+            check_target_kind(env, "group", group.id)
+            check_revision(env, group.revision)
+
+        # Step 5: the handler decides (and writes its aggregate's rows).
+        ctx = HandlerContext(envelope=env, spec=spec, actor=actor, group=group, now=now, body=env.body)
+        decision = spec.handler(ctx)
+
+        # Step 6: append, advance the head, write the receipt.
+        receipt = _append(cur, command, group, decision, now, content_hash)
+
+    # Step 7: after commit only, so no one hears of an Event that rolled back.
+    from .delivery import notify_head_moved
+
+    sequence = receipt["events"][-1]["sequence"] if receipt["events"] else group.last_sequence
+    transaction.on_commit(lambda: notify_head_moved(group.id, sequence))
+    if decision.grants:
+        return {**receipt, "grants": decision.grants}
+    return receipt
+
+
+def _lock_group(cur: Any, group_id: str, spec: CommandSpec) -> GroupHead:
+    cur.execute(
+        f"SELECT organization_id, kind, last_sequence, head_hash, revision FROM {_T_GROUP} WHERE id = %s"
+        + _for_update(),
+        [_db_uuid(group_id)],
+    )
+    row = cur.fetchone()
+    if row is None:
+        if spec.creates_group:
+            # The handler inserts the row; its primary key serialises two
+            # concurrent creations of the same Group.
+            return GroupHead(group_id, "", spec.scope, 0, "", 0, exists=False)
+        raise ProtocolError(ErrorCode.NOT_FOUND, f"group {group_id} does not exist", {"group": group_id})
+    if spec.creates_group:
+        raise ProtocolError(
+            ErrorCode.REVISION_MISMATCH, f"group {group_id} already exists", {"group": group_id}
+        )
+    kind = row[1]
+    if kind != spec.scope:
+        where = "an Organization's administrative Group" if spec.scope == "admin" else "a Mission Group"
+        raise ProtocolError(ErrorCode.INVALID_TRANSITION, f"{spec.type} is issued in {where}")
+    return GroupHead(
+        id=group_id,
+        organization_id=str(uuid.UUID(str(row[0]))),
+        kind=kind,
+        last_sequence=row[2],
+        head_hash=row[3],
+        revision=row[4],
+    )
+
+
+def _load_actor(cur: Any, command: Command, group: GroupHead) -> Actor:
+    env = command.envelope
+    if env.actor == SYSTEM_ACTOR:
+        if command.auth is not Auth.SYSTEM:
+            raise ProtocolError(ErrorCode.FORBIDDEN, "only the server acts as the system actor")
+        return Actor(SYSTEM_ACTOR, None, "system", frozenset(), "", 0, None, None)
+    if command.auth is Auth.SYSTEM:
+        raise ProtocolError(ErrorCode.FORBIDDEN, "system commands are issued by the system actor")
+    cur.execute(
+        f"SELECT a.organization_id, a.kind, a.org_roles, a.public_key, a.session_epoch,"
+        f" m.roles, m.epoch, m.active"
+        f" FROM {_T_AGENT} a LEFT JOIN {_T_MEMBERSHIP} m ON m.agent_id = a.id AND m.group_id = %s"
+        f" WHERE a.id = %s",
+        [_db_uuid(group.id), _db_uuid(env.actor)],
+    )
+    row = cur.fetchone()
+    if row is None:
+        # An unknown actor cannot have signed anything we can check.
+        raise ProtocolError(ErrorCode.INVALID_SIGNATURE, f"unknown agent {env.actor}", {"actor": env.actor})
+    active = bool(row[7])
+    return Actor(
+        id=env.actor,
+        organization_id=str(uuid.UUID(str(row[0]))),
+        kind=row[1],
+        org_roles=frozenset(_json(row[2])),
+        public_key=row[3],
+        session_epoch=row[4],
+        membership_roles=frozenset(_json(row[5])) if active else None,
+        membership_epoch=row[6] if active else None,
+    )
+
+
+def _check_actor(command: Command, spec: CommandSpec, actor: Actor, group: GroupHead) -> None:
+    """Step 2: who is speaking, with which session, in which role."""
+    env = command.envelope
+    if actor.is_system:
+        if "system" not in spec.actors:
+            raise ProtocolError(ErrorCode.FORBIDDEN, f"{spec.type} is not a system command")
+        return
+    if "agent" not in spec.actors:
+        raise ProtocolError(ErrorCode.FORBIDDEN, f"{spec.type} is issued by the system only")
+    if command.auth is Auth.SIGNED:
+        if not env.signature or not verify(actor.public_key, env.raw, env.signature):
+            raise ProtocolError(ErrorCode.INVALID_SIGNATURE, "the signature does not verify with the actor's key")
+    elif command.auth is Auth.SELF and not spec.self_authenticating:
+        raise ProtocolError(ErrorCode.INVALID_SIGNATURE, f"{spec.type} needs a signed envelope")
+    if command.auth is Auth.SIGNED and env.session_epoch != actor.session_epoch:
+        # MWP-WRK-014: a replaced session's Commands are fenced out.
+        raise ProtocolError(
+            ErrorCode.STALE_SESSION,
+            f"session_epoch {env.session_epoch} is not the current session ({actor.session_epoch})",
+            {"current": actor.session_epoch},
+        )
+    if spec.creates_group:
+        pass  # no Group yet: only Organization roles apply
+    elif group.kind == Group.KIND_ADMIN:
+        if actor.organization_id != group.organization_id:
+            raise ProtocolError(ErrorCode.NOT_A_MEMBER, "the actor is not an Agent of this Organization")
+    else:
+        if actor.membership_roles is None:
+            raise ProtocolError(ErrorCode.NOT_A_MEMBER, "the actor is not a member of this Group")
+        if env.membership_epoch is not None and env.membership_epoch != actor.membership_epoch:
+            raise ProtocolError(
+                ErrorCode.NOT_A_MEMBER,
+                f"membership_epoch {env.membership_epoch} is not current ({actor.membership_epoch})",
+                {"current": actor.membership_epoch},
+            )
+        if spec.group_roles and not (spec.group_roles & actor.membership_roles):
+            raise ProtocolError(
+                ErrorCode.FORBIDDEN,
+                f"{spec.type} needs the Group role {' or '.join(sorted(spec.group_roles))}",
+            )
+    if spec.org_roles and not (spec.org_roles & actor.org_roles):
+        raise ProtocolError(
+            ErrorCode.FORBIDDEN,
+            f"{spec.type} needs the Organization role {' or '.join(sorted(spec.org_roles))}",
+        )
+
+
+def check_target_kind(env: Envelope, kind: str, expected_id: str | None = None) -> None:
+    """The envelope's ``target`` names an aggregate of ``kind`` (and ``expected_id``)."""
+    target = env.target
+    if target is None:
+        raise ProtocolError(ErrorCode.MALFORMED, f"target: {env.type} needs a {kind} target", {"field": "target"})
+    if target.kind != kind:
+        raise ProtocolError(ErrorCode.MALFORMED, f"target.kind: must be {kind!r}", {"field": "target.kind"})
+    if expected_id is not None and target.id != expected_id:
+        raise ProtocolError(
+            ErrorCode.MALFORMED, f"target.id: must be {expected_id}", {"field": "target.id"}
+        )
+
+
+def check_revision(env: Envelope, current: int) -> None:
+    """Compare-and-set on the aggregate revision (MWP-EVT-007).
+
+    A spec with ``cas=True`` demands ``target.revision``; otherwise a given
+    revision is still compared.
+    """
+    spec = spec_for(env.type)
+    expected = env.target.revision if env.target else None
+    if expected is None:
+        if spec is not None and spec.cas:
+            raise ProtocolError(
+                ErrorCode.MALFORMED,
+                f"target.revision: {env.type} is compare-and-set and needs the expected revision",
+                {"field": "target.revision"},
+            )
+        return
+    if expected != current:
+        raise ProtocolError(
+            ErrorCode.REVISION_MISMATCH,
+            f"expected revision {expected}, the aggregate is at {current}",
+            {"expected": expected, "current": current},
+        )
+
+
+def _append(
+    cur: Any, command: Command, group: GroupHead, decision: Decision, now: datetime, content_hash: str
+) -> Receipt:
+    """Step 6: Events, head, revision and receipt in as few statements as the backend allows."""
+    env = command.envelope
+    if not decision.events:
+        raise RuntimeError(f"handler of {env.type} decided on no Event")
+    sequence = group.last_sequence
+    prev = group.head_hash
+    occurred_at = format_time(now)
+    rows: list[list[Any]] = []
+    refs: list[dict[str, Any]] = []
+    for emit in decision.events:
+        sequence += 1
+        event = {
+            "event_id": str(uuid.uuid4()),
+            "group": group.id,
+            "sequence": sequence,
+            "type": emit.type,
+            "aggregate": emit.aggregate.as_dict(),
+            "actor": env.actor,
+            "action_id": env.action_id,
+            "occurred_at": occurred_at,
+            "body": emit.body,
+            "prev_hash": prev,
+        }
+        prev = event_hash(prev, event)
+        rows.append(
+            [
+                _db_uuid(event["event_id"]),
+                _db_uuid(group.id),
+                sequence,
+                emit.type,
+                emit.aggregate.kind,
+                emit.aggregate.id,
+                emit.aggregate.revision,
+                env.actor,
+                _db_uuid(env.action_id),
+                _db_time(now),
+                json.dumps(emit.body, separators=(",", ":")),
+                event["prev_hash"],
+                prev,
+            ]
+        )
+        refs.append({"event_id": event["event_id"], "sequence": sequence, "type": emit.type})
+    placeholders = ",".join(["(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"] * len(rows))
+    cur.execute(
+        f"INSERT INTO {_T_EVENT} (event_id, group_id, sequence, type, aggregate_kind, aggregate_id,"
+        f" aggregate_revision, actor, action_id, occurred_at, body, prev_hash, hash) VALUES {placeholders}",
+        [value for row in rows for value in row],
+    )
+    # The Group revision moves only when the Group itself is the aggregate
+    # that changed (Membership, Mission status); the head always moves.
+    revision = group.revision
+    if decision.aggregate.kind == "group" and decision.aggregate.id == group.id:
+        revision = decision.aggregate.revision
+    cur.execute(
+        f"UPDATE {_T_GROUP} SET last_sequence = %s, head_hash = %s, revision = %s WHERE id = %s",
+        [sequence, prev, revision, _db_uuid(group.id)],
+    )
+    receipt: Receipt = {
+        "action_id": env.action_id,
+        "actor": env.actor,
+        "group": group.id,
+        "status": "accepted",
+        "events": refs,
+        "aggregate": decision.aggregate.as_dict(),
+        "accepted_at": occurred_at,
+        "replayed": False,
+    }
+    cur.execute(
+        f"INSERT INTO {_T_RECEIPT} (actor, action_id, content_hash, group_id, receipt, accepted_at)"
+        f" VALUES (%s, %s, %s, %s, %s, %s)",
+        [env.actor, _db_uuid(env.action_id), content_hash, _db_uuid(group.id), json.dumps(receipt), _db_time(now)],
+    )
+    return receipt
+
+
+def system_action_id(*parts: object) -> str:
+    """A deterministic action ID for a system Command, so a repeated system
+    action (an expiry seen twice) is idempotent rather than duplicated."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, "mwp:system:" + ":".join(str(p) for p in parts)))
+
+
+AcceptFn = Callable[[Command], Receipt]

@@ -1,0 +1,317 @@
+"""Handlers of the core commands (DESIGN §4a): Organizations, Agents,
+sessions, Agent Cards, the priority policy, Missions and Memberships.
+
+Each handler runs inside ``accept()`` with the Group row locked; it checks,
+writes its own aggregate's rows and returns the Events to append. Membership
+rows need no lock of their own: every change to a Group's Memberships holds
+that Group's row lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import timedelta
+
+from django.conf import settings
+
+from mwportal.protocol import GENESIS_HASH, ErrorCode, parse_time
+from mwportal.protocol.signing import verify
+
+from .authority import AggregateRef, Decision, Emit, HandlerContext, check_revision, check_target_kind
+from .guards import check_int, check_members, check_roles, check_text, check_uuid, refuse
+from .models import (
+    GROUP_ROLES,
+    ORG_ROLES,
+    Agent,
+    AgentCard,
+    AgentSession,
+    Group,
+    Membership,
+    Mission,
+    Organization,
+)
+from .policy import DEFAULT_POLICY, check_policy
+from .registry import command
+
+# --- Organizations and Agents (administrative Group) -----------------------
+
+
+@command("org.create", scope="admin", creates_group=True, actors=("system",))
+def create_org(ctx: HandlerContext) -> Decision:
+    body = ctx.body
+    check_members(body, ["organization", "slug", "name"])
+    org_id = check_uuid(body, "organization")
+    slug = check_text(body, "slug", max_length=50)
+    name = check_text(body, "name", max_length=200)
+    if Organization.objects.filter(slug=slug).exists():
+        raise refuse(ErrorCode.INVALID_TRANSITION, f"an Organization with slug {slug!r} exists", slug=slug)
+    org = Organization.objects.create(
+        id=org_id, slug=slug, name=name, priority_policy=DEFAULT_POLICY, created_at=ctx.now
+    )
+    Group.objects.create(
+        id=ctx.group.id, organization=org, kind=Group.KIND_ADMIN, head_hash=GENESIS_HASH, revision=1,
+        created_at=ctx.now,
+    )
+    ctx.group.organization_id = org_id
+    ref = AggregateRef("group", ctx.group.id, 1)
+    return Decision(
+        [Emit("org.created", ref, {"organization": org_id, "slug": slug, "name": name, "policy": DEFAULT_POLICY})],
+        ref,
+    )
+
+
+@command("agent.register", scope="admin", org_roles=("admin",), actors=("system", "agent"))
+def register_agent(ctx: HandlerContext) -> Decision:
+    body = ctx.body
+    check_members(body, ["agent", "name", "kind", "org_roles"], ["public_key", "user"])
+    agent_id = check_uuid(body, "agent")
+    name = check_text(body, "name", max_length=200)
+    kind = body["kind"]
+    if kind not in (Agent.KIND_AGENT, Agent.KIND_PERSON):
+        raise refuse(ErrorCode.MALFORMED, "body.kind: must be 'agent' or 'person'", field="body.kind")
+    roles = check_roles(body, "org_roles", ORG_ROLES)
+    public_key = body.get("public_key") or ""
+    if public_key:
+        from mwportal.protocol.signing import load_public_key
+
+        try:
+            load_public_key(public_key)
+        except ValueError as exc:
+            raise refuse(ErrorCode.MALFORMED, f"body.public_key: {exc}", field="body.public_key") from None
+    elif kind == Agent.KIND_AGENT:
+        raise refuse(ErrorCode.MALFORMED, "body.public_key: an agent needs an Ed25519 public key",
+                     field="body.public_key")
+    user = None
+    if body.get("user") is not None:
+        from django.contrib.auth import get_user_model
+
+        username = check_text(body, "user", max_length=150)
+        user = get_user_model().objects.filter(username=username).first()
+        if user is None:
+            raise refuse(ErrorCode.NOT_FOUND, f"no user {username!r}", field="body.user")
+        if Agent.objects.filter(user=user).exists():
+            raise refuse(ErrorCode.INVALID_TRANSITION, f"user {username!r} already has an Agent")
+    if Agent.objects.filter(id=agent_id).exists():
+        raise refuse(ErrorCode.INVALID_TRANSITION, f"agent {agent_id} exists", agent=agent_id)
+    Agent.objects.create(
+        id=agent_id, organization_id=ctx.group.organization_id, name=name, kind=kind, org_roles=roles,
+        public_key=public_key, user=user, created_at=ctx.now,
+    )
+    ref = AggregateRef("agent", agent_id, 1)
+    event_body = {"agent": agent_id, "name": name, "kind": kind, "org_roles": roles, "public_key": public_key}
+    return Decision([Emit("agent.registered", ref, event_body)], ref)
+
+
+@command("agent.open_session", scope="admin", self_authenticating=True)
+def open_session(ctx: HandlerContext) -> Decision:
+    """Open a new Agent Session and fence every older one (MWP-WRK-014).
+
+    The body carries the signed session request of DESIGN §4; it is its own
+    proof of identity, checked here against the Agent's key, its freshness and
+    its single use.
+    """
+    check_members(ctx.body, ["request"])
+    request = ctx.body["request"]
+    if not isinstance(request, dict) or set(request) != {"agent", "issued_at", "nonce", "signature"}:
+        raise refuse(ErrorCode.MALFORMED, "body.request: needs exactly agent, issued_at, nonce, signature",
+                     field="body.request")
+    if request["agent"] != ctx.actor.id:
+        raise refuse(ErrorCode.MALFORMED, "agent: does not match the actor", field="agent")
+    nonce = request["nonce"]
+    if not isinstance(nonce, str) or not 8 <= len(nonce) <= 200:
+        raise refuse(ErrorCode.MALFORMED, "nonce: must be a string of 8 to 200 characters", field="nonce")
+    issued_at = parse_time(request["issued_at"], "issued_at")
+    if not isinstance(request["signature"], str) or not verify(
+        ctx.actor.public_key, request, request["signature"]
+    ):
+        raise refuse(ErrorCode.INVALID_SIGNATURE, "the session request's signature does not verify")
+    skew = timedelta(seconds=settings.MWP_SESSION_REQUEST_MAX_SKEW_SECONDS)
+    if abs(ctx.now - issued_at) > skew:
+        raise refuse(ErrorCode.INVALID_SIGNATURE, "issued_at is not within 5 minutes of the server's clock")
+    if AgentSession.objects.filter(agent_id=ctx.actor.id, nonce=nonce).exists():
+        raise refuse(ErrorCode.INVALID_SIGNATURE, "this session request was already used (replay)")
+    epoch = ctx.actor.session_epoch + 1
+    token = secrets.token_urlsafe(32)
+    AgentSession.objects.filter(agent_id=ctx.actor.id, revoked_at__isnull=True).update(revoked_at=ctx.now)
+    AgentSession.objects.create(
+        agent_id=ctx.actor.id, epoch=epoch, token_hash=token_digest(token), nonce=nonce, created_at=ctx.now
+    )
+    Agent.objects.filter(id=ctx.actor.id).update(session_epoch=epoch)
+    ref = AggregateRef("agent", ctx.actor.id, epoch)
+    return Decision(
+        [Emit("agent.session_opened", ref, {"agent": ctx.actor.id, "session_epoch": epoch})],
+        ref,
+        grants={"token": token, "session_epoch": epoch},
+    )
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+@command("agent_card.publish", scope="admin")
+def publish_agent_card(ctx: HandlerContext) -> Decision:
+    """A new version of the actor's own Agent Card (capabilities, max concurrency)."""
+    body = ctx.body
+    check_members(body, ["capabilities", "max_concurrency"])
+    capabilities = body["capabilities"]
+    if not isinstance(capabilities, list):
+        raise refuse(ErrorCode.MALFORMED, "body.capabilities: must be a list", field="body.capabilities")
+    seen = set()
+    for i, cap in enumerate(capabilities):
+        if not isinstance(cap, dict) or set(cap) != {"id", "version"}:
+            raise refuse(ErrorCode.MALFORMED, f"body.capabilities.{i}: needs exactly id and version",
+                         field=f"body.capabilities.{i}")
+        check_text(cap, "id", max_length=200)
+        check_text(cap, "version", max_length=50)
+        if cap["id"] in seen:
+            raise refuse(ErrorCode.MALFORMED, f"body.capabilities.{i}: {cap['id']!r} is listed twice",
+                         field=f"body.capabilities.{i}")
+        seen.add(cap["id"])
+    max_concurrency = check_int(body, "max_concurrency", minimum=1, maximum=1024)
+    current = (
+        AgentCard.objects.filter(agent_id=ctx.actor.id).order_by("-version").values_list("version", flat=True).first()
+        or 0
+    )
+    if ctx.envelope.target is not None:
+        check_target_kind(ctx.envelope, "agent_card", ctx.actor.id)
+        check_revision(ctx.envelope, current)
+    version = current + 1
+    AgentCard.objects.create(
+        agent_id=ctx.actor.id, version=version, capabilities=capabilities, max_concurrency=max_concurrency,
+        published_at=ctx.now,
+    )
+    ref = AggregateRef("agent_card", ctx.actor.id, version)
+    event_body = {"agent": ctx.actor.id, "version": version, "capabilities": capabilities,
+                  "max_concurrency": max_concurrency}
+    return Decision([Emit("agent_card.published", ref, event_body)], ref)
+
+
+@command("org.set_priority_policy", scope="admin", org_roles=("mission_owner", "admin"))
+def set_priority_policy(ctx: HandlerContext) -> Decision:
+    """Set the Organization priority policy. Escalating Organization priority
+    goes through policy or the MissionOwner, never a Coordinator (spec 11.1;
+    MWP-WRK-009): the org role check of the spec refuses everyone else."""
+    check_members(ctx.body, ["policy"])
+    policy = check_policy(ctx.body["policy"])
+    org = Organization.objects.get(id=ctx.group.organization_id)
+    if ctx.envelope.target is not None:
+        check_target_kind(ctx.envelope, "organization", str(org.id))
+        check_revision(ctx.envelope, org.policy_revision)
+    revision = org.policy_revision + 1
+    Organization.objects.filter(id=org.id).update(priority_policy=policy, policy_revision=revision)
+    ref = AggregateRef("organization", str(org.id), revision)
+    return Decision([Emit("org.priority_policy_set", ref, {"policy": policy, "revision": revision})], ref)
+
+
+# --- Missions and Memberships (Mission Groups) ------------------------------
+
+
+@command("mission.create", creates_group=True, org_roles=("mission_owner",))
+def create_mission(ctx: HandlerContext) -> Decision:
+    """Create a Mission and its Group; the actor becomes its ``owner`` member."""
+    body = ctx.body
+    check_members(body, ["mission", "title", "objective"])
+    mission_id = check_uuid(body, "mission")
+    title = check_text(body, "title", max_length=300)
+    objective = check_text(body, "objective", max_length=20_000)
+    if Mission.objects.filter(id=mission_id).exists():
+        raise refuse(ErrorCode.INVALID_TRANSITION, f"mission {mission_id} exists", mission=mission_id)
+    org_id = ctx.actor.organization_id
+    group = Group.objects.create(
+        id=ctx.group.id, organization_id=org_id, kind=Group.KIND_MISSION, head_hash=GENESIS_HASH, revision=1,
+        created_at=ctx.now,
+    )
+    Mission.objects.create(
+        id=mission_id, organization_id=org_id, group=group, title=title, objective=objective,
+        created_by_id=ctx.actor.id, created_at=ctx.now,
+    )
+    Membership.objects.create(group=group, agent_id=ctx.actor.id, roles=["owner"], epoch=1, updated_at=ctx.now)
+    ctx.group.organization_id = str(org_id)
+    ref = AggregateRef("group", ctx.group.id, 1)
+    return Decision(
+        [
+            Emit("mission.created", ref, {"mission": mission_id, "organization": str(org_id), "title": title,
+                                          "objective": objective}),
+            Emit("membership.added", ref, {"agent": ctx.actor.id, "roles": ["owner"], "membership_epoch": 1}),
+        ],
+        ref,
+    )
+
+
+def _membership_of(ctx: HandlerContext, agent_id: str) -> Membership | None:
+    # No FOR UPDATE: every Membership change of this Group holds its row lock.
+    return Membership.objects.filter(group_id=ctx.group.id, agent_id=agent_id).first()
+
+
+def _check_keeps_an_owner(ctx: HandlerContext, agent_id: str, new_roles: list[str] | None) -> None:
+    """A Group always keeps at least one active owner."""
+    if new_roles is not None and "owner" in new_roles:
+        return
+    others = (
+        Membership.objects.filter(group_id=ctx.group.id, active=True)
+        .exclude(agent_id=agent_id)
+        .values_list("roles", flat=True)
+    )
+    if not any("owner" in roles for roles in others):
+        raise refuse(ErrorCode.INVALID_TRANSITION, "a Group must keep at least one owner")
+
+
+@command("membership.add", group_roles=("owner",), target="group", cas=True)
+def add_membership(ctx: HandlerContext) -> Decision:
+    body = ctx.body
+    check_members(body, ["agent", "roles"])
+    agent_id = check_uuid(body, "agent")
+    roles = check_roles(body, "roles", GROUP_ROLES)
+    if not Agent.objects.filter(id=agent_id, organization_id=ctx.group.organization_id).exists():
+        raise refuse(ErrorCode.NOT_FOUND, f"no agent {agent_id} in this Organization", agent=agent_id)
+    existing = _membership_of(ctx, agent_id)
+    if existing is not None and existing.active:
+        raise refuse(ErrorCode.INVALID_TRANSITION, f"agent {agent_id} is already a member", agent=agent_id)
+    if existing is None:
+        epoch = 1
+        Membership.objects.create(group_id=ctx.group.id, agent_id=agent_id, roles=roles, epoch=1,
+                                  updated_at=ctx.now)
+    else:
+        epoch = existing.epoch + 1
+        Membership.objects.filter(pk=existing.pk).update(roles=roles, epoch=epoch, active=True, updated_at=ctx.now)
+    ref = AggregateRef("group", ctx.group.id, ctx.group.revision + 1)
+    return Decision(
+        [Emit("membership.added", ref, {"agent": agent_id, "roles": roles, "membership_epoch": epoch})], ref
+    )
+
+
+@command("membership.remove", group_roles=("owner",), target="group", cas=True)
+def remove_membership(ctx: HandlerContext) -> Decision:
+    body = ctx.body
+    check_members(body, ["agent"])
+    agent_id = check_uuid(body, "agent")
+    existing = _membership_of(ctx, agent_id)
+    if existing is None or not existing.active:
+        raise refuse(ErrorCode.NOT_FOUND, f"agent {agent_id} is not a member", agent=agent_id)
+    _check_keeps_an_owner(ctx, agent_id, None)
+    epoch = existing.epoch + 1
+    Membership.objects.filter(pk=existing.pk).update(epoch=epoch, active=False, updated_at=ctx.now)
+    ref = AggregateRef("group", ctx.group.id, ctx.group.revision + 1)
+    return Decision([Emit("membership.removed", ref, {"agent": agent_id, "membership_epoch": epoch})], ref)
+
+
+@command("membership.set_roles", group_roles=("owner",), target="group", cas=True)
+def set_membership_roles(ctx: HandlerContext) -> Decision:
+    body = ctx.body
+    check_members(body, ["agent", "roles"])
+    agent_id = check_uuid(body, "agent")
+    roles = check_roles(body, "roles", GROUP_ROLES)
+    existing = _membership_of(ctx, agent_id)
+    if existing is None or not existing.active:
+        raise refuse(ErrorCode.NOT_FOUND, f"agent {agent_id} is not a member", agent=agent_id)
+    if "owner" in existing.roles:
+        _check_keeps_an_owner(ctx, agent_id, roles)
+    epoch = existing.epoch + 1
+    Membership.objects.filter(pk=existing.pk).update(roles=roles, epoch=epoch, updated_at=ctx.now)
+    ref = AggregateRef("group", ctx.group.id, ctx.group.revision + 1)
+    return Decision(
+        [Emit("membership.roles_set", ref, {"agent": agent_id, "roles": roles, "membership_epoch": epoch})], ref
+    )
+

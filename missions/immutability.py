@@ -1,0 +1,66 @@
+"""Database triggers that make the Event table append-only (DESIGN §3).
+
+Events are immutable facts (MWP-EVT-005); redaction is a tombstone Event
+(MWP-MSN-009). The database itself refuses UPDATE and DELETE on the table, so
+no code path, admin screen or hand-typed SQL can rewrite history unnoticed;
+``mwp verify-log`` catches a change made by someone who disabled the trigger.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+TABLE = "missions_groupevent"
+
+_PG_INSTALL = [
+    """
+    CREATE OR REPLACE FUNCTION mwp_refuse_event_change() RETURNS trigger AS $$
+    BEGIN
+        RAISE EXCEPTION 'group events are immutable: % refused on %', TG_OP, TG_TABLE_NAME
+            USING ERRCODE = 'integrity_constraint_violation';
+    END;
+    $$ LANGUAGE plpgsql;
+    """,
+    f"""
+    CREATE TRIGGER mwp_groupevent_immutable
+    BEFORE UPDATE OR DELETE ON {TABLE}
+    FOR EACH ROW EXECUTE FUNCTION mwp_refuse_event_change();
+    """,
+]
+_PG_DROP = [
+    f"DROP TRIGGER IF EXISTS mwp_groupevent_immutable ON {TABLE};",
+    "DROP FUNCTION IF EXISTS mwp_refuse_event_change();",
+]
+
+_SQLITE_INSTALL = [
+    f"""
+    CREATE TRIGGER mwp_groupevent_no_update BEFORE UPDATE ON {TABLE}
+    BEGIN SELECT RAISE(ABORT, 'group events are immutable: UPDATE refused'); END;
+    """,
+    f"""
+    CREATE TRIGGER mwp_groupevent_no_delete BEFORE DELETE ON {TABLE}
+    BEGIN SELECT RAISE(ABORT, 'group events are immutable: DELETE refused'); END;
+    """,
+]
+_SQLITE_DROP = [
+    "DROP TRIGGER IF EXISTS mwp_groupevent_no_update;",
+    "DROP TRIGGER IF EXISTS mwp_groupevent_no_delete;",
+]
+
+
+def install_sql(vendor: str) -> list[str]:
+    return _PG_INSTALL if vendor == "postgresql" else _SQLITE_INSTALL
+
+
+def drop_sql(vendor: str) -> list[str]:
+    return _PG_DROP if vendor == "postgresql" else _SQLITE_DROP
+
+
+def install(schema_editor: Any) -> None:
+    for sql in install_sql(schema_editor.connection.vendor):
+        schema_editor.execute(sql)
+
+
+def drop(schema_editor: Any) -> None:
+    for sql in drop_sql(schema_editor.connection.vendor):
+        schema_editor.execute(sql)

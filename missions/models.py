@@ -1,0 +1,240 @@
+"""Authoritative Group state (spec 004: MWP-FND-023).
+
+Every row here changes only inside ``missions.authority.accept()``; the admin
+shows them read-only. ``GroupEvent`` rows never change at all: a database
+trigger refuses UPDATE and DELETE (migration 0002).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+ORG_ROLES = ("mission_owner", "coordinator", "worker", "admin")
+GROUP_ROLES = ("owner", "coordinator", "worker", "reviewer")
+
+
+class Organization(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    slug = models.SlugField(unique=True)
+    name = models.CharField(max_length=200)
+    # The priority policy document (set by org.set_priority_policy); Workers
+    # read it from the administrative Group's log.
+    priority_policy = models.JSONField(default=dict)
+    policy_revision = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Agent(models.Model):
+    KIND_AGENT = "agent"
+    KIND_PERSON = "person"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="agents")
+    name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=10, choices=[(KIND_AGENT, "agent"), (KIND_PERSON, "person")])
+    org_roles = models.JSONField(default=list)
+    public_key = models.CharField(max_length=64, blank=True)
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="agent"
+    )
+    # The Session Epoch currently valid for this Agent (0: no session yet).
+    # Kept on the Agent so authentication reads one row per Command.
+    session_epoch = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(kind__in=["agent", "person"]), name="agent_kind_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind})"
+
+
+class AgentCard(models.Model):
+    """One published version of an Agent's capabilities (its aggregate revision)."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="cards")
+    version = models.PositiveIntegerField()
+    capabilities = models.JSONField(default=list)
+    max_concurrency = models.PositiveIntegerField()
+    published_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["agent", "version"], name="agentcard_version_unique")]
+
+
+class AgentSession(models.Model):
+    """An authenticated Agent Session; a new one fences every older epoch (MWP-WRK-014)."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="sessions")
+    epoch = models.PositiveIntegerField()
+    # Only the SHA-256 of the bearer token is stored; the token itself leaves
+    # once, in the session response.
+    token_hash = models.CharField(max_length=64, unique=True)
+    nonce = models.CharField(max_length=200)
+    created_at = models.DateTimeField()
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "epoch"], name="agentsession_epoch_unique"),
+            # A signed session request can be used once (replay protection).
+            models.UniqueConstraint(fields=["agent", "nonce"], name="agentsession_nonce_unique"),
+        ]
+
+
+class Group(models.Model):
+    """A Group log head: the row every append locks (DESIGN §3 step 3)."""
+
+    KIND_MISSION = "mission"
+    KIND_ADMIN = "admin"
+
+    id = models.UUIDField(primary_key=True, editable=False)
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="groups")
+    kind = models.CharField(max_length=10, choices=[(KIND_MISSION, "mission"), (KIND_ADMIN, "administrative")])
+    last_sequence = models.BigIntegerField(default=0)
+    head_hash = models.CharField(max_length=64)
+    # Moves on Membership and Mission status changes, not on every Event.
+    revision = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(kind__in=["mission", "admin"]), name="group_kind_valid"),
+            # One administrative Group per Organization.
+            models.UniqueConstraint(
+                fields=["organization"], condition=Q(kind="admin"), name="group_one_admin_per_org"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return str(self.id)
+
+
+class Mission(models.Model):
+    STATUSES = ("active", "completed", "failed", "cancelled", "archived")
+
+    id = models.UUIDField(primary_key=True, editable=False)
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="missions")
+    group = models.OneToOneField(Group, on_delete=models.PROTECT, related_name="mission")
+    title = models.CharField(max_length=300)
+    objective = models.TextField()
+    status = models.CharField(max_length=12, default="active")
+    created_by = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["active", "completed", "failed", "cancelled", "archived"]),
+                name="mission_status_valid",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class Membership(models.Model):
+    group = models.ForeignKey(Group, on_delete=models.PROTECT, related_name="memberships")
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="memberships")
+    roles = models.JSONField(default=list)
+    # Bumped by every add, remove and role change of this Membership, so a
+    # Command signed under older roles can be recognised.
+    epoch = models.PositiveIntegerField(default=1)
+    active = models.BooleanField(default=True)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["group", "agent"], name="membership_unique")]
+
+
+class GroupEvent(models.Model):
+    """An accepted, immutable fact of one Group's log (MWP-EVT-005).
+
+    ``actor`` is text, not a foreign key: the ``system`` actor is not an Agent.
+    """
+
+    event_id = models.UUIDField(unique=True)
+    group = models.ForeignKey(Group, on_delete=models.PROTECT, related_name="events")
+    sequence = models.BigIntegerField()
+    type = models.CharField(max_length=100)
+    aggregate_kind = models.CharField(max_length=40)
+    aggregate_id = models.CharField(max_length=64)
+    aggregate_revision = models.PositiveIntegerField()
+    actor = models.CharField(max_length=64)
+    action_id = models.UUIDField()
+    occurred_at = models.DateTimeField()
+    body = models.JSONField()
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64)
+
+    class Meta:
+        constraints = [
+            # The unique (group, sequence) index is also the replay index:
+            # "events of G after N in order" is a range scan on it.
+            models.UniqueConstraint(fields=["group", "sequence"], name="groupevent_sequence_unique"),
+            models.CheckConstraint(condition=Q(sequence__gte=1), name="groupevent_sequence_positive"),
+        ]
+
+    def as_wire(self) -> dict[str, object]:
+        """The Event as DESIGN §4 puts it on the wire, and as its hash covers it."""
+        from mwportal.protocol import format_time
+
+        return {
+            "event_id": str(self.event_id),
+            "group": str(self.group_id),
+            "sequence": self.sequence,
+            "type": self.type,
+            "aggregate": {"kind": self.aggregate_kind, "id": self.aggregate_id, "revision": self.aggregate_revision},
+            "actor": self.actor,
+            "action_id": str(self.action_id),
+            "occurred_at": format_time(self.occurred_at),
+            "body": self.body,
+            "prev_hash": self.prev_hash,
+            "hash": self.hash,
+        }
+
+
+class ActionReceipt(models.Model):
+    """The idempotency receipt of one accepted Command (MWP-EVT-003)."""
+
+    actor = models.CharField(max_length=64)
+    action_id = models.UUIDField()
+    content_hash = models.CharField(max_length=64)
+    group = models.ForeignKey(Group, on_delete=models.PROTECT, related_name="+")
+    receipt = models.JSONField()
+    accepted_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["actor", "action_id"], name="actionreceipt_unique")]
+
+
+class Approval(models.Model):
+    """A recorded Approval: the execution gate of a WorkItem or a final Approval."""
+
+    KIND_EXECUTION = "execution"
+    KIND_FINAL = "final"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    group = models.ForeignKey(Group, on_delete=models.PROTECT, related_name="approvals")
+    kind = models.CharField(max_length=10, choices=[(KIND_EXECUTION, "execution"), (KIND_FINAL, "final")])
+    subject_kind = models.CharField(max_length=40)
+    subject_id = models.CharField(max_length=64)
+    subject_revision = models.PositiveIntegerField()
+    granted_by = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+")
+    note = models.TextField(blank=True)
+    granted_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(kind__in=["execution", "final"]), name="approval_kind_valid"),
+        ]

@@ -1,0 +1,87 @@
+"""The handler registry: one ``CommandSpec`` per command type.
+
+Each app registers its handlers with ``@command(...)`` in its ``handlers.py``;
+``accept()`` looks the spec up, performs the generic checks it declares
+(scope, roles, target kind, compare-and-set) and then calls the handler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from .authority import Decision, HandlerContext
+
+Scope = Literal["mission", "admin"]
+
+
+@dataclass(frozen=True, slots=True)
+class CommandSpec:
+    type: str
+    handler: Callable[[HandlerContext], Decision]
+    # "mission": the envelope's group is a Mission Group and the actor needs
+    # an active Membership; "admin": the Organization's administrative Group,
+    # readable by every Agent of the Organization.
+    scope: Scope = "mission"
+    # Membership roles (any of) the actor needs in a Mission Group.
+    group_roles: frozenset[str] = frozenset()
+    # Organization roles (any of) the actor needs; empty means none.
+    org_roles: frozenset[str] = frozenset()
+    # The aggregate kind ``target`` must name; None: the command takes no target.
+    target: str | None = None
+    # Compare-and-set is mandatory (MWP-EVT-007: Membership change, first
+    # ownership, lease renewal, Approval): ``target.revision`` is required.
+    cas: bool = False
+    # The command creates the Group named by the envelope.
+    creates_group: bool = False
+    # Who may send it: Agents, the system actor, or both.
+    actors: frozenset[str] = frozenset({"agent"})
+    # The command authenticates itself (a signed session request in its body).
+    self_authenticating: bool = False
+
+
+_REGISTRY: dict[str, CommandSpec] = {}
+
+
+def command(
+    type_: str,
+    *,
+    scope: Scope = "mission",
+    group_roles: tuple[str, ...] = (),
+    org_roles: tuple[str, ...] = (),
+    target: str | None = None,
+    cas: bool = False,
+    creates_group: bool = False,
+    actors: tuple[str, ...] = ("agent",),
+    self_authenticating: bool = False,
+) -> Callable[[Callable[[HandlerContext], Decision]], Callable[[HandlerContext], Decision]]:
+    """Register the decorated function as the handler of ``type_``."""
+
+    def register(func: Callable[[HandlerContext], Decision]) -> Callable[[HandlerContext], Decision]:
+        if type_ in _REGISTRY:
+            raise RuntimeError(f"command {type_} is registered twice")
+        _REGISTRY[type_] = CommandSpec(
+            type=type_,
+            handler=func,
+            scope=scope,
+            group_roles=frozenset(group_roles),
+            org_roles=frozenset(org_roles),
+            target=target,
+            cas=cas,
+            creates_group=creates_group,
+            actors=frozenset(actors),
+            self_authenticating=self_authenticating,
+        )
+        return func
+
+    return register
+
+
+def spec_for(type_: str) -> CommandSpec | None:
+    return _REGISTRY.get(type_)
+
+
+def command_types() -> list[str]:
+    return sorted(_REGISTRY)

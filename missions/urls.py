@@ -1,0 +1,9 @@
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("sessions", views.SessionsView.as_view(), name="sessions"),
+    path("commands", views.CommandsView.as_view(), name="commands"),
+    path("groups/<str:group_id>/events", views.GroupEventsView.as_view(), name="group-events"),
+]

@@ -1,0 +1,5 @@
+"""MissionWeave Portal: the Group Authority and management portal."""
+
+from .celery import app as celery_app
+
+__all__ = ["celery_app"]

@@ -1,0 +1,46 @@
+"""The framework-free protocol kernel: canonical JSON, signatures, envelopes,
+the hash chain and error codes. Nothing here imports Django."""
+
+from .canonical import CanonicalizationError, canonicalize, loads_strict
+from .chain import GENESIS_HASH, event_hash, first_break
+from .envelope import (
+    MAX_COMMAND_BYTES,
+    SYSTEM_ACTOR,
+    Envelope,
+    Target,
+    format_time,
+    make_envelope,
+    parse_envelope,
+    parse_time,
+    parse_uuid,
+)
+from .errors import HTTP_STATUS, ErrorCode, ProtocolError, malformed
+from .signing import b64url_decode, b64url_encode, generate_keypair, sign, signed, verify
+
+__all__ = [
+    "GENESIS_HASH",
+    "HTTP_STATUS",
+    "MAX_COMMAND_BYTES",
+    "SYSTEM_ACTOR",
+    "CanonicalizationError",
+    "Envelope",
+    "ErrorCode",
+    "ProtocolError",
+    "Target",
+    "b64url_decode",
+    "b64url_encode",
+    "canonicalize",
+    "event_hash",
+    "first_break",
+    "format_time",
+    "generate_keypair",
+    "loads_strict",
+    "make_envelope",
+    "malformed",
+    "parse_envelope",
+    "parse_time",
+    "parse_uuid",
+    "sign",
+    "signed",
+    "verify",
+]

@@ -1,0 +1,163 @@
+"""RFC 8785 JSON Canonicalization Scheme (JCS).
+
+``canonicalize(value)`` returns the UTF-8 bytes that signatures, idempotency
+hashes and the Group hash chain are computed over. Numbers follow the
+ECMAScript ``Number.prototype.toString`` rules of RFC 8785 §3.2.2.3; object
+members are sorted by their UTF-16 code units (§3.2.3). Integers outside the
+IEEE 754 safe range cannot be represented exactly by every JSON peer, so they
+are refused rather than silently rounded.
+
+``loads_strict(text)`` is the matching parser for untrusted input: it refuses
+duplicate member names, NaN/Infinity and unsafe integers, so that what was
+signed is exactly what is canonicalised.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from decimal import Decimal
+from typing import Any
+
+MAX_SAFE_INTEGER = 2**53 - 1
+
+
+class CanonicalizationError(ValueError):
+    """The value has no RFC 8785 form (NaN, infinity, unsafe integer, bad type)."""
+
+
+_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+}
+
+
+def _string(s: str) -> str:
+    out = ['"']
+    for ch in s:
+        esc = _ESCAPES.get(ch)
+        if esc is not None:
+            out.append(esc)
+        elif ord(ch) < 0x20:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _number(value: float) -> str:
+    """ECMAScript Number-to-String for a finite double (RFC 8785 §3.2.2.3)."""
+    if math.isnan(value) or math.isinf(value):
+        raise CanonicalizationError("NaN and Infinity have no JSON form")
+    if value == 0:
+        return "0"  # also -0
+    sign = "-" if value < 0 else ""
+    # repr() gives the shortest round-tripping digits, as ECMAScript requires.
+    parts = Decimal(repr(abs(value))).as_tuple()
+    digits = "".join(map(str, parts.digits))
+    exponent = int(parts.exponent)
+    stripped = digits.rstrip("0")
+    exponent += len(digits) - len(stripped)
+    digits = stripped.lstrip("0")
+    # value == digits * 10**exponent; n is where the decimal point falls.
+    n = len(digits) + exponent
+    k = len(digits)
+    if k <= n <= 21:
+        return sign + digits + "0" * (n - k)
+    if 0 < n <= 21:
+        return sign + digits[:n] + "." + digits[n:]
+    if -6 < n <= 0:
+        return sign + "0." + "0" * (-n) + digits
+    e = n - 1
+    exp = f"e+{e}" if e >= 0 else f"e-{-e}"
+    if k == 1:
+        return sign + digits + exp
+    return sign + digits[0] + "." + digits[1:] + exp
+
+
+def _encode(value: Any, out: list[str]) -> None:
+    if value is None:
+        out.append("null")
+    elif value is True:
+        out.append("true")
+    elif value is False:
+        out.append("false")
+    elif isinstance(value, str):
+        out.append(_string(value))
+    elif isinstance(value, int):
+        if abs(value) > MAX_SAFE_INTEGER:
+            raise CanonicalizationError(f"integer {value} is outside the safe range")
+        out.append(str(value))
+    elif isinstance(value, float):
+        out.append(_number(value))
+    elif isinstance(value, dict):
+        for key in value:
+            if not isinstance(key, str):
+                raise CanonicalizationError(f"object key {key!r} is not a string")
+        out.append("{")
+        first = True
+        for key in sorted(value, key=lambda k: k.encode("utf-16-be")):
+            if not first:
+                out.append(",")
+            first = False
+            out.append(_string(key))
+            out.append(":")
+            _encode(value[key], out)
+        out.append("}")
+    elif isinstance(value, list | tuple):
+        out.append("[")
+        for i, item in enumerate(value):
+            if i:
+                out.append(",")
+            _encode(item, out)
+        out.append("]")
+    else:
+        raise CanonicalizationError(f"{type(value).__name__} is not a JSON value")
+
+
+def canonicalize(value: Any) -> bytes:
+    """The RFC 8785 canonical UTF-8 bytes of a JSON value."""
+    out: list[str] = []
+    _encode(value, out)
+    return "".join(out).encode("utf-8")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, val in pairs:
+        if key in result:
+            raise CanonicalizationError(f"duplicate member {key!r}")
+        result[key] = val
+    return result
+
+
+def _no_constant(name: str) -> Any:
+    raise CanonicalizationError(f"{name} is not valid JSON")
+
+
+def _safe_int(text: str) -> int:
+    value = int(text)
+    if abs(value) > MAX_SAFE_INTEGER:
+        raise CanonicalizationError(f"integer {text} is outside the safe range")
+    return value
+
+
+def loads_strict(data: str | bytes) -> Any:
+    """Parse untrusted JSON, refusing what canonicalisation could not preserve."""
+    try:
+        return json.loads(
+            data,
+            object_pairs_hook=_no_duplicates,
+            parse_constant=_no_constant,
+            parse_int=_safe_int,
+        )
+    except CanonicalizationError:
+        raise
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise CanonicalizationError(f"not valid JSON: {exc}") from exc

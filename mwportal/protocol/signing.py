@@ -1,0 +1,87 @@
+"""Ed25519 keys and signatures over canonical JSON (DESIGN §4).
+
+Keys and signatures travel as base64url without padding; public and private
+keys are the raw 32-byte forms. A signature covers the RFC 8785 bytes of the
+signed object without its ``signature`` member.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
+
+from .canonical import canonicalize
+
+
+def b64url_encode(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def b64url_decode(text: str) -> bytes:
+    """Decode unpadded base64url; ``ValueError`` on anything else."""
+    if not isinstance(text, str) or "=" in text:
+        raise ValueError("expected unpadded base64url text")
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError) as exc:
+        raise ValueError(f"not base64url: {exc}") from exc
+
+
+def generate_keypair() -> tuple[str, str]:
+    """A fresh ``(private_key, public_key)`` pair, both base64url raw bytes."""
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+    public = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    return b64url_encode(private), b64url_encode(public)
+
+
+def public_key_of(private_key: str) -> str:
+    key = Ed25519PrivateKey.from_private_bytes(b64url_decode(private_key))
+    return b64url_encode(key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw))
+
+
+def load_public_key(public_key: str) -> Ed25519PublicKey:
+    raw = b64url_decode(public_key)
+    if len(raw) != 32:
+        raise ValueError("an Ed25519 public key is 32 bytes")
+    return Ed25519PublicKey.from_public_bytes(raw)
+
+
+def signing_bytes(obj: dict[str, Any]) -> bytes:
+    """What a signature covers: the canonical object without ``signature``."""
+    return canonicalize({k: v for k, v in obj.items() if k != "signature"})
+
+
+def sign(private_key: str, obj: dict[str, Any]) -> str:
+    key = Ed25519PrivateKey.from_private_bytes(b64url_decode(private_key))
+    return b64url_encode(key.sign(signing_bytes(obj)))
+
+
+def sign_bytes(private_key: str, payload: bytes) -> str:
+    key = Ed25519PrivateKey.from_private_bytes(b64url_decode(private_key))
+    return b64url_encode(key.sign(payload))
+
+
+def verify(public_key: str, obj: dict[str, Any], signature: str) -> bool:
+    """True when ``signature`` is ``public_key``'s signature of ``obj``."""
+    return verify_bytes(public_key, signing_bytes(obj), signature)
+
+
+def verify_bytes(public_key: str, payload: bytes, signature: str) -> bool:
+    try:
+        key = load_public_key(public_key)
+        raw = b64url_decode(signature)
+        key.verify(raw, payload)
+    except (InvalidSignature, ValueError):
+        return False
+    return True
+
+
+def signed(private_key: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` with its ``signature`` member set: what a client sends."""
+    return {**obj, "signature": sign(private_key, obj)}

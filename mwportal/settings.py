@@ -1,0 +1,166 @@
+"""Settings, read from environment variables with embedded defaults (DESIGN §6).
+
+- ``MWP_DATABASE_URL``: ``sqlite:///path`` or ``postgres://...``; default a
+  SQLite file under ``var/``.
+- ``MWP_REDIS_URL``: when set, the channel layer and Celery use Redis;
+  otherwise the in-memory layer and Celery's filesystem broker.
+- ``MWP_SIGNING_KEY_FILE``: the server's Ed25519 key, generated if absent.
+- ``MWP_ONLINE_REPLAY_EVENTS``: how many Events replay stays online.
+- ``MWP_SECRET_KEY``, ``MWP_DEBUG``, ``MWP_ALLOWED_HOSTS``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("MWP_VAR_DIR", BASE_DIR / "var"))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+SECRET_KEY = os.environ.get("MWP_SECRET_KEY", "mwp-embedded-default-not-for-production")
+DEBUG = os.environ.get("MWP_DEBUG", "1") == "1"
+ALLOWED_HOSTS = os.environ.get("MWP_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "channels",
+    "missions",
+    "workitems",
+    "artifacts",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "mwportal.urls"
+ASGI_APPLICATION = "mwportal.asgi.application"
+WSGI_APPLICATION = "mwportal.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASE_URL = os.environ.get("MWP_DATABASE_URL", f"sqlite:///{VAR_DIR / 'mwportal.sqlite3'}")
+_db = dj_database_url.parse(DATABASE_URL, conn_max_age=0)
+if _db["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL lets readers run beside the one writer; IMMEDIATE takes the write
+    # lock at BEGIN so concurrent writers (daphne threads, Celery) queue on
+    # the busy timeout instead of failing with "database is locked" when a
+    # read transaction tries to upgrade (DESIGN §6).
+    _db["OPTIONS"] = {
+        "timeout": 30,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
+    }
+    _db.setdefault("TEST", {})
+elif _db["ENGINE"] in ("django.db.backends.postgresql", "django.db.backends.postgresql_psycopg2"):
+    _db["ENGINE"] = "django.db.backends.postgresql"
+DATABASES = {"default": _db}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+LOGIN_URL = "/admin/login/"
+
+# Commands are at most 1 MiB (DESIGN §4); the command view reads the body
+# itself and answers MALFORMED for anything larger, so Django's own limit
+# sits just above it.
+MWP_MAX_COMMAND_BYTES = 1024 * 1024
+DATA_UPLOAD_MAX_MEMORY_SIZE = MWP_MAX_COMMAND_BYTES + 1024
+
+MWP_REDIS_URL = os.environ.get("MWP_REDIS_URL", "")
+MWP_SIGNING_KEY_FILE = os.environ.get("MWP_SIGNING_KEY_FILE", str(VAR_DIR / "server_signing_key.json"))
+MWP_ONLINE_REPLAY_EVENTS = int(os.environ.get("MWP_ONLINE_REPLAY_EVENTS", "100000"))
+# A signed session request must be this fresh (DESIGN §4: within 5 minutes).
+MWP_SESSION_REQUEST_MAX_SKEW_SECONDS = 300
+MWP_EVENTS_PAGE_MAX = 1000
+
+if MWP_REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [MWP_REDIS_URL]},
+        }
+    }
+    CELERY_BROKER_URL = MWP_REDIS_URL
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    _celery_dir = VAR_DIR / "celery"
+    for _sub in ("out", "processed"):
+        (_celery_dir / _sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_celery_dir / "out"),
+        "data_folder_out": str(_celery_dir / "out"),
+        "processed_folder": str(_celery_dir / "processed"),
+        "store_processed": False,
+    }
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {}
+
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "missions.auth.BearerTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": [],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "EXCEPTION_HANDLER": "missions.views.protocol_exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "MissionWeave Portal API",
+    "DESCRIPTION": "The Group Authority of MissionWeaveProtocol: signed Commands in, sequenced Events out.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"missions": {"handlers": ["console"], "level": os.environ.get("MWP_LOG_LEVEL", "INFO")}},
+}

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class WorkitemsConfig(AppConfig):
+    name = "workitems"
+    verbose_name = "WorkItems"
