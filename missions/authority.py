@@ -41,6 +41,7 @@ from django.utils import timezone
 
 from mwportal.protocol import (
     SYSTEM_ACTOR,
+    GENESIS_HASH,
     Envelope,
     ErrorCode,
     ProtocolError,
@@ -255,7 +256,7 @@ def _lock_group(cur: Any, group_id: str, spec: CommandSpec) -> GroupHead:
         if spec.creates_group:
             # The handler inserts the row; its primary key serialises two
             # concurrent creations of the same Group.
-            return GroupHead(group_id, "", spec.scope, 0, "", 0, exists=False)
+            return GroupHead(group_id, "", spec.scope, 0, GENESIS_HASH, 0, exists=False)
         raise ProtocolError(ErrorCode.NOT_FOUND, f"group {group_id} does not exist", {"group": group_id})
     if spec.creates_group:
         raise ProtocolError(
