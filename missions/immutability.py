@@ -58,9 +58,9 @@ def drop_sql(vendor: str) -> list[str]:
 
 def install(schema_editor: Any) -> None:
     for sql in install_sql(schema_editor.connection.vendor):
-        schema_editor.execute(sql)
+        schema_editor.execute(sql, None)
 
 
 def drop(schema_editor: Any) -> None:
     for sql in drop_sql(schema_editor.connection.vendor):
-        schema_editor.execute(sql)
+        schema_editor.execute(sql, None)

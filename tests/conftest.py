@@ -1,0 +1,146 @@
+"""Personas and helpers shared by every suite (STYLE §5).
+
+- ``org``: the Organization "acme" with its administrative Group;
+- ``owner`` (Olivia): MissionOwner, owner of ``mission``'s Group;
+- ``coordinator`` (Carl): coordinator member;
+- ``worker`` and ``worker2`` (Wanda, Walt): worker members;
+- ``outsider`` (Oscar): an Agent of the Organization with no Membership.
+
+Every persona is an ``AgentKey`` that signs envelopes with its own key and
+holds a current session epoch, and every fixture is built through
+``accept()`` as a client would.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from missions.authority import Auth, Command, accept
+from missions.commands import create_organization, register_agent
+from missions.models import Agent, Group
+from mwportal.protocol import generate_keypair, make_envelope, parse_envelope
+
+ON_POSTGRES = os.environ.get("MWP_DATABASE_URL", "").startswith(("postgres", "postgresql"))
+
+
+@dataclass
+class AgentKey:
+    """A test Agent: its id, key pair and current session epoch."""
+
+    id: str
+    private_key: str
+    public_key: str
+    org_slug: str
+    session_epoch: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def envelope(self, type_: str, group: str, body: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        """A signed envelope as this Agent's transport would send it."""
+        kw.setdefault("session_epoch", self.session_epoch)
+        return make_envelope(type=type_, actor=self.id, group=group, body=body, private_key=self.private_key,
+                             **kw)
+
+    def send(self, type_: str, group: str, body: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        """Sign and ``accept()`` a Command; its receipt (or ProtocolError)."""
+        return accept(Command(parse_envelope(self.envelope(type_, group, body, **kw)), Auth.SIGNED))
+
+    def open_session(self) -> str:
+        """Open a session through the same handler the REST view uses; the token."""
+        from datetime import UTC, datetime
+
+        from mwportal.protocol import format_time, signed
+
+        request = signed(self.private_key, {"agent": self.id, "issued_at": format_time(datetime.now(UTC)),
+                                            "nonce": uuid.uuid4().hex})
+        admin = Group.objects.get(organization__slug=self.org_slug, kind=Group.KIND_ADMIN)
+        raw = make_envelope(type="agent.open_session", actor=self.id, group=str(admin.id),
+                            body={"request": request}, session_epoch=self.session_epoch)
+        receipt = accept(Command(parse_envelope(raw, require_signature=False), Auth.SELF))
+        self.session_epoch = receipt["grants"]["session_epoch"]
+        return str(receipt["grants"]["token"])
+
+
+def make_agent(org_slug: str, name: str, roles: list[str], *, open_session: bool = True) -> AgentKey:
+    private_key, public_key = generate_keypair()
+    agent_id = register_agent(org_slug, name, "agent", roles, public_key)
+    key = AgentKey(agent_id, private_key, public_key, org_slug)
+    if open_session:
+        key.extra["token"] = key.open_session()
+    return key
+
+
+def group_revision(group_id: str) -> int:
+    return Group.objects.values_list("revision", flat=True).get(id=group_id)
+
+
+@pytest.fixture
+def org(db: None) -> dict[str, str]:
+    org_id, admin_group = create_organization("acme", "Acme")
+    return {"id": org_id, "slug": "acme", "admin_group": admin_group}
+
+
+@pytest.fixture
+def owner(org: dict[str, str]) -> AgentKey:
+    return make_agent("acme", "Olivia Owner", ["mission_owner"])
+
+
+@pytest.fixture
+def coordinator(org: dict[str, str]) -> AgentKey:
+    return make_agent("acme", "Carl Coordinator", ["coordinator"])
+
+
+@pytest.fixture
+def worker(org: dict[str, str]) -> AgentKey:
+    return make_agent("acme", "Wanda Worker", ["worker"])
+
+
+@pytest.fixture
+def worker2(org: dict[str, str]) -> AgentKey:
+    return make_agent("acme", "Walt Worker", ["worker"])
+
+
+@pytest.fixture
+def outsider(org: dict[str, str]) -> AgentKey:
+    return make_agent("acme", "Oscar Outsider", ["worker"])
+
+
+@pytest.fixture
+def mission(owner: AgentKey, coordinator: AgentKey, worker: AgentKey, worker2: AgentKey) -> dict[str, str]:
+    """A Mission Group owned by Olivia with Carl coordinating and Wanda and Walt working."""
+    group_id, mission_id = str(uuid.uuid4()), str(uuid.uuid4())
+    owner.send("mission.create", group_id, {"mission": mission_id, "title": "Survey", "objective": "Map it"})
+    for member, roles in ((coordinator, ["coordinator"]), (worker, ["worker"]), (worker2, ["worker"])):
+        owner.send("membership.add", group_id, {"agent": member.id, "roles": roles},
+                   target={"kind": "group", "id": group_id, "revision": group_revision(group_id)})
+    return {"group": group_id, "mission": mission_id}
+
+
+@pytest.fixture
+def agent_model() -> type[Agent]:
+    return Agent
+
+
+@pytest.fixture
+def purge_events_after() -> Iterator[None]:
+    """For transactional tests: empty the append-only Event table before the
+    flush, with the trigger lifted for that moment only (SQLite's flush
+    deletes rows, which the trigger refuses; PostgreSQL's TRUNCATE does not
+    fire row triggers)."""
+    yield
+    if connection.vendor != "sqlite":
+        return
+    from missions.immutability import TABLE, drop_sql, install_sql
+
+    with connection.cursor() as cur:
+        for sql in drop_sql("sqlite"):
+            cur.execute(sql)
+        cur.execute(f"DELETE FROM {TABLE}")
+        for sql in install_sql("sqlite"):
+            cur.execute(sql)
