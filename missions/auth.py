@@ -46,8 +46,9 @@ class BearerTokenAuthentication(BaseAuthentication):
         if not header or header[0].lower() != b"bearer":
             return None
         if len(header) != 2:
-            raise ProtocolError(ErrorCode.MALFORMED, "Authorization: expected 'Bearer <token>'",
-                                {"field": "Authorization"})
+            raise ProtocolError(
+                ErrorCode.MALFORMED, "Authorization: expected 'Bearer <token>'", {"field": "Authorization"}
+            )
         agent, epoch = agent_for_token(header[1].decode("ascii", "replace"))
         return AgentPrincipal(agent, epoch), epoch
 
@@ -60,8 +61,8 @@ def request_agent(request: Request) -> Agent:
     user = request.user
     if isinstance(user, AgentPrincipal):
         return user.agent
-    if user is not None and getattr(user, "is_authenticated", False):
-        agent = Agent.objects.filter(user=user).first()
+    if user is not None and user.is_authenticated and user.pk is not None:
+        agent = Agent.objects.filter(user_id=user.pk).first()
         if agent is not None:
             return agent
         raise ProtocolError(ErrorCode.FORBIDDEN, "this user has no Agent in any Organization")

@@ -40,8 +40,8 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from mwportal.protocol import (
-    SYSTEM_ACTOR,
     GENESIS_HASH,
+    SYSTEM_ACTOR,
     Envelope,
     ErrorCode,
     ProtocolError,
@@ -278,9 +278,7 @@ def _lock_group(cur: Any, group_id: str, spec: CommandSpec) -> GroupHead:
             return GroupHead(group_id, "", spec.scope, 0, GENESIS_HASH, 0, exists=False)
         raise ProtocolError(ErrorCode.NOT_FOUND, f"group {group_id} does not exist", {"group": group_id})
     if spec.creates_group:
-        raise ProtocolError(
-            ErrorCode.REVISION_MISMATCH, f"group {group_id} already exists", {"group": group_id}
-        )
+        raise ProtocolError(ErrorCode.REVISION_MISMATCH, f"group {group_id} already exists", {"group": group_id})
     kind = row[1]
     if kind != spec.scope:
         where = "an Organization's administrative Group" if spec.scope == "admin" else "a Mission Group"
@@ -382,9 +380,7 @@ def check_target_kind(env: Envelope, kind: str, expected_id: str | None = None) 
     if target.kind != kind:
         raise ProtocolError(ErrorCode.MALFORMED, f"target.kind: must be {kind!r}", {"field": "target.kind"})
     if expected_id is not None and target.id != expected_id:
-        raise ProtocolError(
-            ErrorCode.MALFORMED, f"target.id: must be {expected_id}", {"field": "target.id"}
-        )
+        raise ProtocolError(ErrorCode.MALFORMED, f"target.id: must be {expected_id}", {"field": "target.id"})
 
 
 def check_revision(env: Envelope, current: int) -> None:
@@ -425,8 +421,9 @@ def _append(
     refs: list[dict[str, Any]] = []
     for emit in decision.events:
         sequence += 1
-        event = {
-            "event_id": str(uuid.uuid4()),
+        event_id = str(uuid.uuid4())
+        event: dict[str, Any] = {
+            "event_id": event_id,
             "group": group.id,
             "sequence": sequence,
             "type": emit.type,
@@ -440,7 +437,7 @@ def _append(
         prev = event_hash(prev, event)
         rows.append(
             [
-                _db_uuid(event["event_id"]),
+                _db_uuid(event_id),
                 _db_uuid(group.id),
                 sequence,
                 emit.type,
@@ -455,7 +452,7 @@ def _append(
                 prev,
             ]
         )
-        refs.append({"event_id": event["event_id"], "sequence": sequence, "type": emit.type})
+        refs.append({"event_id": event_id, "sequence": sequence, "type": emit.type})
     placeholders = ",".join(["(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"] * len(rows))
     cur.execute(
         f"INSERT INTO {_T_EVENT} (event_id, group_id, sequence, type, aggregate_kind, aggregate_id,"

@@ -18,24 +18,43 @@ Receipt = dict[str, Any]
 
 
 def system_command(
-    type_: str, group: str, body: dict[str, Any], *, action_id: str | None = None,
+    type_: str,
+    group: str,
+    body: dict[str, Any],
+    *,
+    action_id: str | None = None,
     target: dict[str, Any] | None = None,
 ) -> Command:
     raw = make_envelope(
-        type=type_, actor=SYSTEM_ACTOR, group=group, body=body, session_epoch=0,
-        action_id=action_id, target=target,
+        type=type_,
+        actor=SYSTEM_ACTOR,
+        group=group,
+        body=body,
+        session_epoch=0,
+        action_id=action_id,
+        target=target,
     )
     return Command(parse_envelope(raw, require_signature=False), Auth.SYSTEM)
 
 
 def portal_command(
-    agent: Agent, type_: str, group: str, body: dict[str, Any], *, target: dict[str, Any] | None = None,
+    agent: Agent,
+    type_: str,
+    group: str,
+    body: dict[str, Any],
+    *,
+    target: dict[str, Any] | None = None,
     action_id: str | None = None,
 ) -> Command:
     """A Command by a person signed in to the portal (Django session)."""
     raw = make_envelope(
-        type=type_, actor=str(agent.id), group=group, body=body, session_epoch=agent.session_epoch,
-        action_id=action_id, target=target,
+        type=type_,
+        actor=str(agent.id),
+        group=group,
+        body=body,
+        session_epoch=agent.session_epoch,
+        action_id=action_id,
+        target=target,
     )
     return Command(parse_envelope(raw, require_signature=False), Auth.PORTAL)
 
@@ -50,8 +69,14 @@ def create_organization(slug: str, name: str) -> tuple[str, str]:
         return str(existing.organization_id), str(existing.id)
     org_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"mwp:org:{slug}"))
     group_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"mwp:org-admin-group:{slug}"))
-    accept(system_command("org.create", group_id, {"organization": org_id, "slug": slug, "name": name},
-                          action_id=system_action_id("org.create", slug)))
+    accept(
+        system_command(
+            "org.create",
+            group_id,
+            {"organization": org_id, "slug": slug, "name": name},
+            action_id=system_action_id("org.create", slug),
+        )
+    )
     return org_id, group_id
 
 
@@ -61,8 +86,7 @@ def register_agent(
     """Register an Agent in an Organization as the system actor; its id."""
     group = Group.objects.get(organization__slug=org_slug, kind=Group.KIND_ADMIN)
     agent_id = str(uuid.uuid4())
-    body: dict[str, Any] = {"agent": agent_id, "name": name, "kind": kind, "org_roles": roles,
-                            "public_key": public_key}
+    body: dict[str, Any] = {"agent": agent_id, "name": name, "kind": kind, "org_roles": roles, "public_key": public_key}
     if user is not None:
         body["user"] = user
     accept(system_command("agent.register", str(group.id), body))

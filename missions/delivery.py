@@ -28,7 +28,8 @@ def notify_head_moved(group_id: str, sequence: int) -> None:
     if layer is None:
         return
     try:
-        async_to_sync(layer.group_send)(group_channel(group_id), {"type": "group.head", "group": group_id,
-                                                                   "sequence": sequence})
+        async_to_sync(layer.group_send)(
+            group_channel(group_id), {"type": "group.head", "group": group_id, "sequence": sequence}
+        )
     except Exception:  # the layer is best effort by design (see module docstring)
         log.warning("could not notify the channel layer for group %s", group_id, exc_info=True)

@@ -50,7 +50,11 @@ def create_org(ctx: HandlerContext) -> Decision:
         id=org_id, slug=slug, name=name, priority_policy=DEFAULT_POLICY, created_at=ctx.now
     )
     Group.objects.create(
-        id=ctx.group.id, organization=org, kind=Group.KIND_ADMIN, head_hash=GENESIS_HASH, revision=1,
+        id=ctx.group.id,
+        organization=org,
+        kind=Group.KIND_ADMIN,
+        head_hash=GENESIS_HASH,
+        revision=1,
         created_at=ctx.now,
     )
     ctx.group.organization_id = org_id
@@ -80,8 +84,9 @@ def register_agent(ctx: HandlerContext) -> Decision:
         except ValueError as exc:
             raise refuse(ErrorCode.MALFORMED, f"body.public_key: {exc}", field="body.public_key") from None
     elif kind == Agent.KIND_AGENT:
-        raise refuse(ErrorCode.MALFORMED, "body.public_key: an agent needs an Ed25519 public key",
-                     field="body.public_key")
+        raise refuse(
+            ErrorCode.MALFORMED, "body.public_key: an agent needs an Ed25519 public key", field="body.public_key"
+        )
     user = None
     if body.get("user") is not None:
         from django.contrib.auth import get_user_model
@@ -95,8 +100,14 @@ def register_agent(ctx: HandlerContext) -> Decision:
     if Agent.objects.filter(id=agent_id).exists():
         raise refuse(ErrorCode.INVALID_TRANSITION, f"agent {agent_id} exists", agent=agent_id)
     Agent.objects.create(
-        id=agent_id, organization_id=ctx.group.organization_id, name=name, kind=kind, org_roles=roles,
-        public_key=public_key, user=user, created_at=ctx.now,
+        id=agent_id,
+        organization_id=ctx.group.organization_id,
+        name=name,
+        kind=kind,
+        org_roles=roles,
+        public_key=public_key,
+        user=user,
+        created_at=ctx.now,
     )
     ref = AggregateRef("agent", agent_id, 1)
     event_body = {"agent": agent_id, "name": name, "kind": kind, "org_roles": roles, "public_key": public_key}
@@ -114,17 +125,16 @@ def open_session(ctx: HandlerContext) -> Decision:
     check_members(ctx.body, ["request"])
     request = ctx.body["request"]
     if not isinstance(request, dict) or set(request) != {"agent", "issued_at", "nonce", "signature"}:
-        raise refuse(ErrorCode.MALFORMED, "body.request: needs exactly agent, issued_at, nonce, signature",
-                     field="body.request")
+        raise refuse(
+            ErrorCode.MALFORMED, "body.request: needs exactly agent, issued_at, nonce, signature", field="body.request"
+        )
     if request["agent"] != ctx.actor.id:
         raise refuse(ErrorCode.MALFORMED, "agent: does not match the actor", field="agent")
     nonce = request["nonce"]
     if not isinstance(nonce, str) or not 8 <= len(nonce) <= 200:
         raise refuse(ErrorCode.MALFORMED, "nonce: must be a string of 8 to 200 characters", field="nonce")
     issued_at = parse_time(request["issued_at"], "issued_at")
-    if not isinstance(request["signature"], str) or not verify(
-        ctx.actor.public_key, request, request["signature"]
-    ):
+    if not isinstance(request["signature"], str) or not verify(ctx.actor.public_key, request, request["signature"]):
         raise refuse(ErrorCode.INVALID_SIGNATURE, "the session request's signature does not verify")
     skew = timedelta(seconds=settings.MWP_SESSION_REQUEST_MAX_SKEW_SECONDS)
     if abs(ctx.now - issued_at) > skew:
@@ -161,13 +171,19 @@ def publish_agent_card(ctx: HandlerContext) -> Decision:
     seen = set()
     for i, cap in enumerate(capabilities):
         if not isinstance(cap, dict) or set(cap) != {"id", "version"}:
-            raise refuse(ErrorCode.MALFORMED, f"body.capabilities.{i}: needs exactly id and version",
-                         field=f"body.capabilities.{i}")
+            raise refuse(
+                ErrorCode.MALFORMED,
+                f"body.capabilities.{i}: needs exactly id and version",
+                field=f"body.capabilities.{i}",
+            )
         check_text(cap, "id", max_length=200)
         check_text(cap, "version", max_length=50)
         if cap["id"] in seen:
-            raise refuse(ErrorCode.MALFORMED, f"body.capabilities.{i}: {cap['id']!r} is listed twice",
-                         field=f"body.capabilities.{i}")
+            raise refuse(
+                ErrorCode.MALFORMED,
+                f"body.capabilities.{i}: {cap['id']!r} is listed twice",
+                field=f"body.capabilities.{i}",
+            )
         seen.add(cap["id"])
     max_concurrency = check_int(body, "max_concurrency", minimum=1, maximum=1024)
     current = (
@@ -179,12 +195,19 @@ def publish_agent_card(ctx: HandlerContext) -> Decision:
         check_revision(ctx.envelope, current)
     version = current + 1
     AgentCard.objects.create(
-        agent_id=ctx.actor.id, version=version, capabilities=capabilities, max_concurrency=max_concurrency,
+        agent_id=ctx.actor.id,
+        version=version,
+        capabilities=capabilities,
+        max_concurrency=max_concurrency,
         published_at=ctx.now,
     )
     ref = AggregateRef("agent_card", ctx.actor.id, version)
-    event_body = {"agent": ctx.actor.id, "version": version, "capabilities": capabilities,
-                  "max_concurrency": max_concurrency}
+    event_body = {
+        "agent": ctx.actor.id,
+        "version": version,
+        "capabilities": capabilities,
+        "max_concurrency": max_concurrency,
+    }
     return Decision([Emit("agent_card.published", ref, event_body)], ref)
 
 
@@ -219,21 +242,34 @@ def create_mission(ctx: HandlerContext) -> Decision:
     if Mission.objects.filter(id=mission_id).exists():
         raise refuse(ErrorCode.INVALID_TRANSITION, f"mission {mission_id} exists", mission=mission_id)
     org_id = ctx.actor.organization_id
+    assert org_id is not None  # an Agent always belongs to an Organization
     group = Group.objects.create(
-        id=ctx.group.id, organization_id=org_id, kind=Group.KIND_MISSION, head_hash=GENESIS_HASH, revision=1,
+        id=ctx.group.id,
+        organization_id=org_id,
+        kind=Group.KIND_MISSION,
+        head_hash=GENESIS_HASH,
+        revision=1,
         created_at=ctx.now,
     )
     Mission.objects.create(
-        id=mission_id, organization_id=org_id, group=group, title=title, objective=objective,
-        created_by_id=ctx.actor.id, created_at=ctx.now,
+        id=mission_id,
+        organization_id=org_id,
+        group=group,
+        title=title,
+        objective=objective,
+        created_by_id=ctx.actor.id,
+        created_at=ctx.now,
     )
     Membership.objects.create(group=group, agent_id=ctx.actor.id, roles=["owner"], epoch=1, updated_at=ctx.now)
     ctx.group.organization_id = str(org_id)
     ref = AggregateRef("group", ctx.group.id, 1)
     return Decision(
         [
-            Emit("mission.created", ref, {"mission": mission_id, "organization": str(org_id), "title": title,
-                                          "objective": objective}),
+            Emit(
+                "mission.created",
+                ref,
+                {"mission": mission_id, "organization": str(org_id), "title": title, "objective": objective},
+            ),
             Emit("membership.added", ref, {"agent": ctx.actor.id, "roles": ["owner"], "membership_epoch": 1}),
         ],
         ref,
@@ -271,8 +307,7 @@ def add_membership(ctx: HandlerContext) -> Decision:
         raise refuse(ErrorCode.INVALID_TRANSITION, f"agent {agent_id} is already a member", agent=agent_id)
     if existing is None:
         epoch = 1
-        Membership.objects.create(group_id=ctx.group.id, agent_id=agent_id, roles=roles, epoch=1,
-                                  updated_at=ctx.now)
+        Membership.objects.create(group_id=ctx.group.id, agent_id=agent_id, roles=roles, epoch=1, updated_at=ctx.now)
     else:
         epoch = existing.epoch + 1
         Membership.objects.filter(pk=existing.pk).update(roles=roles, epoch=epoch, active=True, updated_at=ctx.now)
@@ -314,4 +349,3 @@ def set_membership_roles(ctx: HandlerContext) -> Decision:
     return Decision(
         [Emit("membership.roles_set", ref, {"agent": agent_id, "roles": roles, "membership_epoch": epoch})], ref
     )
-

@@ -70,6 +70,9 @@ class AgentCard(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["agent", "version"], name="agentcard_version_unique")]
 
+    def __str__(self) -> str:
+        return f"{self.agent_id} card v{self.version}"
+
 
 class AgentSession(models.Model):
     """An authenticated Agent Session; a new one fences every older epoch (MWP-WRK-014)."""
@@ -89,6 +92,9 @@ class AgentSession(models.Model):
             # A signed session request can be used once (replay protection).
             models.UniqueConstraint(fields=["agent", "nonce"], name="agentsession_nonce_unique"),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id} session {self.epoch}"
 
 
 class Group(models.Model):
@@ -110,9 +116,7 @@ class Group(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(kind__in=["mission", "admin"]), name="group_kind_valid"),
             # One administrative Group per Organization.
-            models.UniqueConstraint(
-                fields=["organization"], condition=Q(kind="admin"), name="group_one_admin_per_org"
-            ),
+            models.UniqueConstraint(fields=["organization"], condition=Q(kind="admin"), name="group_one_admin_per_org"),
         ]
 
     def __str__(self) -> str:
@@ -156,6 +160,9 @@ class Membership(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["group", "agent"], name="membership_unique")]
 
+    def __str__(self) -> str:
+        return f"{self.agent_id} in {self.group_id} ({', '.join(self.roles)})"
+
 
 class GroupEvent(models.Model):
     """An accepted, immutable fact of one Group's log (MWP-EVT-005).
@@ -184,6 +191,9 @@ class GroupEvent(models.Model):
             models.UniqueConstraint(fields=["group", "sequence"], name="groupevent_sequence_unique"),
             models.CheckConstraint(condition=Q(sequence__gte=1), name="groupevent_sequence_positive"),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.group_id}#{self.sequence} {self.type}"
 
     def as_wire(self) -> dict[str, object]:
         """The Event as DESIGN §4 puts it on the wire, and as its hash covers it."""
@@ -217,6 +227,9 @@ class ActionReceipt(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["actor", "action_id"], name="actionreceipt_unique")]
 
+    def __str__(self) -> str:
+        return f"{self.actor}/{self.action_id}"
+
 
 class Approval(models.Model):
     """A recorded Approval: the execution gate of a WorkItem or a final Approval."""
@@ -238,3 +251,6 @@ class Approval(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(kind__in=["execution", "final"]), name="approval_kind_valid"),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} approval of {self.subject_kind} {self.subject_id}"

@@ -125,8 +125,9 @@ class CommandsView(APIView):
     # The envelope's Ed25519 signature is the authentication.
     authentication_classes: list[Any] = []
 
-    @extend_schema(request=s.EnvelopeSerializer, responses={200: s.ReceiptSerializer, 201: s.ReceiptSerializer,
-                                                            **ERRORS})
+    @extend_schema(
+        request=s.EnvelopeSerializer, responses={200: s.ReceiptSerializer, 201: s.ReceiptSerializer, **ERRORS}
+    )
     def post(self, request: Request) -> Response:
         envelope = parse_envelope(read_json_body(request))
         receipt = accept(Command(envelope, Auth.SIGNED))

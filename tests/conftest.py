@@ -44,8 +44,7 @@ class AgentKey:
     def envelope(self, type_: str, group: str, body: dict[str, Any], **kw: Any) -> dict[str, Any]:
         """A signed envelope as this Agent's transport would send it."""
         kw.setdefault("session_epoch", self.session_epoch)
-        return make_envelope(type=type_, actor=self.id, group=group, body=body, private_key=self.private_key,
-                             **kw)
+        return make_envelope(type=type_, actor=self.id, group=group, body=body, private_key=self.private_key, **kw)
 
     def send(self, type_: str, group: str, body: dict[str, Any], **kw: Any) -> dict[str, Any]:
         """Sign and ``accept()`` a Command; its receipt (or ProtocolError)."""
@@ -57,11 +56,17 @@ class AgentKey:
 
         from mwportal.protocol import format_time, signed
 
-        request = signed(self.private_key, {"agent": self.id, "issued_at": format_time(datetime.now(UTC)),
-                                            "nonce": uuid.uuid4().hex})
+        request = signed(
+            self.private_key, {"agent": self.id, "issued_at": format_time(datetime.now(UTC)), "nonce": uuid.uuid4().hex}
+        )
         admin = Group.objects.get(organization__slug=self.org_slug, kind=Group.KIND_ADMIN)
-        raw = make_envelope(type="agent.open_session", actor=self.id, group=str(admin.id),
-                            body={"request": request}, session_epoch=self.session_epoch)
+        raw = make_envelope(
+            type="agent.open_session",
+            actor=self.id,
+            group=str(admin.id),
+            body={"request": request},
+            session_epoch=self.session_epoch,
+        )
         receipt = accept(Command(parse_envelope(raw, require_signature=False), Auth.SELF))
         self.session_epoch = receipt["grants"]["session_epoch"]
         return str(receipt["grants"]["token"])
@@ -117,8 +122,12 @@ def mission(owner: AgentKey, coordinator: AgentKey, worker: AgentKey, worker2: A
     group_id, mission_id = str(uuid.uuid4()), str(uuid.uuid4())
     owner.send("mission.create", group_id, {"mission": mission_id, "title": "Survey", "objective": "Map it"})
     for member, roles in ((coordinator, ["coordinator"]), (worker, ["worker"]), (worker2, ["worker"])):
-        owner.send("membership.add", group_id, {"agent": member.id, "roles": roles},
-                   target={"kind": "group", "id": group_id, "revision": group_revision(group_id)})
+        owner.send(
+            "membership.add",
+            group_id,
+            {"agent": member.id, "roles": roles},
+            target={"kind": "group", "id": group_id, "revision": group_revision(group_id)},
+        )
     return {"group": group_id, "mission": mission_id}
 
 

@@ -21,8 +21,9 @@ def event_hash(prev_hash: str, event: dict[str, Any]) -> str:
     return hashlib.sha256(prev_hash.encode("ascii") + canonicalize(content)).hexdigest()
 
 
-def first_break(events: Iterable[dict[str, Any]], *, start_sequence: int = 1,
-                start_hash: str = GENESIS_HASH) -> tuple[int, str] | None:
+def first_break(
+    events: Iterable[dict[str, Any]], *, start_sequence: int = 1, start_hash: str = GENESIS_HASH
+) -> tuple[int, str] | None:
     """The first ``(sequence, reason)`` where the chain breaks, else ``None``.
 
     Checks that sequences run ``start_sequence, start_sequence + 1, ...`` with

@@ -152,9 +152,8 @@ def parse_envelope(data: Any, *, require_signature: bool = True) -> Envelope:
     if not isinstance(extensions, dict):
         raise malformed("extensions", "must be an object")
     signature = data.get("signature")
-    if require_signature or signature is not None:
-        if not isinstance(signature, str) or not signature:
-            raise malformed("signature", "must be a base64url string")
+    if (require_signature or signature is not None) and (not isinstance(signature, str) or not signature):
+        raise malformed("signature", "must be a base64url string")
     lease_id = data.get("lease_id")
     if lease_id is not None:
         lease_id = parse_uuid(lease_id, "lease_id")
@@ -207,12 +206,11 @@ def make_envelope(
         "issued_at": format_time(issued_at or datetime.now(UTC)),
         "body": body,
     }
-    for name, value in (
-        ("target", target),
-        ("membership_epoch", membership_epoch),
-        ("ownership_epoch", ownership_epoch),
-        ("lease_id", lease_id),
-    ):
-        if value is not None:
-            envelope[name] = value
+    optional = {
+        "target": target,
+        "membership_epoch": membership_epoch,
+        "ownership_epoch": ownership_epoch,
+        "lease_id": lease_id,
+    }
+    envelope.update({name: value for name, value in optional.items() if value is not None})
     return signed(private_key, envelope) if private_key else envelope

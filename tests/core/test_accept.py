@@ -21,11 +21,17 @@ from tests.conftest import AgentKey, group_revision
 
 @contextmanager
 def nothing_written() -> Iterator[None]:
-    before = (GroupEvent.objects.count(), ActionReceipt.objects.count(),
-              list(Group.objects.order_by("id").values_list("id", "last_sequence", "revision")))
+    before = (
+        GroupEvent.objects.count(),
+        ActionReceipt.objects.count(),
+        list(Group.objects.order_by("id").values_list("id", "last_sequence", "revision")),
+    )
     yield
-    after = (GroupEvent.objects.count(), ActionReceipt.objects.count(),
-             list(Group.objects.order_by("id").values_list("id", "last_sequence", "revision")))
+    after = (
+        GroupEvent.objects.count(),
+        ActionReceipt.objects.count(),
+        list(Group.objects.order_by("id").values_list("id", "last_sequence", "revision")),
+    )
     assert after == before
 
 
@@ -51,8 +57,9 @@ def test_same_action_and_content_returns_original_receipt_MWP_EVT_003(
     mission: dict[str, str], owner: AgentKey, worker: AgentKey
 ) -> None:
     g = mission["group"]
-    raw = owner.envelope("membership.set_roles", g, {"agent": worker.id, "roles": ["reviewer", "worker"]},
-                         target=target(g))
+    raw = owner.envelope(
+        "membership.set_roles", g, {"agent": worker.id, "roles": ["reviewer", "worker"]}, target=target(g)
+    )
     first = submit(raw)
     assert first["replayed"] is False
     with nothing_written():
@@ -66,14 +73,21 @@ def test_changed_content_under_same_action_id_is_collision_MWP_EVT_003(
 ) -> None:
     g = mission["group"]
     action_id = str(uuid.uuid4())
-    owner.send("membership.set_roles", g, {"agent": worker.id, "roles": ["worker"]}, target=target(g),
-               action_id=action_id)
-    refused(ErrorCode.ACTION_ID_COLLISION, owner.send, "membership.set_roles", g,
-            {"agent": worker.id, "roles": ["reviewer"]}, target=target(g), action_id=action_id)
+    owner.send(
+        "membership.set_roles", g, {"agent": worker.id, "roles": ["worker"]}, target=target(g), action_id=action_id
+    )
+    refused(
+        ErrorCode.ACTION_ID_COLLISION,
+        owner.send,
+        "membership.set_roles",
+        g,
+        {"agent": worker.id, "roles": ["reviewer"]},
+        target=target(g),
+        action_id=action_id,
+    )
 
 
-def test_replay_is_checked_before_the_current_state(mission: dict[str, str], owner: AgentKey,
-                                                    worker: AgentKey) -> None:
+def test_replay_is_checked_before_the_current_state(mission: dict[str, str], owner: AgentKey, worker: AgentKey) -> None:
     """A retried Command whose revision is now stale still gets its receipt, not a mismatch."""
     g = mission["group"]
     raw = owner.envelope("membership.set_roles", g, {"agent": worker.id, "roles": ["reviewer"]}, target=target(g))
@@ -90,8 +104,14 @@ def test_revision_mismatch_rejects_whole_command_MWP_EVT_007(
 ) -> None:
     g = mission["group"]
     stale = {"kind": "group", "id": g, "revision": group_revision(g) - 1}
-    err = refused(ErrorCode.REVISION_MISMATCH, owner.send, "membership.set_roles", g,
-                  {"agent": worker.id, "roles": ["reviewer"]}, target=stale)
+    err = refused(
+        ErrorCode.REVISION_MISMATCH,
+        owner.send,
+        "membership.set_roles",
+        g,
+        {"agent": worker.id, "roles": ["reviewer"]},
+        target=stale,
+    )
     assert err.details == {"expected": stale["revision"], "current": group_revision(g)}
     assert Membership.objects.get(group_id=g, agent_id=worker.id).roles == ["worker"]
 
@@ -100,8 +120,14 @@ def test_membership_change_without_revision_is_refused_MWP_EVT_007(
     mission: dict[str, str], owner: AgentKey, worker: AgentKey
 ) -> None:
     g = mission["group"]
-    refused(ErrorCode.MALFORMED, owner.send, "membership.set_roles", g, {"agent": worker.id, "roles": ["worker"]},
-            target={"kind": "group", "id": g})
+    refused(
+        ErrorCode.MALFORMED,
+        owner.send,
+        "membership.set_roles",
+        g,
+        {"agent": worker.id, "roles": ["worker"]},
+        target={"kind": "group", "id": g},
+    )
 
 
 def test_group_revision_moves_on_membership_change_not_on_other_events(
@@ -126,8 +152,7 @@ def test_tampered_signature_is_refused(mission: dict[str, str], owner: AgentKey,
     refused(ErrorCode.INVALID_SIGNATURE, submit, raw)
 
 
-def test_signature_by_another_agents_key_is_refused(mission: dict[str, str], owner: AgentKey,
-                                                    worker: AgentKey) -> None:
+def test_signature_by_another_agents_key_is_refused(mission: dict[str, str], owner: AgentKey, worker: AgentKey) -> None:
     g = mission["group"]
     raw = owner.envelope("membership.set_roles", g, {"agent": worker.id, "roles": ["reviewer"]}, target=target(g))
     forged = signed(worker.private_key, {k: v for k, v in raw.items() if k != "signature"})
@@ -141,49 +166,96 @@ def test_stale_session_epoch_after_new_session_is_refused_MWP_WRK_014(
     old_epoch = owner.session_epoch
     owner.open_session()
     assert owner.session_epoch == old_epoch + 1
-    refused(ErrorCode.STALE_SESSION, owner.send, "membership.set_roles", g,
-            {"agent": worker.id, "roles": ["reviewer"]}, target=target(g), session_epoch=old_epoch)
+    refused(
+        ErrorCode.STALE_SESSION,
+        owner.send,
+        "membership.set_roles",
+        g,
+        {"agent": worker.id, "roles": ["reviewer"]},
+        target=target(g),
+        session_epoch=old_epoch,
+    )
     owner.send("membership.set_roles", g, {"agent": worker.id, "roles": ["reviewer"]}, target=target(g))
 
 
 def test_non_member_is_refused(mission: dict[str, str], outsider: AgentKey, worker: AgentKey) -> None:
     g = mission["group"]
-    refused(ErrorCode.NOT_A_MEMBER, outsider.send, "membership.set_roles", g,
-            {"agent": worker.id, "roles": ["reviewer"]}, target=target(g))
+    refused(
+        ErrorCode.NOT_A_MEMBER,
+        outsider.send,
+        "membership.set_roles",
+        g,
+        {"agent": worker.id, "roles": ["reviewer"]},
+        target=target(g),
+    )
 
 
-def test_removed_member_is_refused(mission: dict[str, str], owner: AgentKey, coordinator: AgentKey,
-                                   worker: AgentKey) -> None:
+def test_removed_member_is_refused(
+    mission: dict[str, str], owner: AgentKey, coordinator: AgentKey, worker: AgentKey
+) -> None:
     g = mission["group"]
-    owner.send("membership.set_roles", g, {"agent": coordinator.id, "roles": ["coordinator", "owner"]},
-               target=target(g))
+    owner.send(
+        "membership.set_roles", g, {"agent": coordinator.id, "roles": ["coordinator", "owner"]}, target=target(g)
+    )
     owner.send("membership.remove", g, {"agent": coordinator.id}, target=target(g))
-    refused(ErrorCode.NOT_A_MEMBER, coordinator.send, "membership.set_roles", g,
-            {"agent": worker.id, "roles": ["reviewer"]}, target=target(g))
+    refused(
+        ErrorCode.NOT_A_MEMBER,
+        coordinator.send,
+        "membership.set_roles",
+        g,
+        {"agent": worker.id, "roles": ["reviewer"]},
+        target=target(g),
+    )
 
 
 def test_wrong_role_is_refused(mission: dict[str, str], coordinator: AgentKey, worker: AgentKey) -> None:
     g = mission["group"]
-    refused(ErrorCode.FORBIDDEN, coordinator.send, "membership.set_roles", g,
-            {"agent": worker.id, "roles": ["owner"]}, target=target(g))
+    refused(
+        ErrorCode.FORBIDDEN,
+        coordinator.send,
+        "membership.set_roles",
+        g,
+        {"agent": worker.id, "roles": ["owner"]},
+        target=target(g),
+    )
 
 
-def test_stale_membership_epoch_is_refused(mission: dict[str, str], owner: AgentKey, coordinator: AgentKey,
-                                           worker: AgentKey) -> None:
+def test_stale_membership_epoch_is_refused(
+    mission: dict[str, str], owner: AgentKey, coordinator: AgentKey, worker: AgentKey
+) -> None:
     g = mission["group"]
-    owner.send("membership.set_roles", g, {"agent": coordinator.id, "roles": ["coordinator", "owner"]},
-               target=target(g))
+    owner.send(
+        "membership.set_roles", g, {"agent": coordinator.id, "roles": ["coordinator", "owner"]}, target=target(g)
+    )
     current = Membership.objects.get(group_id=g, agent_id=coordinator.id).epoch
-    refused(ErrorCode.NOT_A_MEMBER, coordinator.send, "membership.set_roles", g,
-            {"agent": worker.id, "roles": ["reviewer"]}, target=target(g), membership_epoch=current - 1)
-    coordinator.send("membership.set_roles", g, {"agent": worker.id, "roles": ["reviewer"]}, target=target(g),
-                     membership_epoch=current)
+    refused(
+        ErrorCode.NOT_A_MEMBER,
+        coordinator.send,
+        "membership.set_roles",
+        g,
+        {"agent": worker.id, "roles": ["reviewer"]},
+        target=target(g),
+        membership_epoch=current - 1,
+    )
+    coordinator.send(
+        "membership.set_roles",
+        g,
+        {"agent": worker.id, "roles": ["reviewer"]},
+        target=target(g),
+        membership_epoch=current,
+    )
 
 
 def test_unknown_group_is_not_found(owner: AgentKey, worker: AgentKey) -> None:
     g = str(uuid.uuid4())
-    refused(ErrorCode.NOT_FOUND, owner.send, "membership.set_roles", g, {"agent": worker.id, "roles": ["worker"]},
-            target={"kind": "group", "id": g, "revision": 1})
+    refused(
+        ErrorCode.NOT_FOUND,
+        owner.send,
+        "membership.set_roles",
+        g,
+        {"agent": worker.id, "roles": ["worker"]},
+        target={"kind": "group", "id": g, "revision": 1},
+    )
 
 
 def test_agents_cannot_act_as_system(org: dict[str, str], owner: AgentKey) -> None:
@@ -208,22 +280,34 @@ def test_mission_create_makes_group_with_owner_membership(owner: AgentKey) -> No
 
 
 def test_mission_create_needs_mission_owner(coordinator: AgentKey) -> None:
-    refused(ErrorCode.FORBIDDEN, coordinator.send, "mission.create", str(uuid.uuid4()),
-            {"mission": str(uuid.uuid4()), "title": "T", "objective": "O"})
+    refused(
+        ErrorCode.FORBIDDEN,
+        coordinator.send,
+        "mission.create",
+        str(uuid.uuid4()),
+        {"mission": str(uuid.uuid4()), "title": "T", "objective": "O"},
+    )
 
 
 def test_mission_create_on_existing_group_is_refused(mission: dict[str, str], owner: AgentKey) -> None:
-    refused(ErrorCode.REVISION_MISMATCH, owner.send, "mission.create", mission["group"],
-            {"mission": str(uuid.uuid4()), "title": "T", "objective": "O"})
+    refused(
+        ErrorCode.REVISION_MISMATCH,
+        owner.send,
+        "mission.create",
+        mission["group"],
+        {"mission": str(uuid.uuid4()), "title": "T", "objective": "O"},
+    )
 
 
 def test_membership_lifecycle_bumps_epochs(mission: dict[str, str], owner: AgentKey, worker: AgentKey) -> None:
     g = mission["group"]
     epoch = Membership.objects.get(group_id=g, agent_id=worker.id).epoch
-    r = owner.send("membership.set_roles", g, {"agent": worker.id, "roles": ["worker", "reviewer"]},
-                   target=target(g))
+    r = owner.send("membership.set_roles", g, {"agent": worker.id, "roles": ["worker", "reviewer"]}, target=target(g))
     assert GroupEvent.objects.get(event_id=r["events"][0]["event_id"]).body == {
-        "agent": worker.id, "roles": ["reviewer", "worker"], "membership_epoch": epoch + 1}
+        "agent": worker.id,
+        "roles": ["reviewer", "worker"],
+        "membership_epoch": epoch + 1,
+    }
     owner.send("membership.remove", g, {"agent": worker.id}, target=target(g))
     m = Membership.objects.get(group_id=g, agent_id=worker.id)
     assert (m.active, m.epoch) == (False, epoch + 2)
@@ -234,23 +318,40 @@ def test_membership_lifecycle_bumps_epochs(mission: dict[str, str], owner: Agent
 
 def test_adding_an_existing_member_is_invalid(mission: dict[str, str], owner: AgentKey, worker: AgentKey) -> None:
     g = mission["group"]
-    refused(ErrorCode.INVALID_TRANSITION, owner.send, "membership.add", g,
-            {"agent": worker.id, "roles": ["worker"]}, target=target(g))
+    refused(
+        ErrorCode.INVALID_TRANSITION,
+        owner.send,
+        "membership.add",
+        g,
+        {"agent": worker.id, "roles": ["worker"]},
+        target=target(g),
+    )
 
 
 def test_a_group_keeps_an_owner(mission: dict[str, str], owner: AgentKey) -> None:
     g = mission["group"]
     refused(ErrorCode.INVALID_TRANSITION, owner.send, "membership.remove", g, {"agent": owner.id}, target=target(g))
-    refused(ErrorCode.INVALID_TRANSITION, owner.send, "membership.set_roles", g,
-            {"agent": owner.id, "roles": ["worker"]}, target=target(g))
+    refused(
+        ErrorCode.INVALID_TRANSITION,
+        owner.send,
+        "membership.set_roles",
+        g,
+        {"agent": owner.id, "roles": ["worker"]},
+        target=target(g),
+    )
 
 
-def test_bad_roles_are_malformed_naming_the_field(mission: dict[str, str], owner: AgentKey,
-                                                   worker: AgentKey) -> None:
+def test_bad_roles_are_malformed_naming_the_field(mission: dict[str, str], owner: AgentKey, worker: AgentKey) -> None:
     g = mission["group"]
     for roles in ([], ["admiral"], ["worker", "worker"], "worker"):
-        err = refused(ErrorCode.MALFORMED, owner.send, "membership.set_roles", g,
-                      {"agent": worker.id, "roles": roles}, target=target(g))
+        err = refused(
+            ErrorCode.MALFORMED,
+            owner.send,
+            "membership.set_roles",
+            g,
+            {"agent": worker.id, "roles": roles},
+            target=target(g),
+        )
         assert err.details["field"] == "body.roles"
 
 
@@ -259,13 +360,24 @@ def test_agent_card_publish_versions_with_compare_and_set(org: dict[str, str], w
     caps = [{"id": "summarize", "version": "1.2.0"}]
     r1 = worker.send("agent_card.publish", a, {"capabilities": caps, "max_concurrency": 2})
     assert r1["aggregate"] == {"kind": "agent_card", "id": worker.id, "revision": 1}
-    refused(ErrorCode.REVISION_MISMATCH, worker.send, "agent_card.publish", a,
-            {"capabilities": caps, "max_concurrency": 3}, target={"kind": "agent_card", "id": worker.id,
-                                                                  "revision": 0})
-    worker.send("agent_card.publish", a, {"capabilities": caps, "max_concurrency": 3},
-                target={"kind": "agent_card", "id": worker.id, "revision": 1})
+    refused(
+        ErrorCode.REVISION_MISMATCH,
+        worker.send,
+        "agent_card.publish",
+        a,
+        {"capabilities": caps, "max_concurrency": 3},
+        target={"kind": "agent_card", "id": worker.id, "revision": 0},
+    )
+    worker.send(
+        "agent_card.publish",
+        a,
+        {"capabilities": caps, "max_concurrency": 3},
+        target={"kind": "agent_card", "id": worker.id, "revision": 1},
+    )
     assert list(AgentCard.objects.filter(agent_id=worker.id).values_list("version", "max_concurrency")) == [
-        (1, 2), (2, 3)]
+        (1, 2),
+        (2, 3),
+    ]
 
 
 POLICY = {"classes": {"high": 4, "normal": 1}, "default_class": "normal", "groups": {}, "aging_seconds": 60}
@@ -278,8 +390,7 @@ def test_owner_sets_priority_policy(org: dict[str, str], owner: AgentKey) -> Non
 
 
 def test_coordinator_cannot_set_priority_policy_MWP_WRK_009(org: dict[str, str], coordinator: AgentKey) -> None:
-    refused(ErrorCode.FORBIDDEN, coordinator.send, "org.set_priority_policy", org["admin_group"],
-            {"policy": POLICY})
+    refused(ErrorCode.FORBIDDEN, coordinator.send, "org.set_priority_policy", org["admin_group"], {"policy": POLICY})
 
 
 def test_invalid_priority_policy_names_the_field(org: dict[str, str], owner: AgentKey) -> None:

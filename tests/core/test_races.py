@@ -52,8 +52,9 @@ def test_sixteen_threads_append_to_one_group_without_gap_or_duplicate_MWP_EVT_00
 
     def work(i: int) -> int:
         for k in range(per_thread):
-            agents[i].send("agent_card.publish", admin, {"capabilities": [{"id": f"c{k}", "version": "1"}],
-                                                         "max_concurrency": 1})
+            agents[i].send(
+                "agent_card.publish", admin, {"capabilities": [{"id": f"c{k}", "version": "1"}], "max_concurrency": 1}
+            )
         return per_thread
 
     results = run_threads(16, work)
@@ -76,8 +77,13 @@ def test_eight_threads_racing_one_cas_command_exactly_one_wins_MWP_EVT_007(
     roles = [["worker"], ["reviewer"], ["worker", "reviewer"], ["coordinator"]]
 
     def work(i: int) -> dict[str, Any]:
-        return owner.send("membership.set_roles", g, {"agent": worker.id, "roles": roles[i % 4]},
-                          target={"kind": "group", "id": g, "revision": revision}, action_id=str(uuid.uuid4()))
+        return owner.send(
+            "membership.set_roles",
+            g,
+            {"agent": worker.id, "roles": roles[i % 4]},
+            target={"kind": "group", "id": g, "revision": revision},
+            action_id=str(uuid.uuid4()),
+        )
 
     results = run_threads(8, work)
     winners = [r for r in results if isinstance(r, dict)]
@@ -96,8 +102,12 @@ def test_same_command_from_eight_threads_is_accepted_once_MWP_EVT_003(
     from mwportal.protocol import parse_envelope
 
     g = mission["group"]
-    raw = owner.envelope("membership.set_roles", g, {"agent": worker.id, "roles": ["reviewer"]},
-                         target={"kind": "group", "id": g, "revision": group_revision(g)})
+    raw = owner.envelope(
+        "membership.set_roles",
+        g,
+        {"agent": worker.id, "roles": ["reviewer"]},
+        target={"kind": "group", "id": g, "revision": group_revision(g)},
+    )
     head = Group.objects.get(id=g).last_sequence
     results = run_threads(8, lambda i: accept(Command(parse_envelope(raw), Auth.SIGNED)))
     assert all(isinstance(r, dict) for r in results), results

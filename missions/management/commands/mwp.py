@@ -83,11 +83,12 @@ class Command(BaseCommand):
         if not out.parent.exists():
             raise CommandError(f"{out.parent} does not exist")
         private_key, public_key = generate_keypair()
-        agent_id = register_agent(options["org"], options["name"], options["kind"], roles, public_key,
-                                  options["user"])
+        agent_id = register_agent(options["org"], options["name"], options["kind"], roles, public_key, options["user"])
         org = Organization.objects.get(slug=options["org"])
-        write_key_file(out, {"agent_id": agent_id, "organization": str(org.id), "private_key": private_key,
-                             "public_key": public_key})
+        write_key_file(
+            out,
+            {"agent_id": agent_id, "organization": str(org.id), "private_key": private_key, "public_key": public_key},
+        )
         self.stdout.write(agent_id)
         self.stderr.write(f"Agent {options['name']} ({agent_id}); key written to {out} (mode 0600)")
 
