@@ -36,7 +36,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from mwportal.protocol import (
@@ -97,6 +97,20 @@ class Decision:
     # Returned in the receipt only, never in an Event nor the stored receipt
     # (session tokens, capability tokens).
     grants: dict[str, Any] = field(default_factory=dict)
+    # Consequences in other Groups, appended in the same transaction (a
+    # session replacement revoking leases everywhere, MWP-WRK-014). Each
+    # Group was locked through ``HandlerContext.lock_other_group``.
+    also: list[tuple[GroupHead, list[Emit]]] = field(default_factory=list)
+
+
+class RefusedWithRecord(ProtocolError):
+    """A refusal that still leaves an audit record: after the refused
+    transaction rolls back, ``record`` is accepted on its own (a late result
+    from a fenced owner is kept as non-authoritative Evidence, MWP-WRK-019)."""
+
+    def __init__(self, error: ProtocolError, record: Command):
+        super().__init__(error.code, error.message, error.details)
+        self.record = record
 
 
 @dataclass(slots=True)
@@ -140,6 +154,21 @@ class HandlerContext:
     group: GroupHead
     now: datetime
     body: dict[str, Any]
+    _locked: dict[str, GroupHead] = field(default_factory=dict)
+
+    def lock_other_group(self, group_id: str) -> GroupHead:
+        """Lock another Group's row for consequences appended by this Command.
+
+        Callers lock other Groups in ascending id order after the Command's own
+        Group; a deadlock with another multi-Group Command is still retried by
+        ``accept()``.
+        """
+        if group_id == self.group.id:
+            return self.group
+        if group_id not in self._locked:
+            with connection.cursor() as cur:
+                self._locked[group_id] = _lock_existing_group(cur, group_id)
+        return self._locked[group_id]
 
 
 Receipt = dict[str, Any]
@@ -177,29 +206,50 @@ def accept(command: Command, *, now: datetime | None = None) -> Receipt:
 
     The caller renders the receipt (or the error). Nothing is written for a
     refused Command, and nothing outside this function writes authoritative
-    models. Retries once when a concurrent identical Command won the race to
-    the receipt row, so the loser answers with the winner's receipt.
+    models. A concurrent identical Command that won the race answers with
+    its receipt; a deadlock or serialisation failure is retried.
     """
     env = command.envelope
     spec = spec_for(env.type)
     if spec is None:
         raise ProtocolError(ErrorCode.MALFORMED, f"type: unknown command type {env.type!r}", {"field": "type"})
     now = now or timezone.now()
-    try:
-        return _accept_once(command, spec, now)
-    except IntegrityError:
-        # Either the receipt (actor, action_id) or a unique key the handler
-        # relies on was taken by a concurrent transaction that committed
-        # first. Looking again answers with that outcome.
-        return _accept_once(command, spec, now)
-    except ProtocolError:
-        # The same Command may have been accepted by a concurrent retry that
-        # committed while this one waited for the Group lock; then the state
-        # it saw is the winner's, and the answer is the winner's receipt.
-        stored = _stored_receipt(command.envelope)
-        if stored is None:
-            raise
-        return stored
+    for attempt in range(_MAX_ATTEMPTS):
+        try:
+            return _accept_once(command, spec, now)
+        except IntegrityError:
+            # Either the receipt (actor, action_id) or a unique key the
+            # handler relies on was taken by a concurrent transaction that
+            # committed first. Looking again answers with that outcome.
+            if attempt == _MAX_ATTEMPTS - 1:
+                raise
+        except OperationalError as exc:
+            # A deadlock between two multi-Group Commands, or a serialisation
+            # failure: PostgreSQL rolled one back; it is safe to run again.
+            if _sqlstate(exc) not in _RETRYABLE_SQLSTATES or attempt == _MAX_ATTEMPTS - 1:
+                raise
+        except RefusedWithRecord as refusal:
+            accept(refusal.record, now=now)
+            raise ProtocolError(refusal.code, refusal.message, refusal.details) from None
+        except ProtocolError:
+            # The same Command may have been accepted by a concurrent retry
+            # that committed while this one waited for the Group lock; then
+            # the state it saw is the winner's, and the answer is the
+            # winner's receipt.
+            stored = _stored_receipt(command.envelope)
+            if stored is None:
+                raise
+            return stored
+    raise AssertionError("unreachable")
+
+
+_MAX_ATTEMPTS = 3
+_RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})  # serialization_failure, deadlock_detected
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    cause = exc.__cause__
+    return getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
 
 
 def _stored_receipt(env: Envelope) -> Receipt | None:
@@ -251,26 +301,60 @@ def _accept_once(command: Command, spec: CommandSpec, now: datetime) -> Receipt:
         ctx = HandlerContext(envelope=env, spec=spec, actor=actor, group=group, now=now, body=env.body)
         decision = spec.handler(ctx)
 
-        # Step 6: append, advance the head, write the receipt.
-        receipt = _append(cur, command, group, decision, now, content_hash)
+        # Step 6: append, advance the head(s), write the receipt.
+        if not decision.events:
+            raise RuntimeError(f"handler of {env.type} decided on no Event")
+        refs = _append(cur, env, group, decision.events, now)
+        for other, emits in decision.also:
+            if emits:
+                _append(cur, env, other, emits, now)
+        receipt = _write_receipt(cur, env, group, decision, refs, now, content_hash)
 
-    # Step 7: after commit only, so no one hears of an Event that rolled back.
-    from .delivery import notify_head_moved
-
-    sequence = receipt["events"][-1]["sequence"] if receipt["events"] else group.last_sequence
-    transaction.on_commit(lambda: notify_head_moved(group.id, sequence))
+        # Step 7: runs after commit only, so no one hears of an Event that
+        # rolled back.
+        heads = [(group.id, group.last_sequence)] + [(g.id, g.last_sequence) for g, e in decision.also if e]
+        transaction.on_commit(lambda: _notify(heads))
     if decision.grants:
         return {**receipt, "grants": decision.grants}
     return receipt
 
 
-def _lock_group(cur: Any, group_id: str, spec: CommandSpec) -> GroupHead:
+def _notify(heads: list[tuple[str, int]]) -> None:
+    from .delivery import notify_head_moved
+
+    for group_id, sequence in heads:
+        notify_head_moved(group_id, sequence)
+
+
+def _select_group(cur: Any, group_id: str) -> Any:
     cur.execute(
         f"SELECT organization_id, kind, last_sequence, head_hash, revision FROM {_T_GROUP} WHERE id = %s"
         + _for_update(),
         [_db_uuid(group_id)],
     )
-    row = cur.fetchone()
+    return cur.fetchone()
+
+
+def _head(group_id: str, row: Any) -> GroupHead:
+    return GroupHead(
+        id=group_id,
+        organization_id=str(uuid.UUID(str(row[0]))),
+        kind=row[1],
+        last_sequence=row[2],
+        head_hash=row[3],
+        revision=row[4],
+    )
+
+
+def _lock_existing_group(cur: Any, group_id: str) -> GroupHead:
+    row = _select_group(cur, group_id)
+    if row is None:
+        raise ProtocolError(ErrorCode.NOT_FOUND, f"group {group_id} does not exist", {"group": group_id})
+    return _head(group_id, row)
+
+
+def _lock_group(cur: Any, group_id: str, spec: CommandSpec) -> GroupHead:
+    row = _select_group(cur, group_id)
     if row is None:
         if spec.creates_group:
             # The handler inserts the row; its primary key serialises two
@@ -279,18 +363,10 @@ def _lock_group(cur: Any, group_id: str, spec: CommandSpec) -> GroupHead:
         raise ProtocolError(ErrorCode.NOT_FOUND, f"group {group_id} does not exist", {"group": group_id})
     if spec.creates_group:
         raise ProtocolError(ErrorCode.REVISION_MISMATCH, f"group {group_id} already exists", {"group": group_id})
-    kind = row[1]
-    if kind != spec.scope:
+    if row[1] != spec.scope:
         where = "an Organization's administrative Group" if spec.scope == "admin" else "a Mission Group"
         raise ProtocolError(ErrorCode.INVALID_TRANSITION, f"{spec.type} is issued in {where}")
-    return GroupHead(
-        id=group_id,
-        organization_id=str(uuid.UUID(str(row[0]))),
-        kind=kind,
-        last_sequence=row[2],
-        head_hash=row[3],
-        revision=row[4],
-    )
+    return _head(group_id, row)
 
 
 def _load_actor(cur: Any, command: Command, group: GroupHead) -> Actor:
@@ -407,19 +483,17 @@ def check_revision(env: Envelope, current: int) -> None:
         )
 
 
-def _append(
-    cur: Any, command: Command, group: GroupHead, decision: Decision, now: datetime, content_hash: str
-) -> Receipt:
-    """Step 6: Events, head, revision and receipt in as few statements as the backend allows."""
-    env = command.envelope
-    if not decision.events:
-        raise RuntimeError(f"handler of {env.type} decided on no Event")
+def _append(cur: Any, env: Envelope, group: GroupHead, emits: list[Emit], now: datetime) -> list[dict[str, Any]]:
+    """Step 6 for one Group: Events with the next sequences and the hash chain
+    in one INSERT, then the head (and the Group revision, when the Group is
+    the aggregate that changed) in one UPDATE. Returns the Event references."""
     sequence = group.last_sequence
     prev = group.head_hash
     occurred_at = format_time(now)
-    rows: list[list[Any]] = []
+    values: list[Any] = []
     refs: list[dict[str, Any]] = []
-    for emit in decision.events:
+    revision = group.revision
+    for emit in emits:
         sequence += 1
         event_id = str(uuid.uuid4())
         event: dict[str, Any] = {
@@ -434,40 +508,36 @@ def _append(
             "body": emit.body,
             "prev_hash": prev,
         }
+        row_prev = prev
         prev = event_hash(prev, event)
-        rows.append(
-            [
-                _db_uuid(event_id),
-                _db_uuid(group.id),
-                sequence,
-                emit.type,
-                emit.aggregate.kind,
-                emit.aggregate.id,
-                emit.aggregate.revision,
-                env.actor,
-                _db_uuid(env.action_id),
-                _db_time(now),
-                json.dumps(emit.body, separators=(",", ":")),
-                event["prev_hash"],
-                prev,
-            ]
-        )
+        values += [
+            _db_uuid(event_id), _db_uuid(group.id), sequence, emit.type, emit.aggregate.kind, emit.aggregate.id,
+            emit.aggregate.revision, env.actor, _db_uuid(env.action_id), _db_time(now),
+            json.dumps(emit.body, separators=(",", ":")), row_prev, prev,
+        ]  # fmt: skip
         refs.append({"event_id": event_id, "sequence": sequence, "type": emit.type})
-    placeholders = ",".join(["(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"] * len(rows))
+        if emit.aggregate.kind == "group" and emit.aggregate.id == group.id:
+            revision = max(revision, emit.aggregate.revision)
+    placeholders = ",".join(["(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"] * len(emits))
     cur.execute(
         f"INSERT INTO {_T_EVENT} (event_id, group_id, sequence, type, aggregate_kind, aggregate_id,"
         f" aggregate_revision, actor, action_id, occurred_at, body, prev_hash, hash) VALUES {placeholders}",
-        [value for row in rows for value in row],
+        values,
     )
-    # The Group revision moves only when the Group itself is the aggregate
-    # that changed (Membership, Mission status); the head always moves.
-    revision = group.revision
-    if decision.aggregate.kind == "group" and decision.aggregate.id == group.id:
-        revision = decision.aggregate.revision
+    # The Group revision moves only on Group-aggregate Events (Membership,
+    # Mission status); the head always moves.
     cur.execute(
         f"UPDATE {_T_GROUP} SET last_sequence = %s, head_hash = %s, revision = %s WHERE id = %s",
         [sequence, prev, revision, _db_uuid(group.id)],
     )
+    group.last_sequence, group.head_hash, group.revision = sequence, prev, revision
+    return refs
+
+
+def _write_receipt(
+    cur: Any, env: Envelope, group: GroupHead, decision: Decision, refs: list[dict[str, Any]], now: datetime,
+    content_hash: str,
+) -> Receipt:
     receipt: Receipt = {
         "action_id": env.action_id,
         "actor": env.actor,
@@ -475,7 +545,7 @@ def _append(
         "status": "accepted",
         "events": refs,
         "aggregate": decision.aggregate.as_dict(),
-        "accepted_at": occurred_at,
+        "accepted_at": format_time(now),
         "replayed": False,
     }
     cur.execute(

@@ -7,6 +7,7 @@ Management commands, Celery tasks and portal views use these and then call
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 
 from mwportal.protocol import SYSTEM_ACTOR, make_envelope, parse_envelope
@@ -24,7 +25,11 @@ def system_command(
     *,
     action_id: str | None = None,
     target: dict[str, Any] | None = None,
+    issued_at: datetime | None = None,
 ) -> Command:
+    """A Command by the system actor. A deterministic ``action_id`` with a
+    deterministic ``issued_at`` (the deadline that triggered it, say) makes
+    the same system action idempotent: issued twice, it is accepted once."""
     raw = make_envelope(
         type=type_,
         actor=SYSTEM_ACTOR,
@@ -33,6 +38,7 @@ def system_command(
         session_epoch=0,
         action_id=action_id,
         target=target,
+        issued_at=issued_at,
     )
     return Command(parse_envelope(raw, require_signature=False), Auth.SYSTEM)
 

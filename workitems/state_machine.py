@@ -1,0 +1,94 @@
+"""The WorkItem transition table of spec 10.2, as data.
+
+``TRANSITIONS[(state, transition)]`` is the set of states the transition may
+lead to. ``check_transition()`` is the one guard every WorkItem handler calls
+first: anything the table does not list is INVALID_TRANSITION (spec 10.2:
+"Implementations MUST reject transitions not permitted by this table").
+
+Rows that the table gives as conditions ("with no live owner", "when
+required") are checked by the handlers; the table says only which states a
+transition may start from and end in. Transitions with no Command of their own
+(expiry, child-Mission and parent-Mission propagation) are named here too, so
+that every state change of a WorkItem is a row of this table.
+"""
+
+from __future__ import annotations
+
+from mwportal.protocol import ErrorCode, ProtocolError
+
+OPEN = "open"
+OFFERED = "offered"
+QUEUED = "queued"
+ACTIVE = "active"
+BLOCKED = "blocked"
+SUBMITTED = "submitted"
+VERIFIED = "verified"
+FAILED = "failed"
+CANCELLED = "cancelled"
+
+STATES = (OPEN, OFFERED, QUEUED, ACTIVE, BLOCKED, SUBMITTED, VERIFIED, FAILED, CANCELLED)
+TERMINAL = frozenset({VERIFIED, CANCELLED})
+# Unfinished: what a terminal Mission state propagates to (spec 10.2, last row).
+UNFINISHED = frozenset({OPEN, OFFERED, QUEUED, ACTIVE, BLOCKED, SUBMITTED})
+
+_OFFERABLE = (OPEN, OFFERED, QUEUED, ACTIVE, BLOCKED, FAILED)
+_ENDABLE = (OPEN, OFFERED, QUEUED, ACTIVE, BLOCKED, SUBMITTED)
+_CHILDABLE = (OPEN, OFFERED, QUEUED, ACTIVE, BLOCKED)
+
+_ROWS: list[tuple[tuple[str, ...], str, tuple[str, ...]]] = [
+    # (from states, transition, to states)
+    ((), "work.authorize", (OPEN,)),  # from none or an open Work Proposal
+    (_OFFERABLE, "work.offer", (OFFERED,)),  # only with no live owner
+    ((OFFERED,), "work.accept_offer", (QUEUED,)),
+    ((OFFERED,), "work.decline_offer", (OFFERED,)),
+    ((QUEUED,), "approval.grant_execution", (QUEUED,)),  # only when the contract requires it
+    ((QUEUED,), "work.start", (ACTIVE,)),
+    ((ACTIVE,), "work.renew_lease", (ACTIVE,)),
+    ((ACTIVE,), "work.checkpoint", (QUEUED,)),
+    ((ACTIVE,), "work.block", (BLOCKED,)),
+    ((BLOCKED,), "work.unblock", (QUEUED, OPEN)),  # open once ownership expired
+    ((ACTIVE,), "work.submit", (SUBMITTED,)),
+    ((SUBMITTED,), "work.accept_result", (VERIFIED,)),
+    (_ENDABLE, "work.fail", (FAILED,)),
+    # A Worker-reported retryable failure with attempts left (spec 11.4):
+    # the execution ends, the WorkItem waits in its queue for the next attempt.
+    ((ACTIVE,), "work.retry", (QUEUED,)),
+    (_ENDABLE, "work.cancel", (CANCELLED,)),
+    (_CHILDABLE, "mission.create_child", (BLOCKED,)),
+    ((BLOCKED,), "child.approved", (VERIFIED,)),
+    ((BLOCKED,), "child.failed", (BLOCKED, FAILED)),  # by the declared child-failure policy
+    (_ENDABLE, "parent.failed", (FAILED,)),
+    (_ENDABLE, "parent.cancelled", (CANCELLED,)),
+    # Expiry (spec 11.3/11.5): the lease times out, the start-by deadline or
+    # the bounded blocked lease passes. The owner is fenced; state keeps its
+    # place in the table (an expired active item returns to its queue).
+    ((ACTIVE,), "expire.lease", (QUEUED,)),
+    ((QUEUED,), "expire.start_by", (QUEUED,)),
+    ((BLOCKED,), "expire.blocked_lease", (BLOCKED,)),
+    # Session replacement revokes the Agent's leases (MWP-WRK-014).
+    ((ACTIVE,), "lease.revoke", (QUEUED,)),
+]
+
+TRANSITIONS: dict[tuple[str | None, str], frozenset[str]] = {}
+for _froms, _name, _tos in _ROWS:
+    for _state in _froms or (None,):
+        TRANSITIONS[(_state, _name)] = frozenset(_tos)
+
+TRANSITION_NAMES = frozenset(name for _, name, _ in _ROWS)
+
+
+def allowed(state: str | None, transition: str) -> frozenset[str]:
+    """The states ``transition`` may lead to from ``state`` (empty: not permitted)."""
+    return TRANSITIONS.get((state, transition), frozenset())
+
+
+def check_transition(state: str | None, transition: str, to: str | None = None) -> None:
+    """INVALID_TRANSITION unless the table permits ``transition`` from ``state`` (to ``to``)."""
+    targets = allowed(state, transition)
+    if not targets or (to is not None and to not in targets):
+        where = "a new WorkItem" if state is None else f"a WorkItem in state {state!r}"
+        raise ProtocolError(
+            ErrorCode.INVALID_TRANSITION,
+            f"{transition} is not permitted for {where}",
+            {"state": state, "transition": transition},
+        )
