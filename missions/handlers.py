@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 
@@ -32,7 +33,7 @@ from .models import (
     Organization,
 )
 from .policy import DEFAULT_POLICY, check_policy
-from .registry import command
+from .registry import command, session_replaced_hooks
 
 # --- Organizations and Agents (administrative Group) -----------------------
 
@@ -149,10 +150,12 @@ def open_session(ctx: HandlerContext) -> Decision:
     )
     Agent.objects.filter(id=ctx.actor.id).update(session_epoch=epoch)
     ref = AggregateRef("agent", ctx.actor.id, epoch)
+    also = [consequence for hook in session_replaced_hooks for consequence in hook(ctx)]
     return Decision(
         [Emit("agent.session_opened", ref, {"agent": ctx.actor.id, "session_epoch": epoch})],
         ref,
         grants={"token": token, "session_epoch": epoch},
+        also=also,
     )
 
 
@@ -231,49 +234,72 @@ def set_priority_policy(ctx: HandlerContext) -> Decision:
 # --- Missions and Memberships (Mission Groups) ------------------------------
 
 
+def check_mission_budgets(body: dict[str, Any]) -> dict[str, Any]:
+    """Optional Mission-wide budgets: ``{dimension: non-negative number or null}``."""
+    from workitems.models import BUDGET_DIMENSIONS
+
+    budgets = body.get("budgets") or {}
+    if not isinstance(budgets, dict):
+        raise refuse(ErrorCode.MALFORMED, "body.budgets: must be an object", field="body.budgets")
+    for name, value in budgets.items():
+        if name not in BUDGET_DIMENSIONS:
+            raise refuse(ErrorCode.MALFORMED, f"body.budgets.{name}: not a budget dimension",
+                         field=f"body.budgets.{name}")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0):
+            raise refuse(ErrorCode.MALFORMED, f"body.budgets.{name}: must be a non-negative number or null",
+                         field=f"body.budgets.{name}")
+    return budgets
+
+
+def found_mission(
+    *, group_id: str, mission_id: str, org_id: str, title: str, objective: str, owner_id: str, now: datetime,
+    budgets: dict[str, Any], parent: dict[str, str] | None = None,
+) -> list[Emit]:
+    """Create a Mission, its Group and the owner's Membership; the Group's first Events.
+
+    Used by ``mission.create`` and by ``mission.create_child`` (whose new Group
+    is a consequence of a Command in the parent Group).
+    """
+    if Mission.objects.filter(id=mission_id).exists():
+        raise refuse(ErrorCode.INVALID_TRANSITION, f"mission {mission_id} exists", mission=mission_id)
+    if Group.objects.filter(id=group_id).exists():
+        raise refuse(ErrorCode.REVISION_MISMATCH, f"group {group_id} already exists", group=group_id)
+    group = Group.objects.create(
+        id=group_id, organization_id=org_id, kind=Group.KIND_MISSION, head_hash=GENESIS_HASH, revision=1,
+        created_at=now,
+    )
+    Mission.objects.create(
+        id=mission_id, organization_id=org_id, group=group, title=title, objective=objective,
+        created_by_id=owner_id, created_at=now, budgets=budgets,
+        parent_group_id=parent["group"] if parent else None,
+        parent_workitem_id=parent["workitem"] if parent else None,
+    )  # fmt: skip
+    Membership.objects.create(group=group, agent_id=owner_id, roles=["owner"], epoch=1, updated_at=now)
+    ref = AggregateRef("group", group_id, 1)
+    created: dict[str, Any] = {"mission": mission_id, "organization": org_id, "title": title,
+                               "objective": objective, "budgets": budgets}
+    if parent:
+        created["parent"] = parent
+    return [
+        Emit("mission.created", ref, created),
+        Emit("membership.added", ref, {"agent": owner_id, "roles": ["owner"], "membership_epoch": 1}),
+    ]
+
+
 @command("mission.create", creates_group=True, org_roles=("mission_owner",))
 def create_mission(ctx: HandlerContext) -> Decision:
     """Create a Mission and its Group; the actor becomes its ``owner`` member."""
     body = ctx.body
-    check_members(body, ["mission", "title", "objective"])
-    mission_id = check_uuid(body, "mission")
-    title = check_text(body, "title", max_length=300)
-    objective = check_text(body, "objective", max_length=20_000)
-    if Mission.objects.filter(id=mission_id).exists():
-        raise refuse(ErrorCode.INVALID_TRANSITION, f"mission {mission_id} exists", mission=mission_id)
+    check_members(body, ["mission", "title", "objective"], ["budgets"])
     org_id = ctx.actor.organization_id
     assert org_id is not None  # an Agent always belongs to an Organization
-    group = Group.objects.create(
-        id=ctx.group.id,
-        organization_id=org_id,
-        kind=Group.KIND_MISSION,
-        head_hash=GENESIS_HASH,
-        revision=1,
-        created_at=ctx.now,
-    )
-    Mission.objects.create(
-        id=mission_id,
-        organization_id=org_id,
-        group=group,
-        title=title,
-        objective=objective,
-        created_by_id=ctx.actor.id,
-        created_at=ctx.now,
-    )
-    Membership.objects.create(group=group, agent_id=ctx.actor.id, roles=["owner"], epoch=1, updated_at=ctx.now)
-    ctx.group.organization_id = str(org_id)
-    ref = AggregateRef("group", ctx.group.id, 1)
-    return Decision(
-        [
-            Emit(
-                "mission.created",
-                ref,
-                {"mission": mission_id, "organization": str(org_id), "title": title, "objective": objective},
-            ),
-            Emit("membership.added", ref, {"agent": ctx.actor.id, "roles": ["owner"], "membership_epoch": 1}),
-        ],
-        ref,
-    )
+    events = found_mission(
+        group_id=ctx.group.id, mission_id=check_uuid(body, "mission"), org_id=org_id,
+        title=check_text(body, "title", max_length=300), objective=check_text(body, "objective", max_length=20_000),
+        owner_id=ctx.actor.id, now=ctx.now, budgets=check_mission_budgets(body),
+    )  # fmt: skip
+    ctx.group.organization_id = org_id
+    return Decision(events, AggregateRef("group", ctx.group.id, 1))
 
 
 def _membership_of(ctx: HandlerContext, agent_id: str) -> Membership | None:

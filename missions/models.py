@@ -134,6 +134,14 @@ class Mission(models.Model):
     status = models.CharField(max_length=12, default="active")
     created_by = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+")
     created_at = models.DateTimeField()
+    # Optional Mission-wide budgets over the six dimensions, and the usage
+    # charged against them by every WorkItem of the Mission (spec 11.4).
+    budgets = models.JSONField(default=dict)
+    usage = models.JSONField(default=dict)
+    # A child Mission's link to the parent WorkItem it runs for (spec 10.2:
+    # mission.create_child). Plain ids: the parent lives in another Group.
+    parent_group_id = models.UUIDField(null=True, blank=True)
+    parent_workitem_id = models.UUIDField(null=True, blank=True)
 
     class Meta:
         constraints = [

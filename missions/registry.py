@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from .authority import Decision, HandlerContext
@@ -85,3 +85,10 @@ def spec_for(type_: str) -> CommandSpec | None:
 
 def command_types() -> list[str]:
     return sorted(_REGISTRY)
+
+
+# Called by ``agent.open_session`` inside its transaction with the handler
+# context; each returns the consequences in other Groups (MWP-WRK-014: a
+# replacement session revokes the Agent's leases everywhere).
+SessionReplacedHook = Callable[["HandlerContext"], list[tuple[Any, list[Any]]]]
+session_replaced_hooks: list[SessionReplacedHook] = []

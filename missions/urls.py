@@ -7,3 +7,10 @@ urlpatterns = [
     path("commands", views.CommandsView.as_view(), name="commands"),
     path("groups/<str:group_id>/events", views.GroupEventsView.as_view(), name="group-events"),
 ]
+
+from artifacts import views as artifact_views  # noqa: E402
+
+urlpatterns += [
+    path("artifacts", artifact_views.ArtifactUploadView.as_view(), name="artifact-upload"),
+    path("artifacts/<str:sha256>", artifact_views.ArtifactDownloadView.as_view(), name="artifact-download"),
+]

@@ -114,6 +114,15 @@ MWP_ONLINE_REPLAY_EVENTS = int(os.environ.get("MWP_ONLINE_REPLAY_EVENTS", "10000
 # A signed session request must be this fresh (DESIGN §4: within 5 minutes).
 MWP_SESSION_REQUEST_MAX_SKEW_SECONDS = 300
 MWP_EVENTS_PAGE_MAX = 1000
+MWP_ARTIFACT_ROOT = os.environ.get("MWP_ARTIFACT_ROOT", str(VAR_DIR / "artifacts"))
+MWP_ARTIFACT_MAX_BYTES = int(os.environ.get("MWP_ARTIFACT_MAX_BYTES", str(2 * 1024**3)))
+# WorkItem timing (spec 10.3/11.3): how long an owner has to start after
+# acceptance or a checkpoint, how long an Execution Lease lasts before it must
+# be renewed, and how long a blocked owner keeps ownership.
+MWP_START_BY_SECONDS = int(os.environ.get("MWP_START_BY_SECONDS", "900"))
+MWP_LEASE_SECONDS = int(os.environ.get("MWP_LEASE_SECONDS", "300"))
+MWP_BLOCKED_LEASE_SECONDS = int(os.environ.get("MWP_BLOCKED_LEASE_SECONDS", "86400"))
+MWP_MAX_OFFER_CANDIDATES = 16
 
 if MWP_REDIS_URL:
     CHANNEL_LAYERS = {
