@@ -459,10 +459,10 @@ def start(ctx: HandlerContext) -> Decision:
     env = ctx.envelope
     if env.ownership_epoch is None:
         raise malformed("ownership_epoch", "work.start must name the Ownership Epoch")
+    sm.check_transition(item.state, "work.start")
     if env.ownership_epoch != item.ownership_epoch or str(item.owner_id) != ctx.actor.id:
         raise refuse(ErrorCode.STALE_OWNERSHIP, "the actor does not own this WorkItem under that Ownership Epoch",
                      current=item.ownership_epoch)
-    sm.check_transition(item.state, "work.start")
     if not owner_is_live(item, ctx.now):
         raise refuse(ErrorCode.LEASE_EXPIRED, "the start-by deadline has passed; ownership has lapsed")
     if item.accepted_contract_revision != item.contract_revision:
