@@ -58,8 +58,9 @@ def store_stream(stream: BinaryIO, media_type: str, group: Group, agent: Agent, 
             while chunk := stream.read(CHUNK):
                 size += len(chunk)
                 if size > max_bytes:
-                    raise ProtocolError(ErrorCode.MALFORMED, f"body: an Artifact is at most {max_bytes} bytes",
-                                        {"field": "body"})
+                    raise ProtocolError(
+                        ErrorCode.MALFORMED, f"body: an Artifact is at most {max_bytes} bytes", {"field": "body"}
+                    )
                 digest.update(chunk)
                 out.write(chunk)
             out.flush()
@@ -73,8 +74,9 @@ def store_stream(stream: BinaryIO, media_type: str, group: Group, agent: Agent, 
             os.unlink(tmp_path)
     now = timezone.now()
     with transaction.atomic():
-        blob, _ = Blob.objects.get_or_create(sha256=sha, defaults={"size": size, "media_type": media_type,
-                                                                   "created_at": now})
+        blob, _ = Blob.objects.get_or_create(
+            sha256=sha, defaults={"size": size, "media_type": media_type, "created_at": now}
+        )
         try:
             with transaction.atomic():
                 BlobGroup.objects.create(blob=blob, group=group, uploaded_by=agent, created_at=now)
@@ -107,8 +109,9 @@ def open_verified(sha256: str) -> Iterator[bytes]:
         raise ProtocolError(ErrorCode.NOT_FOUND, f"no Artifact {sha256}", {"sha256": sha256})
     if not verify_blob(sha256):
         log.error("artifact %s: stored bytes no longer match their hash; refusing to serve", sha256)
-        raise ProtocolError(ErrorCode.ARTIFACT_HASH_MISMATCH, f"stored bytes of {sha256} do not match its hash",
-                            {"sha256": sha256})
+        raise ProtocolError(
+            ErrorCode.ARTIFACT_HASH_MISMATCH, f"stored bytes of {sha256} do not match its hash", {"sha256": sha256}
+        )
     path = Path(settings.MWP_ARTIFACT_ROOT) / blob_name(sha256)
 
     def chunks() -> Iterator[bytes]:

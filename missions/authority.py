@@ -535,7 +535,12 @@ def _append(cur: Any, env: Envelope, group: GroupHead, emits: list[Emit], now: d
 
 
 def _write_receipt(
-    cur: Any, env: Envelope, group: GroupHead, decision: Decision, refs: list[dict[str, Any]], now: datetime,
+    cur: Any,
+    env: Envelope,
+    group: GroupHead,
+    decision: Decision,
+    refs: list[dict[str, Any]],
+    now: datetime,
     content_hash: str,
 ) -> Receipt:
     receipt: Receipt = {

@@ -243,17 +243,29 @@ def check_mission_budgets(body: dict[str, Any]) -> dict[str, Any]:
         raise refuse(ErrorCode.MALFORMED, "body.budgets: must be an object", field="body.budgets")
     for name, value in budgets.items():
         if name not in BUDGET_DIMENSIONS:
-            raise refuse(ErrorCode.MALFORMED, f"body.budgets.{name}: not a budget dimension",
-                         field=f"body.budgets.{name}")
+            raise refuse(
+                ErrorCode.MALFORMED, f"body.budgets.{name}: not a budget dimension", field=f"body.budgets.{name}"
+            )
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0):
-            raise refuse(ErrorCode.MALFORMED, f"body.budgets.{name}: must be a non-negative number or null",
-                         field=f"body.budgets.{name}")
+            raise refuse(
+                ErrorCode.MALFORMED,
+                f"body.budgets.{name}: must be a non-negative number or null",
+                field=f"body.budgets.{name}",
+            )
     return budgets
 
 
 def found_mission(
-    *, group_id: str, mission_id: str, org_id: str, title: str, objective: str, owner_id: str, now: datetime,
-    budgets: dict[str, Any], parent: dict[str, str] | None = None,
+    *,
+    group_id: str,
+    mission_id: str,
+    org_id: str,
+    title: str,
+    objective: str,
+    owner_id: str,
+    now: datetime,
+    budgets: dict[str, Any],
+    parent: dict[str, str] | None = None,
 ) -> list[Emit]:
     """Create a Mission, its Group and the owner's Membership; the Group's first Events.
 
@@ -265,7 +277,11 @@ def found_mission(
     if Group.objects.filter(id=group_id).exists():
         raise refuse(ErrorCode.REVISION_MISMATCH, f"group {group_id} already exists", group=group_id)
     group = Group.objects.create(
-        id=group_id, organization_id=org_id, kind=Group.KIND_MISSION, head_hash=GENESIS_HASH, revision=1,
+        id=group_id,
+        organization_id=org_id,
+        kind=Group.KIND_MISSION,
+        head_hash=GENESIS_HASH,
+        revision=1,
         created_at=now,
     )
     Mission.objects.create(
@@ -276,8 +292,13 @@ def found_mission(
     )  # fmt: skip
     Membership.objects.create(group=group, agent_id=owner_id, roles=["owner"], epoch=1, updated_at=now)
     ref = AggregateRef("group", group_id, 1)
-    created: dict[str, Any] = {"mission": mission_id, "organization": org_id, "title": title,
-                               "objective": objective, "budgets": budgets}
+    created: dict[str, Any] = {
+        "mission": mission_id,
+        "organization": org_id,
+        "title": title,
+        "objective": objective,
+        "budgets": budgets,
+    }
     if parent:
         created["parent"] = parent
     return [

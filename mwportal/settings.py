@@ -146,7 +146,12 @@ else:
         "store_processed": False,
     }
 CELERY_TASK_IGNORE_RESULT = True
-CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {}
+# Expiry sweeps (workitems/tasks.py); each is idempotent, so overlap is harmless.
+MWP_EXPIRY_INTERVAL_SECONDS = float(os.environ.get("MWP_EXPIRY_INTERVAL_SECONDS", "10"))
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
+    name: {"task": f"workitems.{name}", "schedule": MWP_EXPIRY_INTERVAL_SECONDS}
+    for name in ("expire_leases", "expire_start_by", "expire_blocked_leases")
+}
 
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

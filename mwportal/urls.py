@@ -2,8 +2,11 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
+from workitems.views import work_contract_schema
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/v1/schema/work-contract.json", work_contract_schema, name="work-contract-schema"),
     path("api/v1/", include("missions.urls")),
 ]

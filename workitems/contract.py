@@ -33,8 +33,20 @@ CONTRACT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
     "required": [
-        "goal", "deliverables", "acceptance_criteria", "inputs", "dependencies", "allowed", "resources",
-        "capabilities", "deadline", "urgency", "business_impact", "budgets", "retry", "risk",
+        "goal",
+        "deliverables",
+        "acceptance_criteria",
+        "inputs",
+        "dependencies",
+        "allowed",
+        "resources",
+        "capabilities",
+        "deadline",
+        "urgency",
+        "business_impact",
+        "budgets",
+        "retry",
+        "risk",
     ],
     "properties": {
         "revision": {"type": "integer", "minimum": 1, "description": "assigned by the Group Authority"},
@@ -50,8 +62,7 @@ CONTRACT_SCHEMA: dict[str, Any] = {
                 "properties": {
                     "id": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$"},
                     "description": _TEXT,
-                    "evidence_methods": {"type": "array", "minItems": 1,
-                                         "items": {"enum": list(EVIDENCE_METHODS)}},
+                    "evidence_methods": {"type": "array", "minItems": 1, "items": {"enum": list(EVIDENCE_METHODS)}},
                 },
             },
         },
@@ -144,13 +155,17 @@ def check_contract(contract: Any) -> dict[str, Any]:
         raise ProtocolError(ErrorCode.CONTRACT_INVALID, f"{field}: {err.message}", {"field": field})
     ids = [c["id"] for c in contract["acceptance_criteria"]]
     if len(set(ids)) != len(ids):
-        raise ProtocolError(ErrorCode.CONTRACT_INVALID, "contract.acceptance_criteria: ids must be distinct",
-                            {"field": "contract.acceptance_criteria"})
+        raise ProtocolError(
+            ErrorCode.CONTRACT_INVALID,
+            "contract.acceptance_criteria: ids must be distinct",
+            {"field": "contract.acceptance_criteria"},
+        )
     return {k: v for k, v in contract.items() if k != "revision"}
 
 
 def is_material_change(old: dict[str, Any], new: dict[str, Any]) -> bool:
     """Anything but ``notes`` (and the server's ``revision``) changed."""
+
     def material(c: dict[str, Any]) -> bytes:
         return canonicalize({k: v for k, v in c.items() if k not in ("notes", "revision")})
 

@@ -134,13 +134,16 @@ def check_lease(ctx: HandlerContext, item: WorkItem) -> ExecutionLease:
     if env.lease_id is None:
         raise malformed("lease_id", f"{env.type} must name the current Execution Lease")
     if env.ownership_epoch is not None and env.ownership_epoch != item.ownership_epoch:
-        raise refuse(ErrorCode.STALE_OWNERSHIP,
-                     f"ownership_epoch {env.ownership_epoch} is not current ({item.ownership_epoch})",
-                     current=item.ownership_epoch)
+        raise refuse(
+            ErrorCode.STALE_OWNERSHIP,
+            f"ownership_epoch {env.ownership_epoch} is not current ({item.ownership_epoch})",
+            current=item.ownership_epoch,
+        )
     lease = active_lease(item)
     if lease is None or str(lease.id) != env.lease_id or str(lease.agent_id) != ctx.actor.id:
-        raise refuse(ErrorCode.STALE_LEASE, f"lease {env.lease_id} is not the current Execution Lease",
-                     lease_id=env.lease_id)
+        raise refuse(
+            ErrorCode.STALE_LEASE, f"lease {env.lease_id} is not the current Execution Lease", lease_id=env.lease_id
+        )
     if lease.expires_at <= ctx.now:
         raise refuse(ErrorCode.LEASE_EXPIRED, f"lease {env.lease_id} expired at {format_time(lease.expires_at)}")
     return lease
@@ -160,16 +163,26 @@ def charge_usage(ctx: HandlerContext, item: WorkItem, usage: dict[str, float]) -
     for dim, total in new_item.items():
         limit = budgets.get(dim)
         if limit is not None and total > limit:
-            raise refuse(ErrorCode.BUDGET_EXCEEDED, f"WorkItem budget {dim} would reach {total} of {limit}",
-                         dimension=dim, limit=limit, total=total)
+            raise refuse(
+                ErrorCode.BUDGET_EXCEEDED,
+                f"WorkItem budget {dim} would reach {total} of {limit}",
+                dimension=dim,
+                limit=limit,
+                total=total,
+            )
     mission = Mission.objects.get(id=item.mission_id)  # guarded by the Group lock
     new_mission = dict(mission.usage)
     for dim, value in usage.items():
         new_mission[dim] = new_mission.get(dim, 0) + value
         limit = mission.budgets.get(dim)
         if limit is not None and new_mission[dim] > limit:
-            raise refuse(ErrorCode.BUDGET_EXCEEDED, f"Mission budget {dim} would reach {new_mission[dim]} of {limit}",
-                         dimension=dim, limit=limit, total=new_mission[dim])
+            raise refuse(
+                ErrorCode.BUDGET_EXCEEDED,
+                f"Mission budget {dim} would reach {new_mission[dim]} of {limit}",
+                dimension=dim,
+                limit=limit,
+                total=new_mission[dim],
+            )
     item.usage = new_item
     Mission.objects.filter(id=mission.id).update(usage=new_mission)
     return {"delta": usage, "workitem_total": new_item}
@@ -200,8 +213,9 @@ def set_dependencies(item: WorkItem, contract: dict[str, Any], mission_id: Any) 
     for i, dep in enumerate(contract["dependencies"]):
         if dep["workitem"] not in known:
             field = f"contract.dependencies.{i}.workitem"
-            raise refuse(ErrorCode.CONTRACT_INVALID, f"{field}: no WorkItem {dep['workitem']} in this Mission",
-                         field=field)
+            raise refuse(
+                ErrorCode.CONTRACT_INVALID, f"{field}: no WorkItem {dep['workitem']} in this Mission", field=field
+            )
     # Cycle check: walk the existing edges from each new dependency; reaching
     # this WorkItem again closes a cycle.
     edges: dict[str, set[str]] = {}
@@ -235,8 +249,9 @@ def propose(ctx: HandlerContext) -> Decision:
     contract = check_contract(ctx.body["contract"])
     if Proposal.objects.filter(id=proposal_id).exists():
         raise refuse(ErrorCode.INVALID_TRANSITION, f"proposal {proposal_id} exists")
-    Proposal.objects.create(id=proposal_id, group_id=ctx.group.id, proposer_id=ctx.actor.id, contract=contract,
-                            created_at=ctx.now)
+    Proposal.objects.create(
+        id=proposal_id, group_id=ctx.group.id, proposer_id=ctx.actor.id, contract=contract, created_at=ctx.now
+    )
     ref = AggregateRef("proposal", proposal_id, 1)
     return Decision([Emit("work.proposed", ref, {"proposal": proposal_id, "contract": contract})], ref)
 
@@ -291,8 +306,11 @@ def offer(ctx: HandlerContext) -> Decision:
     item = load_item(ctx)
     sm.check_transition(item.state, "work.offer")
     if owner_is_live(item, ctx.now):
-        raise refuse(ErrorCode.INVALID_TRANSITION, "the WorkItem has a live owner; it cannot be offered",
-                     owner=str(item.owner_id))
+        raise refuse(
+            ErrorCode.INVALID_TRANSITION,
+            "the WorkItem has a live owner; it cannot be offered",
+            owner=str(item.owner_id),
+        )
     agents = body["agents"]
     limit = settings.MWP_MAX_OFFER_CANDIDATES
     if not isinstance(agents, list) or not 1 <= len(agents) <= limit or len(set(map(str, agents))) != len(agents):
@@ -316,8 +334,9 @@ def offer(ctx: HandlerContext) -> Decision:
         end_lease(active_lease(item), "expired", "ownership expired", ctx.now)
         item.owner, item.owner_expires_at, item.start_by = None, None, None
         item.revision += 1
-        events.append(Emit("work.owner_fenced", item_ref(item), {"agent": fenced,
-                                                                  "ownership_epoch": item.ownership_epoch}))
+        events.append(
+            Emit("work.owner_fenced", item_ref(item), {"agent": fenced, "ownership_epoch": item.ownership_epoch})
+        )
     contract_changed = False
     if body.get("contract") is not None:
         new = check_contract(body["contract"])
@@ -335,8 +354,12 @@ def offer(ctx: HandlerContext) -> Decision:
     ])  # fmt: skip
     item.state = sm.OFFERED
     save(item, ctx.now)
-    offered: dict[str, Any] = {"agents": agents, "expires_at": format_time(expires_at), "selection_basis": basis,
-                               "contract_revision": item.contract_revision}
+    offered: dict[str, Any] = {
+        "agents": agents,
+        "expires_at": format_time(expires_at),
+        "selection_basis": basis,
+        "contract_revision": item.contract_revision,
+    }
     if body.get("contract") is not None:
         offered["contract"] = item.contract
         offered["contract_changed"] = contract_changed
@@ -376,9 +399,14 @@ def accept_offer(ctx: HandlerContext) -> Decision:
     item.selection_basis = mine.selection_basis
     item.state = sm.QUEUED
     save(item, ctx.now)
-    body = {"agent": ctx.actor.id, "ownership_epoch": item.ownership_epoch, "start_by": format_time(item.start_by),
-            "contract_revision": item.contract_revision, "selection_basis": mine.selection_basis,
-            "withdrawn": withdrawn}
+    body = {
+        "agent": ctx.actor.id,
+        "ownership_epoch": item.ownership_epoch,
+        "start_by": format_time(item.start_by),
+        "contract_revision": item.contract_revision,
+        "selection_basis": mine.selection_basis,
+        "withdrawn": withdrawn,
+    }
     return Decision([Emit("work.offer_accepted", item_ref(item), body)], item_ref(item))
 
 
@@ -418,9 +446,16 @@ def grant_execution(ctx: HandlerContext) -> Decision:
         raise refuse(ErrorCode.INVALID_TRANSITION, "execution is already approved for this contract revision")
     item.approved_contract_revision = item.contract_revision
     save(item, ctx.now)
-    Approval.objects.create(group_id=ctx.group.id, kind=Approval.KIND_EXECUTION, subject_kind="workitem",
-                            subject_id=str(item.id), subject_revision=item.contract_revision,
-                            granted_by_id=ctx.actor.id, note=note, granted_at=ctx.now)
+    Approval.objects.create(
+        group_id=ctx.group.id,
+        kind=Approval.KIND_EXECUTION,
+        subject_kind="workitem",
+        subject_id=str(item.id),
+        subject_revision=item.contract_revision,
+        granted_by_id=ctx.actor.id,
+        note=note,
+        granted_at=ctx.now,
+    )
     body = {"workitem": str(item.id), "contract_revision": item.contract_revision, "note": note}
     return Decision([Emit("approval.execution_granted", item_ref(item), body)], item_ref(item))
 
@@ -433,16 +468,19 @@ def _issue_token(lease: ExecutionLease) -> dict[str, Any]:
     token = secrets.token_urlsafe(32)
     lease.token_hash = token_digest(token)
     lease.token_expires_at = lease.expires_at
-    return {"lease_id": str(lease.id), "lease_expires_at": format_time(lease.expires_at), "capability_token": token,
-            "capability_token_expires_at": format_time(lease.token_expires_at)}
+    return {
+        "lease_id": str(lease.id),
+        "lease_expires_at": format_time(lease.expires_at),
+        "capability_token": token,
+        "capability_token_expires_at": format_time(lease.token_expires_at),
+    }
 
 
 def check_retry_allowed(item: WorkItem, now: datetime) -> None:
     """A new attempt stays within the contract's attempts, deadline and cost (spec 11.4)."""
     retry = item.contract["retry"]
     if item.attempt >= retry["max_attempts"]:
-        raise refuse(ErrorCode.BUDGET_EXCEEDED, f"all {retry['max_attempts']} attempts are used",
-                     dimension="attempts")
+        raise refuse(ErrorCode.BUDGET_EXCEEDED, f"all {retry['max_attempts']} attempts are used", dimension="attempts")
     if retry["deadline"] is not None and parse_time(retry["deadline"], "retry.deadline") <= now:
         raise refuse(ErrorCode.BUDGET_EXCEEDED, "the retry deadline has passed", dimension="retry_deadline")
     if retry["max_cost"] is not None and item.usage.get("financial", 0) >= retry["max_cost"]:
@@ -461,8 +499,11 @@ def start(ctx: HandlerContext) -> Decision:
         raise malformed("ownership_epoch", "work.start must name the Ownership Epoch")
     sm.check_transition(item.state, "work.start")
     if env.ownership_epoch != item.ownership_epoch or str(item.owner_id) != ctx.actor.id:
-        raise refuse(ErrorCode.STALE_OWNERSHIP, "the actor does not own this WorkItem under that Ownership Epoch",
-                     current=item.ownership_epoch)
+        raise refuse(
+            ErrorCode.STALE_OWNERSHIP,
+            "the actor does not own this WorkItem under that Ownership Epoch",
+            current=item.ownership_epoch,
+        )
     if not owner_is_live(item, ctx.now):
         raise refuse(ErrorCode.LEASE_EXPIRED, "the start-by deadline has passed; ownership has lapsed")
     if item.accepted_contract_revision != item.contract_revision:
@@ -475,9 +516,11 @@ def start(ctx: HandlerContext) -> Decision:
     if item.needs_new_attempt:
         check_retry_allowed(item, ctx.now)
         if item.retry_not_before is not None and item.retry_not_before > ctx.now:
-            raise refuse(ErrorCode.INVALID_TRANSITION,
-                         f"backing off until {format_time(item.retry_not_before)} before the next attempt",
-                         retry_not_before=format_time(item.retry_not_before))
+            raise refuse(
+                ErrorCode.INVALID_TRANSITION,
+                f"backing off until {format_time(item.retry_not_before)} before the next attempt",
+                retry_not_before=format_time(item.retry_not_before),
+            )
         item.attempt += 1
         item.needs_new_attempt = False
     lease = ExecutionLease(
@@ -490,9 +533,14 @@ def start(ctx: HandlerContext) -> Decision:
     item.state = sm.ACTIVE
     item.owner_expires_at = lease.expires_at
     save(item, ctx.now)
-    body = {"agent": ctx.actor.id, "lease_id": str(lease.id), "ownership_epoch": item.ownership_epoch,
-            "session_epoch": lease.session_epoch, "lease_expires_at": format_time(lease.expires_at),
-            "attempt": item.attempt}
+    body = {
+        "agent": ctx.actor.id,
+        "lease_id": str(lease.id),
+        "ownership_epoch": item.ownership_epoch,
+        "session_epoch": lease.session_epoch,
+        "lease_expires_at": format_time(lease.expires_at),
+        "attempt": item.attempt,
+    }
     return Decision([Emit("work.started", item_ref(item), body)], item_ref(item), grants=grants)
 
 
@@ -510,13 +558,17 @@ def renew_lease(ctx: HandlerContext) -> Decision:
     lease.save()
     item.owner_expires_at = lease.expires_at
     save(item, ctx.now, bump=False)
-    body = {"lease_id": str(lease.id), "lease_expires_at": format_time(lease.expires_at),
-            "renewal": len(lease.renewals)}
+    body = {
+        "lease_id": str(lease.id),
+        "lease_expires_at": format_time(lease.expires_at),
+        "renewal": len(lease.renewals),
+    }
     return Decision([Emit("work.lease_renewed", item_ref(item), body)], item_ref(item), grants=grants)
 
 
-def _release_with_checkpoint(ctx: HandlerContext, item: WorkItem, lease: ExecutionLease, reason: str,
-                             extra: tuple[str, ...] = ()) -> dict[str, Any]:
+def _release_with_checkpoint(
+    ctx: HandlerContext, item: WorkItem, lease: ExecutionLease, reason: str, extra: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """Checkpoint, charge usage and release the lease (checkpoint and block)."""
     check_members(ctx.body, ["checkpoint", "progress"], ("usage", *extra))
     state = ctx.body["checkpoint"]
@@ -525,11 +577,23 @@ def _release_with_checkpoint(ctx: HandlerContext, item: WorkItem, lease: Executi
     progress = check_progress(ctx.body["progress"])
     usage = charge_usage(ctx, item, check_usage(ctx.body.get("usage")))
     item.checkpoint_count += 1
-    Checkpoint.objects.create(workitem=item, lease=lease, ownership_epoch=item.ownership_epoch,
-                              number=item.checkpoint_count, state=state, progress=progress, created_at=ctx.now)
+    Checkpoint.objects.create(
+        workitem=item,
+        lease=lease,
+        ownership_epoch=item.ownership_epoch,
+        number=item.checkpoint_count,
+        state=state,
+        progress=progress,
+        created_at=ctx.now,
+    )
     end_lease(lease, "released", reason, ctx.now)
-    return {"lease_id": str(lease.id), "checkpoint_number": item.checkpoint_count, "checkpoint": state,
-            "progress": progress, "usage": usage}
+    return {
+        "lease_id": str(lease.id),
+        "checkpoint_number": item.checkpoint_count,
+        "checkpoint": state,
+        "progress": progress,
+        "usage": usage,
+    }
 
 
 @command("work.checkpoint", group_roles=("worker",))
@@ -590,8 +654,10 @@ def _late_result_record(ctx: HandlerContext, item: WorkItem, error: ProtocolErro
     """A fenced former owner's submission is refused, but kept as
     non-authoritative Evidence (spec 11.5; MWP-WRK-019)."""
     env = ctx.envelope
-    if env.lease_id is None or not ExecutionLease.objects.filter(id=env.lease_id, workitem=item,
-                                                                 agent_id=ctx.actor.id).exists():
+    if (
+        env.lease_id is None
+        or not ExecutionLease.objects.filter(id=env.lease_id, workitem=item, agent_id=ctx.actor.id).exists()
+    ):
         return None
     from missions.commands import system_command
 
@@ -621,9 +687,16 @@ def submit(ctx: HandlerContext) -> Decision:
     artifacts, evidence = check_submission(ctx.body, item)
     usage = charge_usage(ctx, item, check_usage(ctx.body.get("usage")))
     end_lease(lease, "released", "submitted", ctx.now)
-    Submission.objects.create(workitem=item, agent_id=ctx.actor.id, ownership_epoch=item.ownership_epoch,
-                              lease_id=lease.id, artifacts=artifacts, evidence=evidence, authoritative=True,
-                              created_at=ctx.now)
+    Submission.objects.create(
+        workitem=item,
+        agent_id=ctx.actor.id,
+        ownership_epoch=item.ownership_epoch,
+        lease_id=lease.id,
+        artifacts=artifacts,
+        evidence=evidence,
+        authoritative=True,
+        created_at=ctx.now,
+    )
     item.state = sm.SUBMITTED
     item.owner_expires_at = None
     save(item, ctx.now)
@@ -643,8 +716,9 @@ def check_submission(body: dict[str, Any], item: WorkItem) -> tuple[list[str], l
     covered = {c for record in evidence for c in record["criteria"]}
     missing = [c for c in criteria_ids(item.contract) if c not in covered]
     if missing:
-        raise refuse(ErrorCode.EVIDENCE_REQUIRED, f"no Evidence for acceptance criteria {', '.join(missing)}",
-                     criteria=missing)
+        raise refuse(
+            ErrorCode.EVIDENCE_REQUIRED, f"no Evidence for acceptance criteria {', '.join(missing)}", criteria=missing
+        )
     cited = sorted({sha for record in evidence for sha in record["artifacts"]} | set(artifacts))
     absent = missing_blobs(cited)
     if absent:
@@ -659,11 +733,24 @@ def record_late_result(ctx: HandlerContext) -> Decision:
     item = WorkItem.objects.select_for_update().get(id=body["workitem"], group_id=ctx.group.id)
     artifacts = [a for a in body.get("artifacts") or [] if isinstance(a, str)]
     evidence = body.get("evidence") if isinstance(body.get("evidence"), list) else []
-    Submission.objects.create(workitem=item, agent_id=body["agent"], ownership_epoch=body.get("ownership_epoch")
-                              or 0, lease_id=body["lease_id"], artifacts=artifacts, evidence=evidence,
-                              authoritative=False, created_at=ctx.now)
-    event = {"agent": body["agent"], "lease_id": body["lease_id"], "artifacts": artifacts, "evidence": evidence,
-             "refused": body["refused"], "authoritative": False}
+    Submission.objects.create(
+        workitem=item,
+        agent_id=body["agent"],
+        ownership_epoch=body.get("ownership_epoch") or 0,
+        lease_id=body["lease_id"],
+        artifacts=artifacts,
+        evidence=evidence,
+        authoritative=False,
+        created_at=ctx.now,
+    )
+    event = {
+        "agent": body["agent"],
+        "lease_id": body["lease_id"],
+        "artifacts": artifacts,
+        "evidence": evidence,
+        "refused": body["refused"],
+        "authoritative": False,
+    }
     return Decision([Emit("work.late_result_recorded", item_ref(item), event)], item_ref(item))
 
 
@@ -737,8 +824,12 @@ def _schedule_retry(ctx: HandlerContext, item: WorkItem, evidence: list[Any], re
     item.start_by = item.retry_not_before + _seconds("MWP_START_BY_SECONDS")
     item.owner_expires_at = item.start_by
     save(item, ctx.now)
-    body = {"evidence": evidence, "attempt": item.attempt, "retry_not_before": format_time(item.retry_not_before),
-            "reason": reason}
+    body = {
+        "evidence": evidence,
+        "attempt": item.attempt,
+        "retry_not_before": format_time(item.retry_not_before),
+        "reason": reason,
+    }
     return Decision([Emit("work.attempt_failed", item_ref(item), body)], item_ref(item))
 
 
@@ -767,9 +858,16 @@ def _system_item(ctx: HandlerContext) -> WorkItem:
 
 
 def _system_evidence(ctx: HandlerContext, item: WorkItem, summary: str) -> dict[str, Any]:
-    return {"subject": str(item.id), "criteria": criteria_ids(item.contract), "method": "other", "result": "fail",
-            "producer": str(item.owner_id or item.group_id), "timestamp": format_time(ctx.now), "artifacts": [],
-            "summary": summary}
+    return {
+        "subject": str(item.id),
+        "criteria": criteria_ids(item.contract),
+        "method": "other",
+        "result": "fail",
+        "producer": str(item.owner_id or item.group_id),
+        "timestamp": format_time(ctx.now),
+        "artifacts": [],
+        "summary": summary,
+    }
 
 
 @command("work.expire_lease", actors=("system",))
@@ -789,44 +887,56 @@ def expire_lease(ctx: HandlerContext) -> Decision:
         _end(item, sm.FAILED, ctx.now, "lease timeout")
         save(item, ctx.now)
         evidence = [_system_evidence(ctx, item, f"lease expired; {exhausted.message}")]
-        return Decision([Emit("work.failed", item_ref(item), {"evidence": evidence, "attempt": item.attempt,
-                                                               "reason": "retries exhausted"})], item_ref(item))
+        return Decision(
+            [
+                Emit(
+                    "work.failed",
+                    item_ref(item),
+                    {"evidence": evidence, "attempt": item.attempt, "reason": "retries exhausted"},
+                )
+            ],
+            item_ref(item),
+        )
     item.state = sm.QUEUED
     item.needs_new_attempt = True
     item.retry_not_before = ctx.now + _backoff(item)
     item.start_by = item.retry_not_before + _seconds("MWP_START_BY_SECONDS")
     item.owner_expires_at = item.start_by
     save(item, ctx.now)
-    body = {"lease_id": str(lease.id), "ownership_epoch": item.ownership_epoch, "attempt": item.attempt,
-            "start_by": format_time(item.start_by)}
+    body = {
+        "lease_id": str(lease.id),
+        "ownership_epoch": item.ownership_epoch,
+        "attempt": item.attempt,
+        "start_by": format_time(item.start_by),
+    }
     return Decision([Emit("work.lease_expired", item_ref(item), body)], item_ref(item))
 
 
 @command("work.expire_start_by", actors=("system",))
 def expire_start_by(ctx: HandlerContext) -> Decision:
-    """The owner missed its start-by deadline: its ownership lapses, and the
+    """The owner missed its start-by deadline: it is fenced (no owner), and the
     Coordinator may re-offer under a higher Ownership Epoch (spec 11.5)."""
     item = _system_item(ctx)
     sm.check_transition(item.state, "expire.start_by")
     if item.owner_id is None or item.owner_expires_at is None or item.owner_expires_at > ctx.now:
         raise refuse(ErrorCode.INVALID_TRANSITION, "the start-by deadline has not passed")
-    item.owner_expires_at = ctx.now
-    save(item, ctx.now)
     body = {"agent": str(item.owner_id), "ownership_epoch": item.ownership_epoch}
+    item.owner, item.owner_expires_at, item.start_by = None, None, None
+    save(item, ctx.now)
     return Decision([Emit("work.start_deadline_missed", item_ref(item), body)], item_ref(item))
 
 
 @command("work.expire_blocked_lease", actors=("system",))
 def expire_blocked_lease(ctx: HandlerContext) -> Decision:
-    """The bounded blocked lease ran out: ownership lapses; an unblock then
+    """The bounded blocked lease ran out: the owner is fenced; an unblock then
     re-opens the WorkItem for a new offer (spec 10.2)."""
     item = _system_item(ctx)
     sm.check_transition(item.state, "expire.blocked_lease")
     if item.owner_id is None or item.owner_expires_at is None or item.owner_expires_at > ctx.now:
         raise refuse(ErrorCode.INVALID_TRANSITION, "the blocked lease has not run out")
-    item.owner_expires_at = ctx.now
-    save(item, ctx.now)
     body = {"agent": str(item.owner_id), "ownership_epoch": item.ownership_epoch}
+    item.owner, item.owner_expires_at, item.start_by = None, None, None
+    save(item, ctx.now)
     return Decision([Emit("work.blocked_lease_expired", item_ref(item), body)], item_ref(item))
 
 
@@ -840,11 +950,14 @@ def revoke_leases_of_replaced_session(ctx: HandlerContext) -> list[tuple[GroupHe
     Runs inside ``agent.open_session``: other Groups are locked in ascending
     id order after the administrative Group.
     """
-    leases = list(ExecutionLease.objects.filter(agent_id=ctx.actor.id, status="active").values_list(
-        "workitem__group_id", "workitem_id"))
+    leases = list(
+        ExecutionLease.objects.filter(agent_id=ctx.actor.id, status="active").values_list(
+            "workitem__group_id", "workitem_id"
+        )
+    )
     by_group: dict[str, list[str]] = {}
-    for group_id, item_id in leases:
-        by_group.setdefault(str(group_id), []).append(str(item_id))
+    for lease_group, lease_item in leases:
+        by_group.setdefault(str(lease_group), []).append(str(lease_item))
     out: list[tuple[GroupHead, list[Emit]]] = []
     for group_id in sorted(by_group):
         head = ctx.lock_other_group(group_id)
@@ -861,9 +974,13 @@ def revoke_leases_of_replaced_session(ctx: HandlerContext) -> list[tuple[GroupHe
             item.start_by = ctx.now + _seconds("MWP_START_BY_SECONDS")
             item.owner_expires_at = item.start_by
             save(item, ctx.now)
-            events.append(Emit("work.lease_revoked", item_ref(item), {"lease_id": str(lease.id),
-                                                                       "agent": ctx.actor.id,
-                                                                       "reason": "session replaced"}))
+            events.append(
+                Emit(
+                    "work.lease_revoked",
+                    item_ref(item),
+                    {"lease_id": str(lease.id), "agent": ctx.actor.id, "reason": "session replaced"},
+                )
+            )
         out.append((head, events))
     return out
 
@@ -902,8 +1019,9 @@ def create_child(ctx: HandlerContext) -> Decision:
     save(item, ctx.now)
     child_head = GroupHead(group_id, ctx.group.organization_id, "mission", 0, GENESIS_HASH, 1)
     parent_body = {"child_mission": mission_id, "child_group": group_id, "failure_policy": body["failure_policy"]}
-    return Decision([Emit("mission.child_created", item_ref(item), parent_body)], item_ref(item),
-                    also=[(child_head, child_events)])
+    return Decision(
+        [Emit("mission.child_created", item_ref(item), parent_body)], item_ref(item), also=[(child_head, child_events)]
+    )
 
 
 def _mission_for(ctx: HandlerContext) -> Mission:
@@ -930,7 +1048,7 @@ def _propagate_to_items(ctx: HandlerContext, transition: str, state: str, cause:
 
 def _to_parent(ctx: HandlerContext, mission: Mission, outcome: str) -> list[tuple[GroupHead, list[Emit]]]:
     """Propagate a child Mission's approval or failure to its parent WorkItem."""
-    if mission.parent_group_id is None:
+    if mission.parent_group_id is None or mission.parent_workitem_id is None:
         return []
     head = ctx.lock_other_group(str(mission.parent_group_id))
     item = WorkItem.objects.select_for_update().filter(id=mission.parent_workitem_id).first()
@@ -939,12 +1057,25 @@ def _to_parent(ctx: HandlerContext, mission: Mission, outcome: str) -> list[tupl
     if outcome == "approved":
         sm.check_transition(item.state, "child.approved", sm.VERIFIED)
         item.state = sm.VERIFIED
-        evidence = [{"subject": str(item.id), "criteria": criteria_ids(item.contract), "method": "human",
-                     "result": "pass", "producer": ctx.actor.id, "timestamp": format_time(ctx.now),
-                     "artifacts": [], "summary": f"child Mission {mission.id} received final Approval"}]
+        evidence = [
+            {
+                "subject": str(item.id),
+                "criteria": criteria_ids(item.contract),
+                "method": "human",
+                "result": "pass",
+                "producer": ctx.actor.id,
+                "timestamp": format_time(ctx.now),
+                "artifacts": [],
+                "summary": f"child Mission {mission.id} received final Approval",
+            }
+        ]
         save(item, ctx.now)
-        return [(head, [Emit("work.child_approved", item_ref(item), {"child_mission": str(mission.id),
-                                                                      "evidence": evidence})])]
+        return [
+            (
+                head,
+                [Emit("work.child_approved", item_ref(item), {"child_mission": str(mission.id), "evidence": evidence})],
+            )
+        ]
     to = sm.FAILED if item.child_failure_policy == "fail_parent" else sm.BLOCKED
     sm.check_transition(item.state, "child.failed", to)
     body: dict[str, Any] = {"child_mission": str(mission.id), "outcome": outcome, "state": to}
@@ -957,15 +1088,19 @@ def _to_parent(ctx: HandlerContext, mission: Mission, outcome: str) -> list[tupl
     return [(head, [Emit("work.child_failed", item_ref(item), body)])]
 
 
-def _close_mission(ctx: HandlerContext, mission: Mission, status: str, event: str, body: dict[str, Any],
-                   item_events: list[Emit]) -> Decision:
+def _close_mission(
+    ctx: HandlerContext, mission: Mission, status: str, event: str, body: dict[str, Any], item_events: list[Emit]
+) -> Decision:
     """Set the Mission's terminal status (a Group revision change) and
     propagate to its parent WorkItem, if it is a child Mission."""
     Mission.objects.filter(id=mission.id).update(status=status)
     ref = AggregateRef("group", ctx.group.id, ctx.group.revision + 1)
     outcome = {"completed": "approved", "failed": "failed", "cancelled": "cancelled"}[status]
-    return Decision([*item_events, Emit(event, ref, {"mission": str(mission.id), **body})], ref,
-                    also=_to_parent(ctx, mission, outcome))
+    return Decision(
+        [*item_events, Emit(event, ref, {"mission": str(mission.id), **body})],
+        ref,
+        also=_to_parent(ctx, mission, outcome),
+    )
 
 
 @command("mission.approve", group_roles=("owner",), target="group", cas=True)
@@ -977,9 +1112,16 @@ def approve_mission(ctx: HandlerContext) -> Decision:
     if unfinished:
         raise refuse(ErrorCode.INVALID_TRANSITION, f"{unfinished} WorkItems are unfinished", unfinished=unfinished)
     note = ctx.body.get("note") or ""
-    Approval.objects.create(group_id=ctx.group.id, kind=Approval.KIND_FINAL, subject_kind="mission",
-                            subject_id=str(mission.id), subject_revision=ctx.group.revision,
-                            granted_by_id=ctx.actor.id, note=str(note)[:2000], granted_at=ctx.now)
+    Approval.objects.create(
+        group_id=ctx.group.id,
+        kind=Approval.KIND_FINAL,
+        subject_kind="mission",
+        subject_id=str(mission.id),
+        subject_revision=ctx.group.revision,
+        granted_by_id=ctx.actor.id,
+        note=str(note)[:2000],
+        granted_at=ctx.now,
+    )
     return _close_mission(ctx, mission, "completed", "mission.approved", {"note": str(note)[:2000]}, [])
 
 
@@ -999,4 +1141,3 @@ def cancel_mission(ctx: HandlerContext) -> Decision:
     mission = _mission_for(ctx)
     events = _propagate_to_items(ctx, "parent.cancelled", sm.CANCELLED, f"mission cancelled: {reason}")
     return _close_mission(ctx, mission, "cancelled", "mission.cancelled", {"reason": reason}, events)
-

@@ -68,8 +68,9 @@ class WorkItem(models.Model):
     usage = models.JSONField(default=dict)
     checkpoint_count = models.PositiveIntegerField(default=0)
     # A linked child Mission (mission.create_child) and its failure policy.
-    child_mission = models.ForeignKey(Mission, null=True, blank=True, on_delete=models.PROTECT,
-                                      related_name="parent_workitems")
+    child_mission = models.ForeignKey(
+        Mission, null=True, blank=True, on_delete=models.PROTECT, related_name="parent_workitems"
+    )
     child_failure_policy = models.CharField(max_length=12, blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
@@ -99,8 +100,9 @@ class WorkDependency(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["workitem", "depends_on"], name="dependency_unique"),
-            models.CheckConstraint(condition=Q(policy__in=["verified", "submitted", "terminal"]),
-                                   name="dependency_policy_valid"),
+            models.CheckConstraint(
+                condition=Q(policy__in=["verified", "submitted", "terminal"]), name="dependency_policy_valid"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -126,8 +128,9 @@ class Offer(models.Model):
 
     class Meta:
         constraints = [
-            models.CheckConstraint(condition=Q(status__in=["open", "accepted", "declined", "withdrawn"]),
-                                   name="offer_status_valid"),
+            models.CheckConstraint(
+                condition=Q(status__in=["open", "accepted", "declined", "withdrawn"]), name="offer_status_valid"
+            ),
         ]
         indexes = [models.Index(fields=["workitem", "status"], name="offer_open_idx")]
 
@@ -159,10 +162,12 @@ class ExecutionLease(models.Model):
 
     class Meta:
         constraints = [
-            models.CheckConstraint(condition=Q(status__in=["active", "released", "expired", "revoked"]),
-                                   name="lease_status_valid"),
-            models.CheckConstraint(condition=Q(token_expires_at__lte=models.F("expires_at")),
-                                   name="lease_token_within_lease"),
+            models.CheckConstraint(
+                condition=Q(status__in=["active", "released", "expired", "revoked"]), name="lease_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(token_expires_at__lte=models.F("expires_at")), name="lease_token_within_lease"
+            ),
             # At most one active lease per WorkItem.
             models.UniqueConstraint(fields=["workitem"], condition=Q(status="active"), name="lease_one_active"),
         ]

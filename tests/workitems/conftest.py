@@ -10,6 +10,5 @@ def _artifact_root(settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def flow(mission: dict[str, str], owner: AgentKey, coordinator: AgentKey, worker: AgentKey,
-         worker2: AgentKey) -> Flow:
+def flow(mission: dict[str, str], owner: AgentKey, coordinator: AgentKey, worker: AgentKey, worker2: AgentKey) -> Flow:
     return Flow(mission, owner, coordinator, worker, worker2)

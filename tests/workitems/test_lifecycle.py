@@ -10,8 +10,14 @@ from workitems.models import ExecutionLease
 def test_it_runs_a_workitem_from_authorize_to_verified(flow: Flow) -> None:
     item = flow.drive_to("verified")
     types = list(GroupEvent.objects.filter(aggregate_id=item).order_by("sequence").values_list("type", flat=True))
-    assert types == ["work.authorized", "work.offered", "work.offer_accepted", "work.started", "work.submitted",
-                     "work.result_accepted"]
+    assert types == [
+        "work.authorized",
+        "work.offered",
+        "work.offer_accepted",
+        "work.started",
+        "work.submitted",
+        "work.result_accepted",
+    ]
     assert flow.item(item).state == "verified"
 
 
@@ -26,7 +32,11 @@ def test_start_grants_a_lease_and_token_only_in_the_receipt_MWP_WRK_013(flow: Fl
     lease = ExecutionLease.objects.get(id=grants["lease_id"])
     it = flow.item(item)
     assert (str(lease.agent_id), lease.session_epoch, lease.ownership_epoch, lease.status) == (
-        flow.worker.id, flow.worker.session_epoch, it.ownership_epoch, "active")
+        flow.worker.id,
+        flow.worker.session_epoch,
+        it.ownership_epoch,
+        "active",
+    )
     # The stored receipt never holds the token: a replay has no grants.
     from missions.models import ActionReceipt
 

@@ -28,8 +28,9 @@ def _lease(flow: Flow, item: str) -> str:
 COMMANDS: dict[str, Callable[[Flow, str], Any]] = {
     "work.offer": lambda f, i: f.offer(i, agents=[f.worker2]),
     "work.accept_offer": lambda f, i: f.accept(i),
-    "work.decline_offer": lambda f, i: f.worker.send("work.decline_offer", f.group, {"reason": "capacity"},
-                                                     target=f.target(i)),
+    "work.decline_offer": lambda f, i: f.worker.send(
+        "work.decline_offer", f.group, {"reason": "capacity"}, target=f.target(i)
+    ),
     "approval.grant_execution": lambda f, i: f.approve(i),
     "work.start": lambda f, i: f.start(i),
     "work.renew_lease": lambda f, i: f.lease_command("work.renew_lease", i, {}, lease_id=_lease(f, i)),
@@ -41,9 +42,17 @@ COMMANDS: dict[str, Callable[[Flow, str], Any]] = {
     "work.fail": lambda f, i: f.fail(i),
     "work.cancel": lambda f, i: f.cancel(i),
     "mission.create_child": lambda f, i: f.coordinator.send(
-        "mission.create_child", f.group,
-        {"mission": str(uuid.uuid4()), "group": str(uuid.uuid4()), "title": "child", "objective": "sub-work",
-         "failure_policy": "fail_parent"}, target=f.target(i)),
+        "mission.create_child",
+        f.group,
+        {
+            "mission": str(uuid.uuid4()),
+            "group": str(uuid.uuid4()),
+            "title": "child",
+            "objective": "sub-work",
+            "failure_policy": "fail_parent",
+        },
+        target=f.target(i),
+    ),
 }
 
 # The table's conditions as the drive_to() items meet them: queued, active and
