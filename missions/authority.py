@@ -101,6 +101,12 @@ class Decision:
     # session replacement revoking leases everywhere, MWP-WRK-014). Each
     # Group was locked through ``HandlerContext.lock_other_group``.
     also: list[tuple[GroupHead, list[Emit]]] = field(default_factory=list)
+    # Commands accepted right after this one commits (a final snapshot after
+    # archival); each is idempotent through its deterministic action ID.
+    followups: list[Command] = field(default_factory=list)
+    # Channel-layer messages sent after commit: ``(channel group, message)``
+    # (membership changes and session replacement reach connected agents).
+    notices: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
 
 class RefusedWithRecord(ProtocolError):
@@ -313,17 +319,22 @@ def _accept_once(command: Command, spec: CommandSpec, now: datetime) -> Receipt:
         # Step 7: runs after commit only, so no one hears of an Event that
         # rolled back.
         heads = [(group.id, group.last_sequence)] + [(g.id, g.last_sequence) for g, e in decision.also if e]
-        transaction.on_commit(lambda: _notify(heads))
+        notices = decision.notices
+        transaction.on_commit(lambda: _notify(heads, notices))
+    for followup in decision.followups:
+        accept(followup, now=now)
     if decision.grants:
         return {**receipt, "grants": decision.grants}
     return receipt
 
 
-def _notify(heads: list[tuple[str, int]]) -> None:
-    from .delivery import notify_head_moved
+def _notify(heads: list[tuple[str, int]], notices: list[tuple[str, dict[str, Any]]]) -> None:
+    from .delivery import notify, notify_head_moved
 
     for group_id, sequence in heads:
         notify_head_moved(group_id, sequence)
+    for channel_group, message in notices:
+        notify(channel_group, message)
 
 
 def _select_group(cur: Any, group_id: str) -> Any:
@@ -363,7 +374,7 @@ def _lock_group(cur: Any, group_id: str, spec: CommandSpec) -> GroupHead:
         raise ProtocolError(ErrorCode.NOT_FOUND, f"group {group_id} does not exist", {"group": group_id})
     if spec.creates_group:
         raise ProtocolError(ErrorCode.REVISION_MISMATCH, f"group {group_id} already exists", {"group": group_id})
-    if row[1] != spec.scope:
+    if spec.scope != "any" and row[1] != spec.scope:
         where = "an Organization's administrative Group" if spec.scope == "admin" else "a Mission Group"
         raise ProtocolError(ErrorCode.INVALID_TRANSITION, f"{spec.type} is issued in {where}")
     return _head(group_id, row)

@@ -1,12 +1,14 @@
-"""After-commit notifications that a Group head moved (DESIGN §3 step 7).
+"""After-commit notifications through the channel layer (DESIGN §3 step 7).
 
-The channel layer only says "head moved"; readers fetch the Events from the
-database, so order and completeness never depend on the layer.
+The layer only says "head moved" (or "your Membership changed", "your session
+was replaced"); readers fetch Events from the database, so order and
+completeness never depend on the layer, only latency does.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -18,18 +20,31 @@ def group_channel(group_id: str) -> str:
     return f"mwp.group.{group_id}"
 
 
-def notify_head_moved(group_id: str, sequence: int) -> None:
-    """Tell subscribers of ``group_id`` that its head is now ``sequence``.
+def agent_channel(agent_id: str) -> str:
+    return f"mwp.agent.{agent_id}"
 
-    Runs in ``transaction.on_commit``; a failure here loses only latency, never
-    an Event, so it is logged and swallowed.
-    """
+
+def notify(channel_group: str, message: dict[str, Any]) -> None:
+    """Send ``message`` to a channel group; best effort (see the module docstring)."""
     layer = get_channel_layer()
     if layer is None:
         return
     try:
-        async_to_sync(layer.group_send)(
-            group_channel(group_id), {"type": "group.head", "group": group_id, "sequence": sequence}
-        )
-    except Exception:  # the layer is best effort by design (see module docstring)
-        log.warning("could not notify the channel layer for group %s", group_id, exc_info=True)
+        async_to_sync(layer.group_send)(channel_group, message)
+    except Exception:  # a lost notice costs latency only; the periodic head check recovers it
+        log.warning("could not notify the channel layer group %s", channel_group, exc_info=True)
+
+
+def notify_head_moved(group_id: str, sequence: int) -> None:
+    notify(group_channel(group_id), {"type": "group.head", "group": group_id, "sequence": sequence})
+
+
+def membership_notice(group_id: str, agent_id: str, roles: list[str], epoch: int, active: bool) -> tuple[
+    str, dict[str, Any]
+]:
+    return agent_channel(agent_id), {"type": "agent.membership", "group": group_id, "roles": roles,
+                                     "membership_epoch": epoch, "active": active}
+
+
+def session_notice(agent_id: str, epoch: int) -> tuple[str, dict[str, Any]]:
+    return agent_channel(agent_id), {"type": "agent.session", "session_epoch": epoch}

@@ -20,6 +20,7 @@ from mwportal.protocol import GENESIS_HASH, ErrorCode, parse_time
 from mwportal.protocol.signing import verify
 
 from .authority import AggregateRef, Decision, Emit, HandlerContext, check_revision, check_target_kind
+from .delivery import membership_notice, session_notice
 from .guards import check_int, check_members, check_roles, check_text, check_uuid, refuse
 from .models import (
     GROUP_ROLES,
@@ -156,6 +157,7 @@ def open_session(ctx: HandlerContext) -> Decision:
         ref,
         grants={"token": token, "session_epoch": epoch},
         also=also,
+        notices=[session_notice(ctx.actor.id, epoch)],
     )
 
 
@@ -360,7 +362,9 @@ def add_membership(ctx: HandlerContext) -> Decision:
         Membership.objects.filter(pk=existing.pk).update(roles=roles, epoch=epoch, active=True, updated_at=ctx.now)
     ref = AggregateRef("group", ctx.group.id, ctx.group.revision + 1)
     return Decision(
-        [Emit("membership.added", ref, {"agent": agent_id, "roles": roles, "membership_epoch": epoch})], ref
+        [Emit("membership.added", ref, {"agent": agent_id, "roles": roles, "membership_epoch": epoch})],
+        ref,
+        notices=[membership_notice(ctx.group.id, agent_id, roles, epoch, True)],
     )
 
 
@@ -376,7 +380,11 @@ def remove_membership(ctx: HandlerContext) -> Decision:
     epoch = existing.epoch + 1
     Membership.objects.filter(pk=existing.pk).update(epoch=epoch, active=False, updated_at=ctx.now)
     ref = AggregateRef("group", ctx.group.id, ctx.group.revision + 1)
-    return Decision([Emit("membership.removed", ref, {"agent": agent_id, "membership_epoch": epoch})], ref)
+    return Decision(
+        [Emit("membership.removed", ref, {"agent": agent_id, "membership_epoch": epoch})],
+        ref,
+        notices=[membership_notice(ctx.group.id, agent_id, [], epoch, False)],
+    )
 
 
 @command("membership.set_roles", group_roles=("owner",), target="group", cas=True)
@@ -394,5 +402,7 @@ def set_membership_roles(ctx: HandlerContext) -> Decision:
     Membership.objects.filter(pk=existing.pk).update(roles=roles, epoch=epoch, updated_at=ctx.now)
     ref = AggregateRef("group", ctx.group.id, ctx.group.revision + 1)
     return Decision(
-        [Emit("membership.roles_set", ref, {"agent": agent_id, "roles": roles, "membership_epoch": epoch})], ref
+        [Emit("membership.roles_set", ref, {"agent": agent_id, "roles": roles, "membership_epoch": epoch})],
+        ref,
+        notices=[membership_notice(ctx.group.id, agent_id, roles, epoch, True)],
     )

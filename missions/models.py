@@ -262,3 +262,64 @@ class Approval(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} approval of {self.subject_kind} {self.subject_id}"
+
+
+class GroupSnapshot(models.Model):
+    """A signed snapshot of a Group's state at a sequence (spec 16; MWP-MSN-009).
+
+    ``document`` is the signed document of ``mwportal.protocol.snapshot``;
+    ``final`` marks the snapshot taken on archival.
+    """
+
+    group = models.ForeignKey(Group, on_delete=models.PROTECT, related_name="snapshots")
+    sequence = models.BigIntegerField()
+    head_hash = models.CharField(max_length=64)
+    document = models.JSONField()
+    final = models.BooleanField(default=False)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["group", "sequence"], name="snapshot_sequence_unique")]
+
+    def __str__(self) -> str:
+        return f"snapshot of {self.group_id} at {self.sequence}"
+
+    def reference(self) -> dict[str, object]:
+        """The snapshot reference of CURSOR_TOO_OLD (DESIGN §4)."""
+        return {
+            "group": str(self.group_id),
+            "sequence": self.sequence,
+            "hash": self.document["state_hash"],
+            "signature": self.document["signature"],
+            "url": f"/api/v1/groups/{self.group_id}/snapshots/{self.sequence}",
+        }
+
+
+class AgentCursor(models.Model):
+    """The highest contiguous sequence an Agent acknowledged in a Group (MWP-WRK-030).
+
+    Delivery bookkeeping, not Group state: an ACK never deletes history.
+    """
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="cursors")
+    group = models.ForeignKey(Group, on_delete=models.CASCADE, related_name="+")
+    sequence = models.BigIntegerField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["agent", "group"], name="cursor_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id} at {self.group_id}#{self.sequence}"
+
+
+class AgentPresence(models.Model):
+    """The capacity an Agent last reported over its connection (spec 11.1)."""
+
+    agent = models.OneToOneField(Agent, on_delete=models.CASCADE, related_name="presence")
+    capacity = models.JSONField()
+    connected = models.BooleanField(default=True)
+    updated_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.agent_id} presence"

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from .authority import Decision, HandlerContext
 
-Scope = Literal["mission", "admin"]
+Scope = Literal["mission", "admin", "any"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,3 +92,9 @@ def command_types() -> list[str]:
 # replacement session revokes the Agent's leases everywhere).
 SessionReplacedHook = Callable[["HandlerContext"], list[tuple[Any, list[Any]]]]
 session_replaced_hooks: list[SessionReplacedHook] = []
+
+
+# Contributors to a Group snapshot's state: each returns ``(key, value)`` for
+# the Group (the workitems app adds its WorkItems).
+SnapshotContributor = Callable[[str], tuple[str, Any]]
+snapshot_contributors: list[SnapshotContributor] = []

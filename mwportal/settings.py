@@ -152,6 +152,12 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     name: {"task": f"workitems.{name}", "schedule": MWP_EXPIRY_INTERVAL_SECONDS}
     for name in ("expire_leases", "expire_start_by", "expire_blocked_leases")
 }
+MWP_SNAPSHOT_EVERY_EVENTS = int(os.environ.get("MWP_SNAPSHOT_EVERY_EVENTS", "1000"))
+CELERY_BEAT_SCHEDULE["snapshot_groups"] = {"task": "missions.snapshot_groups", "schedule": 60.0}
+# How often a daphne process re-reads the heads of the Groups it serves, so
+# Events committed by another process reach subscribers even when the
+# channel layer is in-memory (DESIGN §4).
+MWP_HEAD_POLL_SECONDS = float(os.environ.get("MWP_HEAD_POLL_SECONDS", "1.0"))
 
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

@@ -36,7 +36,7 @@ from missions.authority import (
 from missions.guards import check_members, check_text, check_uuid, refuse
 from missions.handlers import check_mission_budgets, found_mission
 from missions.models import Approval, Membership, Mission
-from missions.registry import command, session_replaced_hooks
+from missions.registry import command, session_replaced_hooks, snapshot_contributors
 from mwportal.protocol import GENESIS_HASH, ErrorCode, ProtocolError, format_time, malformed, parse_time
 
 from . import state_machine as sm
@@ -1141,3 +1141,25 @@ def cancel_mission(ctx: HandlerContext) -> Decision:
     mission = _mission_for(ctx)
     events = _propagate_to_items(ctx, "parent.cancelled", sm.CANCELLED, f"mission cancelled: {reason}")
     return _close_mission(ctx, mission, "cancelled", "mission.cancelled", {"reason": reason}, events)
+
+
+def snapshot_workitems(group_id: str) -> tuple[str, Any]:
+    """The WorkItems of a Group as its snapshot carries them (what a Worker's
+    per-Group queue needs to restore)."""
+    items = []
+    for item in WorkItem.objects.filter(group_id=group_id).order_by("id"):
+        items.append({
+            "id": str(item.id), "state": item.state, "revision": item.revision, "contract": item.contract,
+            "contract_revision": item.contract_revision, "accepted_contract_revision": item.accepted_contract_revision,
+            "owner": str(item.owner_id) if item.owner_id else None, "ownership_epoch": item.ownership_epoch,
+            "start_by": format_time(item.start_by) if item.start_by else None,
+            "approved_contract_revision": item.approved_contract_revision, "attempt": item.attempt,
+            "usage": item.usage, "checkpoint_count": item.checkpoint_count,
+            "dependencies": [
+                {"workitem": str(d.depends_on_id), "policy": d.policy} for d in item.dependencies.order_by("id")
+            ],
+        })  # fmt: skip
+    return "workitems", items
+
+
+snapshot_contributors.append(snapshot_workitems)
