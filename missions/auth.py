@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.request import Request
 
@@ -67,3 +68,13 @@ def request_agent(request: Request) -> Agent:
             return agent
         raise ProtocolError(ErrorCode.FORBIDDEN, "this user has no Agent in any Organization")
     raise ProtocolError(ErrorCode.STALE_SESSION, "authentication required: send Authorization: Bearer <token>")
+
+
+class BearerTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
+    """Describes the bearer token to the OpenAPI schema."""
+
+    target_class = "missions.auth.BearerTokenAuthentication"
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {"type": "http", "scheme": "bearer", "description": "the token of POST /api/v1/sessions"}

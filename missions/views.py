@@ -27,7 +27,7 @@ from . import serializers as s
 from .access import access_group
 from .auth import request_agent
 from .authority import Auth, Command, accept
-from .models import Agent, Group, GroupEvent
+from .models import Agent, AgentSession, Group, GroupEvent
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,9 @@ class SessionsView(APIView):
         if admin_group is None:
             raise ProtocolError(ErrorCode.NOT_FOUND, "the Agent's Organization has no administrative Group")
         nonce = data["nonce"] if isinstance(data["nonce"], str) else ""
+        if nonce and AgentSession.objects.filter(agent=agent, nonce=nonce).exists():
+            # A replayed or re-signed request with a used nonce (replay protection).
+            raise ProtocolError(ErrorCode.INVALID_SIGNATURE, "this session request was already used (replay)")
         from .authority import system_action_id
 
         envelope = parse_envelope(
@@ -104,7 +107,9 @@ class SessionsView(APIView):
                 "action_id": system_action_id("session", agent_id, nonce),
                 "actor": agent_id,
                 "group": str(admin_group.id),
-                "session_epoch": agent.session_epoch,
+                # Not checked for a self-authenticating Command; fixed so the
+                # same request always has the same canonical content.
+                "session_epoch": 0,
                 "issued_at": data["issued_at"] if isinstance(data["issued_at"], str) else "",
                 "body": {"request": data},
             },

@@ -20,6 +20,9 @@ from decimal import Decimal
 from typing import Any
 
 MAX_SAFE_INTEGER = 2**53 - 1
+# Deeper nesting is refused on input: no protocol document needs it, and it
+# would let a request exhaust the recursion of any JSON walker.
+MAX_DEPTH = 64
 
 
 class CanonicalizationError(ValueError):
@@ -38,6 +41,8 @@ _ESCAPES = {
 
 
 def _string(s: str) -> str:
+    if _has_surrogate(s):
+        raise CanonicalizationError("a string holds a lone surrogate, which is not Unicode text")
     out = ['"']
     for ch in s:
         esc = _ESCAPES.get(ch)
@@ -49,6 +54,14 @@ def _string(s: str) -> str:
             out.append(ch)
     out.append('"')
     return "".join(out)
+
+
+def _has_surrogate(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _number(value: float) -> str:
@@ -100,6 +113,8 @@ def _encode(value: Any, out: list[str]) -> None:
         for key in value:
             if not isinstance(key, str):
                 raise CanonicalizationError(f"object key {key!r} is not a string")
+            if _has_surrogate(key):
+                raise CanonicalizationError("an object key holds a lone surrogate")
         out.append("{")
         first = True
         for key in sorted(value, key=lambda k: k.encode("utf-16-be")):
@@ -141,23 +156,65 @@ def _no_constant(name: str) -> Any:
     raise CanonicalizationError(f"{name} is not valid JSON")
 
 
-def _safe_int(text: str) -> int:
+def _safe_int(text: str) -> int | float:
     value = int(text)
-    if abs(value) > MAX_SAFE_INTEGER:
-        raise CanonicalizationError(f"integer {text} is outside the safe range")
+    if abs(value) <= MAX_SAFE_INTEGER:
+        return value
+    # Beyond 2**53 integer text is a double, accepted only when it is that
+    # double's own canonical spelling (what canonicalize() writes for a large
+    # integral float, and what an ECMAScript peer sends). Any other text would
+    # be silently rounded to a different number.
+    as_float = float(value)
+    if math.isinf(as_float) or _number(as_float) != text.lstrip("+"):
+        raise CanonicalizationError(f"integer {text} is outside the safe range and would be rounded")
+    return as_float
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise CanonicalizationError(f"number {text} overflows a double")
     return value
 
 
+def _check_depth_and_text(value: Any) -> None:
+    """Refuse nesting deeper than MAX_DEPTH and strings with lone surrogates,
+    iteratively (no recursion limit to trip over)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if _has_surrogate(item):
+                raise CanonicalizationError("a string holds a lone surrogate, which is not Unicode text")
+        elif isinstance(item, dict | list):
+            if depth >= MAX_DEPTH:
+                raise CanonicalizationError(f"nesting is deeper than {MAX_DEPTH} levels")
+            children = list(item.items()) if isinstance(item, dict) else [(None, v) for v in item]
+            for key, child in children:
+                if key is not None and _has_surrogate(key):
+                    raise CanonicalizationError("an object key holds a lone surrogate")
+                stack.append((child, depth + 1))
+
+
 def loads_strict(data: str | bytes) -> Any:
-    """Parse untrusted JSON, refusing what canonicalisation could not preserve."""
+    """Parse untrusted JSON, refusing what canonicalisation could not preserve.
+
+    Bytes must be UTF-8 (RFC 8259 §8.1); duplicate member names, NaN and
+    Infinity, numbers that overflow or round, lone surrogates and nesting
+    deeper than ``MAX_DEPTH`` are refused with ``CanonicalizationError``.
+    """
     try:
-        return json.loads(
-            data,
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        value = json.loads(
+            text,
             object_pairs_hook=_no_duplicates,
             parse_constant=_no_constant,
             parse_int=_safe_int,
+            parse_float=_finite_float,
         )
     except CanonicalizationError:
         raise
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise CanonicalizationError(f"not valid JSON: {exc}") from exc
+    _check_depth_and_text(value)
+    return value

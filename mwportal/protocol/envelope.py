@@ -23,8 +23,8 @@ SYSTEM_ACTOR = "system"
 _REQUIRED = ("type", "action_id", "actor", "group", "session_epoch", "issued_at", "body", "signature")
 _OPTIONAL = ("target", "membership_epoch", "ownership_epoch", "lease_id", "extensions")
 _ALLOWED = frozenset(_REQUIRED + _OPTIONAL)
-_TYPE_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
-_RFC3339_Z = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z$")
+_TYPE_RE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
+_RFC3339_Z = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +79,7 @@ def parse_uuid(value: Any, name: str) -> str:
 
 def parse_time(value: Any, name: str) -> datetime:
     """An RFC 3339 UTC time ending in ``Z``."""
-    if not isinstance(value, str) or not _RFC3339_Z.match(value):
+    if not isinstance(value, str) or not _RFC3339_Z.fullmatch(value):
         raise malformed(name, "must be an RFC 3339 UTC time ending in Z")
     text = value[:-1]
     if "." in text:  # Python parses at most microseconds
@@ -140,7 +140,7 @@ def parse_envelope(data: Any, *, require_signature: bool = True) -> Envelope:
         if name not in data:
             raise malformed(name, "is required")
     ctype = data["type"]
-    if not isinstance(ctype, str) or not _TYPE_RE.match(ctype):
+    if not isinstance(ctype, str) or not _TYPE_RE.fullmatch(ctype):
         raise malformed("type", "must be a dotted command name such as work.start")
     actor = data["actor"]
     if actor != SYSTEM_ACTOR:
@@ -148,8 +148,10 @@ def parse_envelope(data: Any, *, require_signature: bool = True) -> Envelope:
     body = data["body"]
     if not isinstance(body, dict):
         raise malformed("body", "must be an object")
-    extensions = data.get("extensions") or {}
-    if not isinstance(extensions, dict):
+    extensions = data.get("extensions")
+    if extensions is None:
+        extensions = {}
+    elif not isinstance(extensions, dict):
         raise malformed("extensions", "must be an object")
     signature = data.get("signature")
     if (require_signature or signature is not None) and (not isinstance(signature, str) or not signature):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
@@ -22,14 +23,20 @@ def b64url_encode(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
+_B64URL = re.compile(r"[A-Za-z0-9_-]*")
+
+
 def b64url_decode(text: str) -> bytes:
-    """Decode unpadded base64url; ``ValueError`` on anything else."""
-    if not isinstance(text, str) or "=" in text:
+    """Decode unpadded base64url; ``ValueError`` on anything else (one spelling per value)."""
+    if not isinstance(text, str) or not _B64URL.fullmatch(text) or len(text) % 4 == 1:
         raise ValueError("expected unpadded base64url text")
     try:
-        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     except (binascii.Error, ValueError) as exc:
         raise ValueError(f"not base64url: {exc}") from exc
+    if b64url_encode(raw) != text:
+        raise ValueError("not the canonical base64url spelling (stray trailing bits)")
+    return raw
 
 
 def generate_keypair() -> tuple[str, str]:

@@ -1,0 +1,99 @@
+"""Shared helpers of the REST suites: raw HTTP, the error shape, "nothing written"."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from django.http import HttpResponse
+from django.test import Client
+
+from missions.models import ActionReceipt, AgentSession, Group, GroupEvent
+from mwportal.protocol import format_time, signed
+from tests.conftest import AgentKey
+
+SESSIONS = "/api/v1/sessions"
+COMMANDS = "/api/v1/commands"
+ERROR_STATUSES = {400, 401, 403, 404, 409, 410, 422}
+
+
+def http() -> Client:
+    """A test client that answers a crash with a 500 instead of raising, as a server would."""
+    return Client(raise_request_exception=False)
+
+
+def post_raw(client: Client, url: str, data: bytes | str, content_type: str = "application/json") -> HttpResponse:
+    return client.post(url, data=data, content_type=content_type)  # type: ignore[return-value]
+
+
+def post_json(client: Client, url: str, value: Any) -> HttpResponse:
+    return post_raw(client, url, json.dumps(value))
+
+
+def events_url(group: str, query: str = "") -> str:
+    return f"/api/v1/groups/{group}/events" + (f"?{query}" if query else "")
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+
+
+def show(response: HttpResponse) -> str:
+    return f"{response.status_code} {response.content[:500]!r}"
+
+
+def error_of(response: HttpResponse, status: int, code: str) -> dict[str, Any]:
+    """Assert the DESIGN §4 error shape with ``status`` and ``code``; the inner error."""
+    assert response.status_code == status, show(response)
+    payload = response.json()
+    assert set(payload) == {"error"}, payload
+    error = payload["error"]
+    assert set(error) == {"code", "message", "details"}, error
+    assert error["code"] == code, error
+    assert isinstance(error["message"], str) and error["message"], error
+    assert isinstance(error["details"], dict), error
+    return error
+
+
+def malformed_naming(response: HttpResponse, field: str) -> dict[str, Any]:
+    """400 MALFORMED whose message (and details, when it says) names ``field``."""
+    error = error_of(response, 400, "MALFORMED")
+    assert field in error["message"], error
+    if "field" in error["details"]:
+        assert error["details"]["field"] == field, error
+    return error
+
+
+def session_request(
+    agent: AgentKey, *, issued_at: datetime | None = None, nonce: str | None = None, key: str | None = None
+) -> dict[str, Any]:
+    import uuid
+
+    return signed(
+        key or agent.private_key,
+        {
+            "agent": agent.id,
+            "issued_at": format_time(issued_at or datetime.now(UTC)),
+            "nonce": nonce or uuid.uuid4().hex,
+        },
+    )
+
+
+def state() -> tuple[Any, ...]:
+    return (
+        GroupEvent.objects.count(),
+        ActionReceipt.objects.count(),
+        AgentSession.objects.count(),
+        list(Group.objects.order_by("id").values_list("id", "last_sequence", "revision", "head_hash")),
+    )
+
+
+@contextmanager
+def nothing_written() -> Iterator[None]:
+    """No Event, receipt or session row was added and no Group head moved."""
+    before = state()
+    yield
+    assert state() == before
