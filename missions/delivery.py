@@ -39,11 +39,16 @@ def notify_head_moved(group_id: str, sequence: int) -> None:
     notify(group_channel(group_id), {"type": "group.head", "group": group_id, "sequence": sequence})
 
 
-def membership_notice(group_id: str, agent_id: str, roles: list[str], epoch: int, active: bool) -> tuple[
-    str, dict[str, Any]
-]:
-    return agent_channel(agent_id), {"type": "agent.membership", "group": group_id, "roles": roles,
-                                     "membership_epoch": epoch, "active": active}
+def membership_notice(
+    group_id: str, agent_id: str, roles: list[str], epoch: int, active: bool
+) -> tuple[str, dict[str, Any]]:
+    return agent_channel(agent_id), {
+        "type": "agent.membership",
+        "group": group_id,
+        "roles": roles,
+        "membership_epoch": epoch,
+        "active": active,
+    }
 
 
 def session_notice(agent_id: str, epoch: int) -> tuple[str, dict[str, Any]]:

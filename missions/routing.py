@@ -1,6 +1,10 @@
-"""WebSocket URL routes. Consumers for ``/ws/v1/agent`` and
-``/ws/v1/ui/groups/{id}`` arrive with event delivery (issue 4)."""
+"""WebSocket URL routes (DESIGN §4)."""
 
-from typing import Any
+from django.urls import path
 
-websocket_urlpatterns: list[Any] = []
+from . import consumers
+
+websocket_urlpatterns = [
+    path("ws/v1/agent", consumers.AgentConsumer.as_asgi()),
+    path("ws/v1/ui/groups/<str:group_id>", consumers.GroupUIConsumer.as_asgi()),
+]

@@ -54,8 +54,14 @@ def take_snapshot(ctx: HandlerContext, *, final: bool) -> GroupSnapshot:
         private_key=private_key, organization=head.organization_id, group=head.id, sequence=head.last_sequence,
         head_hash=head.head_hash, state=group_state(head.id), created_at=format_time(ctx.now),
     )  # fmt: skip
-    return GroupSnapshot.objects.create(group_id=head.id, sequence=head.last_sequence, head_hash=head.head_hash,
-                                        document=document, final=final, created_at=ctx.now)
+    return GroupSnapshot.objects.create(
+        group_id=head.id,
+        sequence=head.last_sequence,
+        head_hash=head.head_hash,
+        document=document,
+        final=final,
+        created_at=ctx.now,
+    )
 
 
 @command("group.snapshot", scope="any", actors=("system",))
@@ -68,8 +74,12 @@ def snapshot_group(ctx: HandlerContext) -> Decision:
         raise refuse(ErrorCode.INVALID_TRANSITION, "a snapshot at this sequence exists")
     snap = take_snapshot(ctx, final=bool(ctx.body.get("final")))
     ref = AggregateRef("group", ctx.group.id, ctx.group.revision)
-    body = {"sequence": snap.sequence, "head_hash": snap.head_hash, "state_hash": snap.document["state_hash"],
-            "final": snap.final}
+    body = {
+        "sequence": snap.sequence,
+        "head_hash": snap.head_hash,
+        "state_hash": snap.document["state_hash"],
+        "final": snap.final,
+    }
     return Decision([Emit("group.snapshot_taken", ref, body)], ref)
 
 
@@ -88,8 +98,14 @@ def snapshot_now(group_id: str, *, final: bool = False) -> GroupSnapshot:
         if last is not None and last.sequence == group.last_sequence - 1 and not final:
             return last
         try:
-            accept(system_command("group.snapshot", group_id, {"at": group.last_sequence, "final": final},
-                                  action_id=system_action_id("snapshot", group_id, group.last_sequence)))
+            accept(
+                system_command(
+                    "group.snapshot",
+                    group_id,
+                    {"at": group.last_sequence, "final": final},
+                    action_id=system_action_id("snapshot", group_id, group.last_sequence),
+                )
+            )
         except Exception as exc:  # the head moved under us: look again
             from mwportal.protocol import ProtocolError
 
@@ -104,8 +120,11 @@ def snapshot_for_cursor(group: Group, after: int) -> GroupSnapshot | None:
     window = settings.MWP_ONLINE_REPLAY_EVENTS
     if group.last_sequence - after <= window:
         return None
-    snap = GroupSnapshot.objects.filter(group=group, sequence__gte=group.last_sequence - window).order_by(
-        "-sequence").first()
+    snap = (
+        GroupSnapshot.objects.filter(group=group, sequence__gte=group.last_sequence - window)
+        .order_by("-sequence")
+        .first()
+    )
     return snap or snapshot_now(str(group.id))
 
 
@@ -121,10 +140,16 @@ def archive_mission(ctx: HandlerContext) -> Decision:
     Mission.objects.filter(id=mission.id).update(status="archived")
     ref = AggregateRef("group", ctx.group.id, ctx.group.revision + 1)
     at = ctx.group.last_sequence + 1  # the archive Event's own sequence
-    final = system_command("group.snapshot", ctx.group.id, {"at": at, "final": True},
-                           action_id=system_action_id("final-snapshot", ctx.group.id), issued_at=ctx.now)
-    return Decision([Emit("mission.archived", ref, {"mission": str(mission.id), "final_snapshot_at": at})], ref,
-                    followups=[final])
+    final = system_command(
+        "group.snapshot",
+        ctx.group.id,
+        {"at": at, "final": True},
+        action_id=system_action_id("final-snapshot", ctx.group.id),
+        issued_at=ctx.now,
+    )
+    return Decision(
+        [Emit("mission.archived", ref, {"mission": str(mission.id), "final_snapshot_at": at})], ref, followups=[final]
+    )
 
 
 @command("event.redact", group_roles=("owner",))

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -27,7 +27,9 @@ from . import serializers as s
 from .access import access_group
 from .auth import request_agent
 from .authority import Auth, Command, accept
-from .models import Agent, AgentSession, Group, GroupEvent
+from .models import Agent, AgentSession, Group, GroupEvent, GroupSnapshot, Membership
+from .server_key import server_keypair
+from .snapshots import snapshot_for_cursor
 
 log = logging.getLogger(__name__)
 
@@ -158,5 +160,53 @@ class GroupEventsView(APIView):
         agent = request_agent(request)
         group = access_group(agent, group_id)
         after, limit = query.validated_data["after"], query.validated_data["limit"]
+        snapshot = snapshot_for_cursor(group, after)
+        if snapshot is not None:
+            # The cursor is older than the online replay window: restore the
+            # signed snapshot, then replay after its sequence (spec 16).
+            ref = snapshot.reference()
+            err = ProtocolError(
+                ErrorCode.CURSOR_TOO_OLD, f"after {after} is outside the online replay window", {"snapshot": ref}
+            )
+            return Response({**err.as_dict(), "snapshot": ref}, status=410)
         events = GroupEvent.objects.filter(group=group, sequence__gt=after).order_by("sequence")[:limit]
         return Response({"events": [e.as_wire() for e in events], "head": group.last_sequence})
+
+
+class GroupSnapshotView(APIView):
+    """A signed Group snapshot document (verify it with ``mwportal.protocol.snapshot``)."""
+
+    @extend_schema(responses={200: OpenApiResponse(description="the signed snapshot document"), **ERRORS})
+    def get(self, request: Request, group_id: str, sequence: int) -> Response:
+        group = access_group(request_agent(request), parse_uuid(group_id, "group"))
+        snap = GroupSnapshot.objects.filter(group=group, sequence=sequence).first()
+        if snap is None:
+            raise ProtocolError(ErrorCode.NOT_FOUND, f"no snapshot of this Group at {sequence}")
+        return Response(snap.document)
+
+
+class ServerKeyView(APIView):
+    """The server's Ed25519 public key, which signs Group snapshots."""
+
+    authentication_classes: list[Any] = []
+
+    @extend_schema(responses={200: OpenApiResponse(description='{"public_key"}')})
+    def get(self, request: Request) -> Response:
+        return Response({"public_key": server_keypair()[1], "algorithm": "Ed25519"})
+
+
+class MembershipsView(APIView):
+    """The calling Agent's active Memberships, with roles and epochs."""
+
+    @extend_schema(responses={200: OpenApiResponse(description='{"memberships": [...]}'), **ERRORS})
+    def get(self, request: Request) -> Response:
+        agent = request_agent(request)
+        rows = Membership.objects.filter(agent=agent, active=True).select_related("group").order_by("group_id")
+        memberships = [
+            {"group": str(m.group_id), "roles": m.roles, "membership_epoch": m.epoch, "kind": m.group.kind}
+            for m in rows
+        ]
+        admin = Group.objects.filter(organization_id=agent.organization_id, kind=Group.KIND_ADMIN).first()
+        return Response(
+            {"agent": str(agent.id), "memberships": memberships, "admin_group": str(admin.id) if admin else None}
+        )

@@ -81,7 +81,9 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
     }
-    _db.setdefault("TEST", {})
+    # The test database is a file, not memory, so that a real daphne started
+    # by the WebSocket tests reads the same database as the test.
+    _db["TEST"] = {"NAME": str(VAR_DIR / "test_mwportal.sqlite3")}
 elif _db["ENGINE"] in ("django.db.backends.postgresql", "django.db.backends.postgresql_psycopg2"):
     _db["ENGINE"] = "django.db.backends.postgresql"
 DATABASES = {"default": _db}

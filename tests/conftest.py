@@ -136,14 +136,16 @@ def agent_model() -> type[Agent]:
     return Agent
 
 
-@pytest.fixture
-def purge_events_after() -> Iterator[None]:
-    """For transactional tests: empty the append-only Event table before the
-    flush, with the trigger lifted for that moment only (SQLite's flush
-    deletes rows, which the trigger refuses; PostgreSQL's TRUNCATE does not
-    fire row triggers)."""
+@pytest.fixture(autouse=True)
+def purge_events_after(request: pytest.FixtureRequest) -> Iterator[None]:
+    """For transactional tests on SQLite: empty the append-only Event table
+    before the flush, with the trigger lifted for that moment only (SQLite's
+    flush deletes rows, which the trigger refuses; PostgreSQL's TRUNCATE does
+    not fire row triggers)."""
+    marker = request.node.get_closest_marker("django_db")
+    transactional = "transactional_db" in request.fixturenames or bool(marker and marker.kwargs.get("transaction"))
     yield
-    if connection.vendor != "sqlite":
+    if not transactional or connection.vendor != "sqlite":
         return
     from missions.immutability import TABLE, drop_sql, install_sql
 

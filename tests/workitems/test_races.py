@@ -20,9 +20,7 @@ pytestmark = [
 ]
 
 
-def test_eight_workers_accept_one_bounded_offer_exactly_one_epoch(
-    flow: Flow, owner: AgentKey, purge_events_after: None
-) -> None:
+def test_eight_workers_accept_one_bounded_offer_exactly_one_epoch(flow: Flow, owner: AgentKey) -> None:
     workers = [make_agent("acme", f"racer-{i}", ["worker"]) for i in range(8)]
     for w in workers:
         owner.send(

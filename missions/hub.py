@@ -1,0 +1,212 @@
+"""The per-process Event hub that feeds WebSocket subscribers (spec 16; DESIGN §4).
+
+One hub runs per daphne process (per event loop). For every Group with local
+subscribers it keeps the head it has seen and a short cache of the latest
+Events. A head move is learnt from the channel layer ("head moved" after a
+commit) or from a periodic check of the heads of all local Groups (one query
+for all of them, so Events committed by a Celery worker or a management
+command arrive even with the in-memory layer). Either way the hub reads the
+new Events **once** and wakes its subscribers, which take them from the cache:
+one commit never turns into one database read per subscriber.
+
+A subscriber behind the cache (a replay from an old cursor) reads the
+database itself, in batches, until it reaches the cache. Delivery per Group is
+strictly in sequence order; at-least-once (a reconnect may repeat Events
+around the disconnect).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+
+from .delivery import group_channel
+from .models import Group, GroupEvent
+
+log = logging.getLogger(__name__)
+
+CACHE_EVENTS = 1000
+REPLAY_BATCH = 500
+
+Event = dict[str, Any]
+
+
+def _read_after(group_id: str, after: int, limit: int) -> list[Event]:
+    rows = GroupEvent.objects.filter(group_id=group_id, sequence__gt=after).order_by("sequence")[:limit]
+    return [row.as_wire() for row in rows]
+
+
+def _heads(group_ids: list[str]) -> dict[str, int]:
+    return {str(g): s for g, s in Group.objects.filter(id__in=group_ids).values_list("id", "last_sequence")}
+
+
+@dataclass(eq=False)
+class Subscription:
+    """One subscriber's position in one Group; ``deliver`` sends a batch of Events.
+
+    ``deliver`` returns False to end the subscription (the subscriber lost its
+    Membership, say).
+    """
+
+    group_id: str
+    position: int
+    deliver: Callable[[list[Event]], Awaitable[bool]]
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    closed: bool = False
+
+
+@dataclass(eq=False)
+class _Feed:
+    group_id: str
+    head: int = 0
+    cache: deque[Event] = field(default_factory=lambda: deque(maxlen=CACHE_EVENTS))
+    subscribers: set[Subscription] = field(default_factory=set)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def cached_after(self, position: int) -> list[Event] | None:
+        """Events after ``position`` from the cache, or None when the cache does not reach back."""
+        if not self.cache:
+            return [] if position >= self.head else None
+        first = self.cache[0]["sequence"]
+        if position + 1 < first:
+            return None
+        return [e for e in self.cache if e["sequence"] > position]
+
+
+class Hub:
+    def __init__(self) -> None:
+        self.feeds: dict[str, _Feed] = {}
+        self.layer = get_channel_layer()
+        self.channel: str | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        if self.layer is not None:
+            self.channel = await self.layer.new_channel("mwp-hub.")
+            self._tasks.append(asyncio.create_task(self._listen()))
+        self._tasks.append(asyncio.create_task(self._poll()))
+
+    # --- subscriptions ---------------------------------------------------
+
+    async def subscribe(
+        self, group_id: str, after: int, deliver: Callable[[list[Event]], Awaitable[bool]]
+    ) -> Subscription:
+        feed = self.feeds.get(group_id)
+        if feed is None:
+            feed = self.feeds[group_id] = _Feed(group_id)
+            heads = await database_sync_to_async(_heads)([group_id])
+            feed.head = heads.get(group_id, 0)
+            if self.layer is not None and self.channel is not None:
+                await self.layer.group_add(group_channel(group_id), self.channel)
+        sub = Subscription(group_id, after, deliver)
+        feed.subscribers.add(sub)
+        sub.task = asyncio.create_task(self._run(feed, sub))
+        return sub
+
+    async def unsubscribe(self, sub: Subscription) -> None:
+        sub.closed = True
+        feed = self.feeds.get(sub.group_id)
+        if feed is not None:
+            feed.subscribers.discard(sub)
+            if not feed.subscribers:
+                del self.feeds[sub.group_id]
+                if self.layer is not None and self.channel is not None:
+                    await self.layer.group_discard(group_channel(sub.group_id), self.channel)
+        if sub.task is not None and sub.task is not asyncio.current_task():
+            sub.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await sub.task
+
+    async def _run(self, feed: _Feed, sub: Subscription) -> None:
+        """Deliver everything after the subscriber's position, then follow the head."""
+        try:
+            while not sub.closed:
+                if sub.position >= feed.head:
+                    sub.wake.clear()
+                    if sub.position >= feed.head:
+                        await sub.wake.wait()
+                    continue
+                batch = feed.cached_after(sub.position)
+                if batch is None:  # behind the cache: replay from the database
+                    batch = await database_sync_to_async(_read_after)(feed.group_id, sub.position, REPLAY_BATCH)
+                batch = [e for e in batch if e["sequence"] > sub.position]
+                if not batch:
+                    await asyncio.sleep(0.05)  # the head moved but the rows are not visible yet
+                    continue
+                if not await sub.deliver(batch):
+                    await self.unsubscribe(sub)
+                    return
+                sub.position = batch[-1]["sequence"]
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("delivery to a subscriber of %s failed", feed.group_id)
+
+    # --- head moves ------------------------------------------------------
+
+    async def head_moved(self, group_id: str, sequence: int) -> None:
+        feed = self.feeds.get(group_id)
+        if feed is None or sequence <= feed.head:
+            return
+        async with feed.lock:
+            # Read the new Events once for every local subscriber.
+            while feed.head < sequence:
+                after = feed.cache[-1]["sequence"] if feed.cache else feed.head
+                rows = await database_sync_to_async(_read_after)(group_id, after, REPLAY_BATCH)
+                if not rows:
+                    break
+                feed.cache.extend(rows)
+                feed.head = rows[-1]["sequence"]
+        for sub in list(feed.subscribers):
+            sub.wake.set()
+
+    async def _listen(self) -> None:
+        assert self.layer is not None and self.channel is not None
+        while True:
+            try:
+                message = await self.layer.receive(self.channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.warning("the channel layer failed; relying on the head check", exc_info=True)
+                await asyncio.sleep(1)
+                continue
+            if message.get("type") == "group.head":
+                await self.head_moved(str(message["group"]), int(message["sequence"]))
+
+    async def _poll(self) -> None:
+        interval = settings.MWP_HEAD_POLL_SECONDS
+        while True:
+            await asyncio.sleep(interval)
+            if not self.feeds:
+                continue
+            try:
+                heads = await database_sync_to_async(_heads)(list(self.feeds))
+            except Exception:
+                log.warning("the head check failed", exc_info=True)
+                continue
+            for group_id, sequence in heads.items():
+                await self.head_moved(group_id, sequence)
+
+
+_hubs: dict[int, Hub] = {}
+
+
+async def get_hub() -> Hub:
+    """The hub of the running event loop, started on first use."""
+    loop = asyncio.get_running_loop()
+    hub = _hubs.get(id(loop))
+    if hub is None:
+        hub = _hubs[id(loop)] = Hub()
+        await hub.start()
+    return hub
