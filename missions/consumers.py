@@ -4,7 +4,8 @@ Frames are JSON objects with an ``op``. A bad frame (malformed JSON, unknown
 ``op``, over 1 MiB, a subscribe to a foreign Group) gets an ``error`` frame
 and changes nothing else: the connection and its other subscriptions stay up.
 More than ``MAX_BAD_FRAMES`` bad frames within ``BAD_FRAME_WINDOW`` seconds
-close the connection with code 1008 (policy violation) and a reason.
+close the connection with code 4008 (policy violation, in the
+application range) and a reason.
 
 Commands arrive through ``accept()`` like every other write; reads come from
 the database through the per-process hub (``missions/hub.py``).
@@ -47,7 +48,9 @@ log = logging.getLogger(__name__)
 MAX_FRAME_BYTES = 1024 * 1024
 MAX_BAD_FRAMES = 20
 BAD_FRAME_WINDOW = 10.0
-CLOSE_POLICY = 1008
+# Application close codes must be 1000 or 3000-4999 (RFC 6455 §7.4.2; autobahn
+# refuses 1008 from an application): 4008 mirrors 1008 "policy violation".
+CLOSE_POLICY = 4008
 CLOSE_SESSION_REPLACED = 4001
 CLOSE_UNAUTHENTICATED = 4003
 
@@ -114,6 +117,7 @@ class _EventStream(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
     agent: Agent | None = None
 
     async def connect(self) -> None:
+        self.closing = False
         self.subscriptions: dict[str, Subscription] = {}
         self.bad_frames: deque[float] = deque()
         self.send_lock = asyncio.Lock()
@@ -125,7 +129,13 @@ class _EventStream(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             await hub.unsubscribe(sub)
         self.subscriptions.clear()
 
+    async def close(self, code: int | None = None, reason: str | None = None) -> None:
+        self.closing = True
+        await super().close(code=code, reason=reason)
+
     async def send_json(self, frame: dict[str, Any]) -> None:
+        if self.closing:
+            return
         async with self.send_lock:
             await self.send(text_data=json.dumps(frame, separators=(",", ":")))
 
@@ -139,13 +149,15 @@ class _EventStream(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
         while self.bad_frames and self.bad_frames[0] < now - BAD_FRAME_WINDOW:
             self.bad_frames.popleft()
         if len(self.bad_frames) > MAX_BAD_FRAMES:
-            await self.close(
-                code=CLOSE_POLICY, reason=f"more than {MAX_BAD_FRAMES} bad frames in {BAD_FRAME_WINDOW:.0f} s"
-            )
+            reason = f"closing: more than {MAX_BAD_FRAMES} bad frames in {BAD_FRAME_WINDOW:.0f} s"
+            # daphne drops the reason of a close frame, so it travels in a
+            # last error frame just before the close code.
+            await self.error("MALFORMED", reason)
+            await self.close(code=CLOSE_POLICY, reason=reason)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         raw = text_data if text_data is not None else bytes_data
-        if raw is None:
+        if raw is None or self.closing:
             return
         size = len(raw.encode("utf-8", "surrogatepass")) if isinstance(raw, str) else len(raw)
         if size > MAX_FRAME_BYTES:

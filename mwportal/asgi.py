@@ -7,15 +7,24 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mwportal.settings")
 django_asgi_app = get_asgi_application()
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs Django set up first)
-from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402  (needs Django set up first)
 
 from missions.routing import websocket_urlpatterns  # noqa: E402
 
-application = ProtocolTypeRouter(
-    {
-        "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
-    }
-)
+from django.conf import settings  # noqa: E402
+
+http_app = django_asgi_app
+if settings.DEBUG:
+    # The embedded default serves the admin's static files itself, as
+    # runserver would; production puts them behind the proxy.
+    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+
+    http_app = ASGIStaticFilesHandler(django_asgi_app)
+
+application = ProtocolTypeRouter({"http": http_app, "websocket": URLRouter(websocket_urlpatterns)})
+
+# daphne's own WebSocket size limit must sit above the protocol's 1 MiB frame
+# limit, so an oversized frame reaches the consumer and is answered with an
+# error frame instead of a closed connection (DESIGN §4). Run daphne with
+# --websocket-max-message-size and --websocket-max-frame-size of this value.
+TRANSPORT_MAX_FRAME_BYTES = 16 * 1024 * 1024

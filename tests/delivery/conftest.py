@@ -1,0 +1,132 @@
+"""A real daphne serving the test database, and real ``websockets`` clients."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+from websockets.asyncio.client import ClientConnection, connect
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def database_url() -> str:
+    """The test database as a URL the daphne subprocess can open."""
+    cfg = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{cfg['NAME']}"
+    host, port = cfg.get("HOST") or "127.0.0.1", cfg.get("PORT") or 5432
+    return f"postgres://{cfg['USER']}@{host}:{port}/{cfg['NAME']}"
+
+
+class Daphne:
+    """A daphne process on a free port; ``restart()`` kills it hard and starts it again."""
+
+    def __init__(self, env: dict[str, str]):
+        self.port = free_port()
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = ROOT / "var" / f"daphne-test-{self.port}.log"
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.log.parent.mkdir(exist_ok=True)
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
+                 "--websocket-max-message-size", str(16 * 1024 * 1024),
+                 "--websocket-max-frame-size", str(16 * 1024 * 1024), "mwportal.asgi:application"],
+                cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daphne exited: {self.log.read_text()[-2000:]}")
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            time.sleep(0.1)
+        raise RuntimeError("daphne did not start within 30 s")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+
+@pytest.fixture
+def daphne(transactional_db: None, settings: Any) -> Iterator[Daphne]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env.update({
+        "MWP_DATABASE_URL": database_url(),
+        "MWP_HEAD_POLL_SECONDS": "0.2",
+        "MWP_ONLINE_REPLAY_EVENTS": str(settings.MWP_ONLINE_REPLAY_EVENTS),
+        "MWP_SIGNING_KEY_FILE": str(settings.MWP_SIGNING_KEY_FILE),
+        "DJANGO_SETTINGS_MODULE": "mwportal.settings",
+    })  # fmt: skip
+    server = Daphne(env)
+    server.start()
+    yield server
+    server.kill()
+
+
+class Client:
+    """A ``websockets`` client speaking the agent protocol."""
+
+    def __init__(self, ws: ClientConnection):
+        self.ws = ws
+
+    @classmethod
+    async def open(cls, server: Daphne, token: str | None = None) -> Client:
+        ws = await connect(f"{server.url}/ws/v1/agent", max_size=8 * 1024 * 1024, open_timeout=10)
+        client = cls(ws)
+        if token is not None:
+            await client.send({"op": "hello", "token": token})
+            welcome = await client.recv()
+            assert welcome["op"] == "welcome", welcome
+        return client
+
+    async def send(self, frame: dict[str, Any]) -> None:
+        await self.ws.send(json.dumps(frame))
+
+    async def recv(self, timeout: float = 10) -> dict[str, Any]:
+        return json.loads(await asyncio.wait_for(self.ws.recv(), timeout))
+
+    async def events(self, group: str, until: int, timeout: float = 20) -> list[dict[str, Any]]:
+        """Receive ``event`` frames of ``group`` until its sequence ``until``."""
+        got: list[dict[str, Any]] = []
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not got or got[-1]["sequence"] < until:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                raise AssertionError(f"timed out at {[e['sequence'] for e in got][-5:]} waiting for {until}")
+            frame = await self.recv(left)
+            if frame["op"] == "event" and frame["event"]["group"] == group:
+                got.append(frame["event"])
+        return got
+
+    async def close(self) -> None:
+        await self.ws.close()
