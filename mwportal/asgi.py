@@ -8,10 +8,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mwportal.settings")
 django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402  (needs Django set up first)
+from django.conf import settings  # noqa: E402
 
 from missions.routing import websocket_urlpatterns  # noqa: E402
-
-from django.conf import settings  # noqa: E402
 
 http_app = django_asgi_app
 if settings.DEBUG:

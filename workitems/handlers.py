@@ -1143,23 +1143,26 @@ def cancel_mission(ctx: HandlerContext) -> Decision:
     return _close_mission(ctx, mission, "cancelled", "mission.cancelled", {"reason": reason}, events)
 
 
+def _item_state(item: WorkItem) -> dict[str, Any]:
+    return {
+        "id": str(item.id), "state": item.state, "revision": item.revision, "contract": item.contract,
+        "contract_revision": item.contract_revision, "accepted_contract_revision": item.accepted_contract_revision,
+        "owner": str(item.owner_id) if item.owner_id else None, "ownership_epoch": item.ownership_epoch,
+        "start_by": format_time(item.start_by) if item.start_by else None,
+        "approved_contract_revision": item.approved_contract_revision, "attempt": item.attempt,
+        "usage": item.usage, "checkpoint_count": item.checkpoint_count,
+        "dependencies": sorted(
+            ({"workitem": str(d.depends_on_id), "policy": d.policy} for d in item.dependencies.all()),
+            key=lambda d: d["workitem"],
+        ),
+    }  # fmt: skip
+
+
 def snapshot_workitems(group_id: str) -> tuple[str, Any]:
     """The WorkItems of a Group as its snapshot carries them (what a Worker's
     per-Group queue needs to restore)."""
-    items = []
-    for item in WorkItem.objects.filter(group_id=group_id).order_by("id"):
-        items.append({
-            "id": str(item.id), "state": item.state, "revision": item.revision, "contract": item.contract,
-            "contract_revision": item.contract_revision, "accepted_contract_revision": item.accepted_contract_revision,
-            "owner": str(item.owner_id) if item.owner_id else None, "ownership_epoch": item.ownership_epoch,
-            "start_by": format_time(item.start_by) if item.start_by else None,
-            "approved_contract_revision": item.approved_contract_revision, "attempt": item.attempt,
-            "usage": item.usage, "checkpoint_count": item.checkpoint_count,
-            "dependencies": [
-                {"workitem": str(d.depends_on_id), "policy": d.policy} for d in item.dependencies.order_by("id")
-            ],
-        })  # fmt: skip
-    return "workitems", items
+    rows = WorkItem.objects.filter(group_id=group_id).prefetch_related("dependencies").order_by("id")
+    return "workitems", [_item_state(item) for item in rows]
 
 
 snapshot_contributors.append(snapshot_workitems)
