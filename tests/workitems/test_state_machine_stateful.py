@@ -73,12 +73,10 @@ class Lifecycle(RuleBasedStateMachine):
     def decline_offer(self) -> None:
         f = self.flow
         ok = self.state == sm.OFFERED and self.offered
-        decline = lambda: f.worker.send(
-            "work.decline_offer",
-            f.group,
-            {"reason": "capacity"},  # noqa: E731
-            target=f.target(self.item),
-        )
+
+        def decline() -> dict[str, Any]:
+            return f.worker.send("work.decline_offer", f.group, {"reason": "capacity"}, target=f.target(self.item))
+
         if self.attempt("work.decline_offer", ok, decline):
             self.offered = False
 
