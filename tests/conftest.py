@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,8 +25,8 @@ from django.db import connection
 
 from missions.authority import Auth, Command, accept
 from missions.commands import create_organization, register_agent
-from missions.models import Agent, Group
-from mwportal.protocol import generate_keypair, make_envelope, parse_envelope
+from missions.models import ActionReceipt, Agent, Group, GroupEvent
+from mwportal.protocol import ErrorCode, ProtocolError, generate_keypair, make_envelope, parse_envelope
 
 ON_POSTGRES = os.environ.get("MWP_DATABASE_URL", "").startswith(("postgres", "postgresql"))
 
@@ -79,6 +80,30 @@ def make_agent(org_slug: str, name: str, roles: list[str], *, open_session: bool
     if open_session:
         key.extra["token"] = key.open_session()
     return key
+
+
+@contextmanager
+def nothing_written() -> Iterator[None]:
+    before = (
+        GroupEvent.objects.count(),
+        ActionReceipt.objects.count(),
+        list(Group.objects.order_by("id").values_list("id", "last_sequence", "revision")),
+    )
+    yield
+    after = (
+        GroupEvent.objects.count(),
+        ActionReceipt.objects.count(),
+        list(Group.objects.order_by("id").values_list("id", "last_sequence", "revision")),
+    )
+    assert after == before
+
+
+def refused(code: ErrorCode, fn: Any, *args: Any, **kwargs: Any) -> ProtocolError:
+    """Run ``fn``; it must raise ``ProtocolError(code)`` and write nothing."""
+    with nothing_written(), pytest.raises(ProtocolError) as info:
+        fn(*args, **kwargs)
+    assert info.value.code == code, info.value.message
+    return info.value
 
 
 def group_revision(group_id: str) -> int:

@@ -912,32 +912,30 @@ def expire_lease(ctx: HandlerContext) -> Decision:
     return Decision([Emit("work.lease_expired", item_ref(item), body)], item_ref(item))
 
 
+def _fence_lapsed_owner(ctx: HandlerContext, transition: str, event: str, what: str) -> Decision:
+    """The owner's bounded ownership lease ran out: fence it (no owner)."""
+    item = _system_item(ctx)
+    sm.check_transition(item.state, transition)
+    if item.owner_id is None or item.owner_expires_at is None or item.owner_expires_at > ctx.now:
+        raise refuse(ErrorCode.INVALID_TRANSITION, f"the {what} has not passed")
+    body = {"agent": str(item.owner_id), "ownership_epoch": item.ownership_epoch}
+    item.owner, item.owner_expires_at, item.start_by = None, None, None
+    save(item, ctx.now)
+    return Decision([Emit(event, item_ref(item), body)], item_ref(item))
+
+
 @command("work.expire_start_by", actors=("system",))
 def expire_start_by(ctx: HandlerContext) -> Decision:
     """The owner missed its start-by deadline: it is fenced (no owner), and the
     Coordinator may re-offer under a higher Ownership Epoch (spec 11.5)."""
-    item = _system_item(ctx)
-    sm.check_transition(item.state, "expire.start_by")
-    if item.owner_id is None or item.owner_expires_at is None or item.owner_expires_at > ctx.now:
-        raise refuse(ErrorCode.INVALID_TRANSITION, "the start-by deadline has not passed")
-    body = {"agent": str(item.owner_id), "ownership_epoch": item.ownership_epoch}
-    item.owner, item.owner_expires_at, item.start_by = None, None, None
-    save(item, ctx.now)
-    return Decision([Emit("work.start_deadline_missed", item_ref(item), body)], item_ref(item))
+    return _fence_lapsed_owner(ctx, "expire.start_by", "work.start_deadline_missed", "start-by deadline")
 
 
 @command("work.expire_blocked_lease", actors=("system",))
 def expire_blocked_lease(ctx: HandlerContext) -> Decision:
     """The bounded blocked lease ran out: the owner is fenced; an unblock then
     re-opens the WorkItem for a new offer (spec 10.2)."""
-    item = _system_item(ctx)
-    sm.check_transition(item.state, "expire.blocked_lease")
-    if item.owner_id is None or item.owner_expires_at is None or item.owner_expires_at > ctx.now:
-        raise refuse(ErrorCode.INVALID_TRANSITION, "the blocked lease has not run out")
-    body = {"agent": str(item.owner_id), "ownership_epoch": item.ownership_epoch}
-    item.owner, item.owner_expires_at, item.start_by = None, None, None
-    save(item, ctx.now)
-    return Decision([Emit("work.blocked_lease_expired", item_ref(item), body)], item_ref(item))
+    return _fence_lapsed_owner(ctx, "expire.blocked_lease", "work.blocked_lease_expired", "blocked lease")
 
 
 # --- session replacement (MWP-WRK-014) --------------------------------------------

@@ -53,27 +53,25 @@ def expire_leases() -> int:
     )  # fmt: skip
 
 
+def _fence_lapsed(state: str, type_: str) -> int:
+    """Issue ``type_`` for every ``state`` WorkItem whose owner's lease (start-by
+    or blocked lease) has run out."""
+    now = timezone.now()
+    due = WorkItem.objects.filter(state=state, owner__isnull=False, owner_expires_at__lt=now)[:BATCH]
+    return sum(
+        _issue(type_, item.group_id, {"workitem": str(item.id), "ownership_epoch": item.ownership_epoch},
+               (item.id, item.ownership_epoch, item.owner_expires_at.isoformat()), item.owner_expires_at)
+        for item in due if item.owner_expires_at is not None
+    )  # fmt: skip
+
+
 @shared_task(name="workitems.expire_start_by")
 def expire_start_by() -> int:
     """Fence owners of queued WorkItems whose start-by deadline passed."""
-    now = timezone.now()
-    due = WorkItem.objects.filter(state="queued", owner__isnull=False, owner_expires_at__lt=now)
-    return sum(
-        _issue("work.expire_start_by", item.group_id,
-               {"workitem": str(item.id), "ownership_epoch": item.ownership_epoch},
-               (item.id, item.ownership_epoch, item.owner_expires_at.isoformat()), item.owner_expires_at)
-        for item in due[:BATCH] if item.owner_expires_at is not None
-    )  # fmt: skip
+    return _fence_lapsed("queued", "work.expire_start_by")
 
 
 @shared_task(name="workitems.expire_blocked_leases")
 def expire_blocked_leases() -> int:
     """End the bounded blocked lease of blocked WorkItems past it."""
-    now = timezone.now()
-    due = WorkItem.objects.filter(state="blocked", owner__isnull=False, owner_expires_at__lt=now)
-    return sum(
-        _issue("work.expire_blocked_lease", item.group_id,
-               {"workitem": str(item.id), "ownership_epoch": item.ownership_epoch},
-               (item.id, item.ownership_epoch, item.owner_expires_at.isoformat()), item.owner_expires_at)
-        for item in due[:BATCH] if item.owner_expires_at is not None
-    )  # fmt: skip
+    return _fence_lapsed("blocked", "work.expire_blocked_lease")

@@ -7,39 +7,12 @@ change of the Group head.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-
-import pytest
 
 from missions.authority import Auth, Command, accept
-from missions.models import ActionReceipt, AgentCard, Group, GroupEvent, Membership, Organization
+from missions.models import AgentCard, Group, GroupEvent, Membership, Organization
 from missions.verify import verify_group_log
-from mwportal.protocol import ErrorCode, ProtocolError, parse_envelope, signed
-from tests.conftest import AgentKey, group_revision
-
-
-@contextmanager
-def nothing_written() -> Iterator[None]:
-    before = (
-        GroupEvent.objects.count(),
-        ActionReceipt.objects.count(),
-        list(Group.objects.order_by("id").values_list("id", "last_sequence", "revision")),
-    )
-    yield
-    after = (
-        GroupEvent.objects.count(),
-        ActionReceipt.objects.count(),
-        list(Group.objects.order_by("id").values_list("id", "last_sequence", "revision")),
-    )
-    assert after == before
-
-
-def refused(code: ErrorCode, fn, *args, **kwargs) -> ProtocolError:  # type: ignore[no-untyped-def]
-    with nothing_written(), pytest.raises(ProtocolError) as info:
-        fn(*args, **kwargs)
-    assert info.value.code == code, info.value.message
-    return info.value
+from mwportal.protocol import ErrorCode, parse_envelope, signed
+from tests.conftest import AgentKey, group_revision, nothing_written, refused
 
 
 def target(group_id: str) -> dict[str, object]:

@@ -6,16 +6,9 @@ import pytest
 
 from missions.models import GroupEvent
 from mwportal.protocol import ErrorCode, ProtocolError
+from tests.conftest import refused
 from tests.workitems.flow import PROGRESS, Flow
 from workitems.models import ExecutionLease, Submission
-
-
-def refused(code: ErrorCode, fn, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
-    count = GroupEvent.objects.count()
-    with pytest.raises(ProtocolError) as info:
-        fn(*args, **kwargs)
-    assert info.value.code == code, info.value
-    assert GroupEvent.objects.count() == count
 
 
 def test_older_lease_id_after_renewal_and_restart_is_refused_MWP_WRK_013(flow: Flow) -> None:

@@ -10,19 +10,10 @@ import time_machine
 from django.utils import timezone
 
 from missions.models import Approval, GroupEvent, Mission
-from mwportal.protocol import ErrorCode, ProtocolError
+from mwportal.protocol import ErrorCode
+from tests.conftest import refused
 from tests.workitems.flow import PROGRESS, Flow, contract
 from workitems.models import WorkItem
-
-
-def refused(code: ErrorCode, fn, *args, **kwargs) -> ProtocolError:  # type: ignore[no-untyped-def]
-    count = GroupEvent.objects.count()
-    with pytest.raises(ProtocolError) as info:
-        fn(*args, **kwargs)
-    assert info.value.code == code, info.value
-    assert GroupEvent.objects.count() == count
-    return info.value
-
 
 # --- Work Contract (spec 10.1) ----------------------------------------------
 
