@@ -47,8 +47,8 @@ from mwportal.protocol import (
     ProtocolError,
     event_hash,
     format_time,
-    verify,
 )
+from mwportal.protocol.signing import verify_bytes
 
 from .models import ActionReceipt, Agent, Group, GroupEvent, Membership
 from .registry import CommandSpec, spec_for
@@ -180,13 +180,13 @@ class HandlerContext:
 Receipt = dict[str, Any]
 
 
-def _db_uuid(value: str | uuid.UUID) -> Any:
+def db_uuid(value: str | uuid.UUID) -> Any:
     """A UUID as the backend stores it (native on PostgreSQL, hex on SQLite)."""
     u = value if isinstance(value, uuid.UUID) else uuid.UUID(value)
     return u if connection.features.has_native_uuid_field else u.hex
 
 
-def _db_time(value: datetime) -> Any:
+def db_time(value: datetime) -> Any:
     return connection.ops.adapt_datetimefield_value(value)
 
 
@@ -277,7 +277,7 @@ def _accept_once(command: Command, spec: CommandSpec, now: datetime) -> Receipt:
         # one indexed read.
         cur.execute(
             f"SELECT content_hash, receipt FROM {_T_RECEIPT} WHERE actor = %s AND action_id = %s",
-            [env.actor, _db_uuid(env.action_id)],
+            [env.actor, db_uuid(env.action_id)],
         )
         row = cur.fetchone()
         if row is not None:
@@ -341,7 +341,7 @@ def _select_group(cur: Any, group_id: str) -> Any:
     cur.execute(
         f"SELECT organization_id, kind, last_sequence, head_hash, revision FROM {_T_GROUP} WHERE id = %s"
         + _for_update(),
-        [_db_uuid(group_id)],
+        [db_uuid(group_id)],
     )
     return cur.fetchone()
 
@@ -393,7 +393,7 @@ def _load_actor(cur: Any, command: Command, group: GroupHead) -> Actor:
         f" m.roles, m.epoch, m.active"
         f" FROM {_T_AGENT} a LEFT JOIN {_T_MEMBERSHIP} m ON m.agent_id = a.id AND m.group_id = %s"
         f" WHERE a.id = %s",
-        [_db_uuid(group.id), _db_uuid(env.actor)],
+        [db_uuid(group.id), db_uuid(env.actor)],
     )
     row = cur.fetchone()
     if row is None:
@@ -422,7 +422,7 @@ def _check_actor(command: Command, spec: CommandSpec, actor: Actor, group: Group
     if "agent" not in spec.actors:
         raise ProtocolError(ErrorCode.FORBIDDEN, f"{spec.type} is issued by the system only")
     if command.auth is Auth.SIGNED:
-        if not env.signature or not verify(actor.public_key, env.raw, env.signature):
+        if not env.signature or not verify_bytes(actor.public_key, env.signing_bytes, env.signature):
             raise ProtocolError(ErrorCode.INVALID_SIGNATURE, "the signature does not verify with the actor's key")
     elif command.auth is Auth.SELF and not spec.self_authenticating:
         raise ProtocolError(ErrorCode.INVALID_SIGNATURE, f"{spec.type} needs a signed envelope")
@@ -522,8 +522,8 @@ def _append(cur: Any, env: Envelope, group: GroupHead, emits: list[Emit], now: d
         row_prev = prev
         prev = event_hash(prev, event)
         values += [
-            _db_uuid(event_id), _db_uuid(group.id), sequence, emit.type, emit.aggregate.kind, emit.aggregate.id,
-            emit.aggregate.revision, env.actor, _db_uuid(env.action_id), _db_time(now),
+            db_uuid(event_id), db_uuid(group.id), sequence, emit.type, emit.aggregate.kind, emit.aggregate.id,
+            emit.aggregate.revision, env.actor, db_uuid(env.action_id), db_time(now),
             json.dumps(emit.body, separators=(",", ":")), row_prev, prev,
         ]  # fmt: skip
         refs.append({"event_id": event_id, "sequence": sequence, "type": emit.type})
@@ -539,7 +539,7 @@ def _append(cur: Any, env: Envelope, group: GroupHead, emits: list[Emit], now: d
     # Mission status); the head always moves.
     cur.execute(
         f"UPDATE {_T_GROUP} SET last_sequence = %s, head_hash = %s, revision = %s WHERE id = %s",
-        [sequence, prev, revision, _db_uuid(group.id)],
+        [sequence, prev, revision, db_uuid(group.id)],
     )
     group.last_sequence, group.head_hash, group.revision = sequence, prev, revision
     return refs
@@ -567,7 +567,7 @@ def _write_receipt(
     cur.execute(
         f"INSERT INTO {_T_RECEIPT} (actor, action_id, content_hash, group_id, receipt, accepted_at)"
         f" VALUES (%s, %s, %s, %s, %s, %s)",
-        [env.actor, _db_uuid(env.action_id), content_hash, _db_uuid(group.id), json.dumps(receipt), _db_time(now)],
+        [env.actor, db_uuid(env.action_id), content_hash, db_uuid(group.id), json.dumps(receipt), db_time(now)],
     )
     return receipt
 

@@ -3,14 +3,21 @@
 The layer only says "head moved" (or "your Membership changed", "your session
 was replaced"); readers fetch Events from the database, so order and
 completeness never depend on the layer, only latency does.
+
+Sending happens on one long-lived notifier thread with its own event loop:
+``notify()`` only hands the message over, so a Command's thread never builds
+an event loop per message (``async_to_sync`` would, at about half a
+millisecond each). Head notices of one Group are coalesced: only the newest
+head matters to a reader.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 log = logging.getLogger(__name__)
@@ -24,31 +31,85 @@ def agent_channel(agent_id: str) -> str:
     return f"mwp.agent.{agent_id}"
 
 
+class _Notifier:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.serving_loop: asyncio.AbstractEventLoop | None = None
+        self.pending_heads: dict[str, int] = {}
+
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        with self.lock:
+            serving = self.serving_loop
+            if serving is not None and serving.is_running():
+                # In a daphne process, send on daphne's own loop: the
+                # in-memory layer's queues belong to that loop.
+                return serving
+            if self.loop is None or self.loop.is_closed():
+                loop = asyncio.new_event_loop()
+                ready = threading.Event()
+
+                def run() -> None:
+                    asyncio.set_event_loop(loop)
+                    loop.call_soon(ready.set)
+                    loop.run_forever()
+
+                threading.Thread(target=run, name="mwp-notifier", daemon=True).start()
+                ready.wait()
+                self.loop = loop
+            return self.loop
+
+    def send(self, channel_group: str, message: dict[str, Any]) -> None:
+        loop = self._ensure_loop()
+        loop.call_soon_threadsafe(lambda: loop.create_task(self._send(channel_group, message)))
+
+    def head(self, group_id: str, sequence: int) -> None:
+        with self.lock:
+            known = self.pending_heads.get(group_id)
+            self.pending_heads[group_id] = max(sequence, known or 0)
+            if known is not None:
+                return  # a send for this Group is already queued; it will carry the newest head
+        loop = self._ensure_loop()
+        loop.call_soon_threadsafe(lambda: loop.create_task(self._send_head(group_id)))
+
+    async def _send_head(self, group_id: str) -> None:
+        with self.lock:
+            sequence = self.pending_heads.pop(group_id)
+        await self._send(group_channel(group_id), {"type": "group.head", "group": group_id, "sequence": sequence})
+
+    async def _send(self, channel_group: str, message: dict[str, Any]) -> None:
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        try:
+            await layer.group_send(channel_group, message)
+        except Exception:  # a lost notice costs latency only; the periodic head check recovers it
+            log.warning("could not notify the channel layer group %s", channel_group, exc_info=True)
+
+
+_notifier = _Notifier()
+
+
+def register_serving_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Called by the hub of a serving process (daphne) with its event loop."""
+    _notifier.serving_loop = loop
+
+
 def notify(channel_group: str, message: dict[str, Any]) -> None:
-    """Send ``message`` to a channel group; best effort (see the module docstring)."""
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    try:
-        async_to_sync(layer.group_send)(channel_group, message)
-    except Exception:  # a lost notice costs latency only; the periodic head check recovers it
-        log.warning("could not notify the channel layer group %s", channel_group, exc_info=True)
+    """Queue ``message`` for a channel group; best effort (see the module docstring)."""
+    _notifier.send(channel_group, message)
 
 
 def notify_head_moved(group_id: str, sequence: int) -> None:
-    notify(group_channel(group_id), {"type": "group.head", "group": group_id, "sequence": sequence})
+    _notifier.head(group_id, sequence)
 
 
 def membership_notice(
     group_id: str, agent_id: str, roles: list[str], epoch: int, active: bool
 ) -> tuple[str, dict[str, Any]]:
-    return agent_channel(agent_id), {
-        "type": "agent.membership",
-        "group": group_id,
-        "roles": roles,
-        "membership_epoch": epoch,
-        "active": active,
-    }
+    message = {"type": "agent.membership", "group": group_id, "roles": roles, "membership_epoch": epoch,
+               "active": active}  # fmt: skip
+    return agent_channel(agent_id), message
 
 
 def session_notice(agent_id: str, epoch: int) -> tuple[str, dict[str, Any]]:

@@ -29,7 +29,7 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from .delivery import group_channel
+from .delivery import group_channel, register_serving_loop
 from .models import Group, GroupEvent
 
 log = logging.getLogger(__name__)
@@ -91,6 +91,7 @@ class Hub:
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
+        register_serving_loop(asyncio.get_running_loop())
         if self.layer is not None:
             self.channel = await self.layer.new_channel("mwp-hub.")
             self._tasks.append(asyncio.create_task(self._listen()))

@@ -52,6 +52,10 @@ class Envelope:
     lease_id: str | None = None
     extensions: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
+    # The canonical bytes of the envelope without its signature: what the
+    # signature covers and what the idempotency hash is taken of, computed
+    # once while parsing.
+    signing_bytes: bytes = field(default=b"", compare=False, repr=False)
 
     def content_hash(self) -> str:
         """SHA-256 of the canonical envelope without its signature (MWP-EVT-003).
@@ -60,8 +64,7 @@ class Envelope:
         makes the same Command hash the same whether it arrived signed over
         the agent transport or was built by the portal for a session.
         """
-        content = {k: v for k, v in self.raw.items() if k != "signature"}
-        return hashlib.sha256(canonicalize(content)).hexdigest()
+        return hashlib.sha256(self.signing_bytes).hexdigest()
 
 
 def parse_uuid(value: Any, name: str) -> str:
@@ -160,7 +163,7 @@ def parse_envelope(data: Any, *, require_signature: bool = True) -> Envelope:
     if lease_id is not None:
         lease_id = parse_uuid(lease_id, "lease_id")
     try:
-        canonicalize(data)
+        signing = canonicalize({k: v for k, v in data.items() if k != "signature"})
     except CanonicalizationError as exc:
         raise malformed("envelope", str(exc)) from None
     return Envelope(
@@ -178,6 +181,7 @@ def parse_envelope(data: Any, *, require_signature: bool = True) -> Envelope:
         lease_id=lease_id,
         extensions=extensions,
         raw=data,
+        signing_bytes=signing,
     )
 
 
