@@ -269,32 +269,43 @@ def _stored_receipt(env: Envelope) -> Receipt | None:
     return {**row[1], "replayed": True}
 
 
+def _replayed(env: Envelope, content_hash: str, stored_hash: str, stored: Any) -> Receipt:
+    """Step 1's answer for a known (actor, action_id) (MWP-EVT-003)."""
+    if stored_hash != content_hash:
+        raise ProtocolError(
+            ErrorCode.ACTION_ID_COLLISION,
+            "this action_id was already accepted with different content",
+            {"action_id": env.action_id},
+        )
+    return {**_json(stored), "replayed": True}
+
+
 def _accept_once(command: Command, spec: CommandSpec, now: datetime) -> Receipt:
     env = command.envelope
     content_hash = env.content_hash()
     with transaction.atomic(durable=True), connection.cursor() as cur:
-        # Step 1: idempotency (MWP-EVT-003), before any lock: a replay costs
-        # one indexed read.
-        cur.execute(
-            f"SELECT content_hash, receipt FROM {_T_RECEIPT} WHERE actor = %s AND action_id = %s",
-            [env.actor, db_uuid(env.action_id)],
-        )
-        row = cur.fetchone()
-        if row is not None:
-            if row[0] != content_hash:
-                raise ProtocolError(
-                    ErrorCode.ACTION_ID_COLLISION,
-                    "this action_id was already accepted with different content",
-                    {"action_id": env.action_id},
-                )
-            return {**_json(row[1]), "replayed": True}
-
-        # Steps 2-3: lock the Group row (it serialises appends to this Group;
-        # always the first lock taken) and read the actor and its Membership
-        # under that lock, so a concurrent Membership change is either fully
-        # before or fully after this Command.
-        group = _lock_group(cur, env.group, spec)
-        actor = _load_actor(cur, command, group)
+        # Steps 1-3 in one round trip where the backend allows: the receipt of
+        # (actor, action_id), the Group row locked (it serialises appends to
+        # this Group; always the first lock taken), and the actor with its
+        # Membership read under that lock, so a concurrent Membership change
+        # is either fully before or fully after this Command. A replay takes
+        # the lock too; replays are rare and short.
+        combined = _read_locked(cur, command, spec) if _COMBINED_READ and not spec.creates_group else None
+        if combined is not None:
+            stored, group, maybe_actor = combined
+            if stored is not None or maybe_actor is None:
+                return _replayed(env, content_hash, *stored)
+            actor = maybe_actor
+        else:
+            cur.execute(
+                f"SELECT content_hash, receipt FROM {_T_RECEIPT} WHERE actor = %s AND action_id = %s",
+                [env.actor, db_uuid(env.action_id)],
+            )
+            row = cur.fetchone()
+            if row is not None:
+                return _replayed(env, content_hash, row[0], row[1])
+            group = _lock_group(cur, env.group, spec)
+            actor = _load_actor(cur, command, group)
         _check_actor(command, spec, actor, group)
 
         # Step 4: the Group aggregate's revision; handlers compare their own
@@ -310,11 +321,12 @@ def _accept_once(command: Command, spec: CommandSpec, now: datetime) -> Receipt:
         # Step 6: append, advance the head(s), write the receipt.
         if not decision.events:
             raise RuntimeError(f"handler of {env.type} decided on no Event")
-        refs = _append(cur, env, group, decision.events, now)
         for other, emits in decision.also:
             if emits:
-                _append(cur, env, other, emits, now)
-        receipt = _write_receipt(cur, env, group, decision, refs, now, content_hash)
+                sql, params, _ = _append_sql(env, other, emits, now)
+                for statement, values in zip(sql, params, strict=True):
+                    cur.execute(statement, values)
+        receipt = _append_with_receipt(cur, env, group, decision, now, content_hash)
 
         # Step 7: runs after commit only, so no one hears of an Event that
         # rolled back.
@@ -326,6 +338,44 @@ def _accept_once(command: Command, spec: CommandSpec, now: datetime) -> Receipt:
     if decision.grants:
         return {**receipt, "grants": decision.grants}
     return receipt
+
+
+# PostgreSQL can lock the Group row and read the receipt, the actor and its
+# Membership in one statement, and write the Events, the head and the receipt
+# in one statement with data-modifying CTEs. SQLite takes the same steps one
+# statement at a time (it has no row locks; IMMEDIATE transactions serialise
+# its writers anyway).
+_COMBINED_READ = connection.vendor == "postgresql"
+
+
+def _read_locked(cur: Any, command: Command, spec: CommandSpec) -> tuple[Any, GroupHead, Actor | None] | None:
+    """Steps 1-3 in one statement; None when the Group does not exist (the caller
+    then takes the step-by-step path, which answers NOT_FOUND or creates it)."""
+    env = command.envelope
+    agent_id = None if env.actor == SYSTEM_ACTOR else db_uuid(env.actor)
+    cur.execute(
+        f"SELECT g.organization_id, g.kind, g.last_sequence, g.head_hash, g.revision,"
+        f" r.content_hash, r.receipt,"
+        f" a.id, a.organization_id, a.kind, a.org_roles, a.public_key, a.session_epoch, m.roles, m.epoch, m.active"
+        f" FROM {_T_GROUP} g"
+        f" LEFT JOIN {_T_RECEIPT} r ON r.actor = %s AND r.action_id = %s"
+        f" LEFT JOIN {_T_AGENT} a ON a.id = %s"
+        f" LEFT JOIN {_T_MEMBERSHIP} m ON m.agent_id = a.id AND m.group_id = g.id"
+        f" WHERE g.id = %s FOR UPDATE OF g",
+        [env.actor, db_uuid(env.action_id), agent_id, db_uuid(env.group)],
+    )
+    row = cur.fetchone()
+    if row is None:
+        return None
+    stored = (row[5], row[6]) if row[5] is not None else None
+    if stored is not None:
+        return stored, _head(env.group, row[:5]), None  # a replay: the actor is not looked at
+    if row[1] != spec.scope and spec.scope != "any":
+        where = "an Organization's administrative Group" if spec.scope == "admin" else "a Mission Group"
+        raise ProtocolError(ErrorCode.INVALID_TRANSITION, f"{spec.type} is issued in {where}")
+    group = _head(env.group, row[:5])
+    actor = _actor_from(command, row[7:] if row[7] is not None else None)
+    return None, group, actor
 
 
 def _notify(heads: list[tuple[str, int]], notices: list[tuple[str, dict[str, Any]]]) -> None:
@@ -382,33 +432,43 @@ def _lock_group(cur: Any, group_id: str, spec: CommandSpec) -> GroupHead:
 
 def _load_actor(cur: Any, command: Command, group: GroupHead) -> Actor:
     env = command.envelope
+    row = None
+    if env.actor != SYSTEM_ACTOR:
+        cur.execute(
+            f"SELECT a.id, a.organization_id, a.kind, a.org_roles, a.public_key, a.session_epoch,"
+            f" m.roles, m.epoch, m.active"
+            f" FROM {_T_AGENT} a LEFT JOIN {_T_MEMBERSHIP} m ON m.agent_id = a.id AND m.group_id = %s"
+            f" WHERE a.id = %s",
+            [db_uuid(group.id), db_uuid(env.actor)],
+        )
+        row = cur.fetchone()
+    return _actor_from(command, row)
+
+
+def _actor_from(command: Command, row: Any) -> Actor:
+    """The actor of ``command`` from its Agent row (``id, organization_id, kind,
+    org_roles, public_key, session_epoch, roles, epoch, active``), or the
+    system actor."""
+    env = command.envelope
     if env.actor == SYSTEM_ACTOR:
         if command.auth is not Auth.SYSTEM:
             raise ProtocolError(ErrorCode.FORBIDDEN, "only the server acts as the system actor")
         return Actor(SYSTEM_ACTOR, None, "system", frozenset(), "", 0, None, None)
     if command.auth is Auth.SYSTEM:
         raise ProtocolError(ErrorCode.FORBIDDEN, "system commands are issued by the system actor")
-    cur.execute(
-        f"SELECT a.organization_id, a.kind, a.org_roles, a.public_key, a.session_epoch,"
-        f" m.roles, m.epoch, m.active"
-        f" FROM {_T_AGENT} a LEFT JOIN {_T_MEMBERSHIP} m ON m.agent_id = a.id AND m.group_id = %s"
-        f" WHERE a.id = %s",
-        [db_uuid(group.id), db_uuid(env.actor)],
-    )
-    row = cur.fetchone()
     if row is None:
         # An unknown actor cannot have signed anything we can check.
         raise ProtocolError(ErrorCode.INVALID_SIGNATURE, f"unknown agent {env.actor}", {"actor": env.actor})
-    active = bool(row[7])
+    active = bool(row[8])
     return Actor(
         id=env.actor,
-        organization_id=str(uuid.UUID(str(row[0]))),
-        kind=row[1],
-        org_roles=frozenset(_json(row[2])),
-        public_key=row[3],
-        session_epoch=row[4],
-        membership_roles=frozenset(_json(row[5])) if active else None,
-        membership_epoch=row[6] if active else None,
+        organization_id=str(uuid.UUID(str(row[1]))),
+        kind=row[2],
+        org_roles=frozenset(_json(row[3])),
+        public_key=row[4],
+        session_epoch=row[5],
+        membership_roles=frozenset(_json(row[6])) if active else None,
+        membership_epoch=row[7] if active else None,
     )
 
 
@@ -494,10 +554,13 @@ def check_revision(env: Envelope, current: int) -> None:
         )
 
 
-def _append(cur: Any, env: Envelope, group: GroupHead, emits: list[Emit], now: datetime) -> list[dict[str, Any]]:
-    """Step 6 for one Group: Events with the next sequences and the hash chain
-    in one INSERT, then the head (and the Group revision, when the Group is
-    the aggregate that changed) in one UPDATE. Returns the Event references."""
+def _append_sql(
+    env: Envelope, group: GroupHead, emits: list[Emit], now: datetime
+) -> tuple[list[str], list[list[Any]], list[dict[str, Any]]]:
+    """Step 6 for one Group: the Events with the next sequences and the hash
+    chain (one INSERT) and the head, with the Group revision when the Group is
+    the aggregate that changed (one UPDATE). Returns the statements, their
+    parameters and the Event references; moves ``group`` to its new head."""
     sequence = group.last_sequence
     prev = group.head_hash
     occurred_at = format_time(now)
@@ -527,33 +590,32 @@ def _append(cur: Any, env: Envelope, group: GroupHead, emits: list[Emit], now: d
             json.dumps(emit.body, separators=(",", ":")), row_prev, prev,
         ]  # fmt: skip
         refs.append({"event_id": event_id, "sequence": sequence, "type": emit.type})
+        # The Group revision moves only on Group-aggregate Events (Membership,
+        # Mission status); the head always moves.
         if emit.aggregate.kind == "group" and emit.aggregate.id == group.id:
             revision = max(revision, emit.aggregate.revision)
     placeholders = ",".join(["(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"] * len(emits))
-    cur.execute(
+    insert = (
         f"INSERT INTO {_T_EVENT} (event_id, group_id, sequence, type, aggregate_kind, aggregate_id,"
-        f" aggregate_revision, actor, action_id, occurred_at, body, prev_hash, hash) VALUES {placeholders}",
-        values,
+        f" aggregate_revision, actor, action_id, occurred_at, body, prev_hash, hash) VALUES {placeholders}"
     )
-    # The Group revision moves only on Group-aggregate Events (Membership,
-    # Mission status); the head always moves.
-    cur.execute(
-        f"UPDATE {_T_GROUP} SET last_sequence = %s, head_hash = %s, revision = %s WHERE id = %s",
-        [sequence, prev, revision, db_uuid(group.id)],
-    )
+    update = f"UPDATE {_T_GROUP} SET last_sequence = %s, head_hash = %s, revision = %s WHERE id = %s"
     group.last_sequence, group.head_hash, group.revision = sequence, prev, revision
-    return refs
+    return [insert, update], [values, [sequence, prev, revision, db_uuid(group.id)]], refs
 
 
-def _write_receipt(
-    cur: Any,
-    env: Envelope,
-    group: GroupHead,
-    decision: Decision,
-    refs: list[dict[str, Any]],
-    now: datetime,
-    content_hash: str,
+_RECEIPT_INSERT = (
+    f"INSERT INTO {_T_RECEIPT} (actor, action_id, content_hash, group_id, receipt, accepted_at)"
+    f" VALUES (%s, %s, %s, %s, %s, %s)"
+)
+
+
+def _append_with_receipt(
+    cur: Any, env: Envelope, group: GroupHead, decision: Decision, now: datetime, content_hash: str
 ) -> Receipt:
+    """Step 6 for the Command's own Group: Events, head and receipt; one
+    statement on PostgreSQL (data-modifying CTEs), three on SQLite."""
+    statements, params, refs = _append_sql(env, group, decision.events, now)
     receipt: Receipt = {
         "action_id": env.action_id,
         "actor": env.actor,
@@ -564,11 +626,18 @@ def _write_receipt(
         "accepted_at": format_time(now),
         "replayed": False,
     }
-    cur.execute(
-        f"INSERT INTO {_T_RECEIPT} (actor, action_id, content_hash, group_id, receipt, accepted_at)"
-        f" VALUES (%s, %s, %s, %s, %s, %s)",
-        [env.actor, db_uuid(env.action_id), content_hash, db_uuid(group.id), json.dumps(receipt), db_time(now)],
-    )
+    receipt_params = [
+        env.actor, db_uuid(env.action_id), content_hash, db_uuid(group.id), json.dumps(receipt), db_time(now),
+    ]  # fmt: skip
+    if _COMBINED_READ:
+        cur.execute(
+            f"WITH ev AS ({statements[0]} RETURNING 1), hd AS ({statements[1]} RETURNING 1) {_RECEIPT_INSERT}",
+            params[0] + params[1] + receipt_params,
+        )
+    else:
+        for statement, values in zip(statements, params, strict=True):
+            cur.execute(statement, values)
+        cur.execute(_RECEIPT_INSERT, receipt_params)
     return receipt
 
 
