@@ -290,7 +290,7 @@ def _accept_once(command: Command, spec: CommandSpec, now: datetime) -> Receipt:
         # Membership read under that lock, so a concurrent Membership change
         # is either fully before or fully after this Command. A replay takes
         # the lock too; replays are rare and short.
-        combined = _read_locked(cur, command, spec) if _COMBINED_READ and not spec.creates_group else None
+        combined = _read_locked(cur, command, spec) if COMBINED_STATEMENTS and not spec.creates_group else None
         if combined is not None:
             stored, group, maybe_actor = combined
             if stored is not None or maybe_actor is None:
@@ -345,7 +345,7 @@ def _accept_once(command: Command, spec: CommandSpec, now: datetime) -> Receipt:
 # in one statement with data-modifying CTEs. SQLite takes the same steps one
 # statement at a time (it has no row locks; IMMEDIATE transactions serialise
 # its writers anyway).
-_COMBINED_READ = connection.vendor == "postgresql"
+COMBINED_STATEMENTS = connection.vendor == "postgresql"
 
 
 def _read_locked(cur: Any, command: Command, spec: CommandSpec) -> tuple[Any, GroupHead, Actor | None] | None:
@@ -629,7 +629,7 @@ def _append_with_receipt(
     receipt_params = [
         env.actor, db_uuid(env.action_id), content_hash, db_uuid(group.id), json.dumps(receipt), db_time(now),
     ]  # fmt: skip
-    if _COMBINED_READ:
+    if COMBINED_STATEMENTS:
         cur.execute(
             f"WITH ev AS ({statements[0]} RETURNING 1), hd AS ({statements[1]} RETURNING 1) {_RECEIPT_INSERT}",
             params[0] + params[1] + receipt_params,

@@ -23,6 +23,7 @@ from mwportal.protocol import GENESIS_HASH, ErrorCode, parse_time
 from mwportal.protocol.signing import verify
 
 from .authority import (
+    COMBINED_STATEMENTS,
     AggregateRef,
     Decision,
     Emit,
@@ -365,6 +366,34 @@ def _membership_of(ctx: HandlerContext, agent_id: str) -> _MemberRow | None:
     return _MemberRow(row[0], roles, row[2], bool(row[3]))
 
 
+def _set_roles(ctx: HandlerContext, agent_id: str, roles: list[str]) -> tuple[int, list[str]]:
+    """Change an active member's roles and bump its epoch; ``(new epoch, old roles)``.
+
+    On PostgreSQL one statement (a hot path): the UPDATE returns the roles the
+    row had. SQLite's RETURNING cannot see a joined row, so there it reads
+    first. An owner losing the role is checked after either way (a refusal
+    rolls the whole Command back).
+    """
+    if not COMBINED_STATEMENTS:
+        existing = _membership_of(ctx, agent_id)
+        if existing is None or not existing.active:
+            raise refuse(ErrorCode.NOT_FOUND, f"agent {agent_id} is not a member", agent=agent_id)
+        _update_membership(existing.pk, roles=roles, epoch=existing.epoch + 1, active=True, now=ctx.now)
+        return existing.epoch + 1, existing.roles
+    with connection.cursor() as cur:
+        cur.execute(
+            f"UPDATE {_T_MEMBERSHIP} SET roles = %s, epoch = {_T_MEMBERSHIP}.epoch + 1, updated_at = %s"
+            f" FROM (SELECT id, roles AS old_roles FROM {_T_MEMBERSHIP}"
+            f" WHERE group_id = %s AND agent_id = %s AND active) AS old"
+            f" WHERE {_T_MEMBERSHIP}.id = old.id RETURNING {_T_MEMBERSHIP}.epoch, old.old_roles",
+            [json.dumps(roles), db_time(ctx.now), db_uuid(ctx.group.id), db_uuid(agent_id)],
+        )
+        row = cur.fetchone()
+    if row is None:
+        raise refuse(ErrorCode.NOT_FOUND, f"agent {agent_id} is not a member", agent=agent_id)
+    return row[0], json.loads(row[1]) if isinstance(row[1], str | bytes) else row[1]
+
+
 def _update_membership(pk: int, *, roles: list[str] | None, epoch: int, active: bool, now: datetime) -> None:
     with connection.cursor() as cur:
         if roles is None:
@@ -442,13 +471,9 @@ def set_membership_roles(ctx: HandlerContext) -> Decision:
     check_members(body, ["agent", "roles"])
     agent_id = check_uuid(body, "agent")
     roles = check_roles(body, "roles", GROUP_ROLES)
-    existing = _membership_of(ctx, agent_id)
-    if existing is None or not existing.active:
-        raise refuse(ErrorCode.NOT_FOUND, f"agent {agent_id} is not a member", agent=agent_id)
-    if "owner" in existing.roles:
+    epoch, old_roles = _set_roles(ctx, agent_id, roles)
+    if "owner" in old_roles:
         _check_keeps_an_owner(ctx, agent_id, roles)
-    epoch = existing.epoch + 1
-    _update_membership(existing.pk, roles=roles, epoch=epoch, active=True, now=ctx.now)
     ref = AggregateRef("group", ctx.group.id, ctx.group.revision + 1)
     return Decision(
         [Emit("membership.roles_set", ref, {"agent": agent_id, "roles": roles, "membership_epoch": epoch})],
