@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+from json.encoder import encode_basestring as _encode_basestring
 from decimal import Decimal
 from typing import Any
 
@@ -29,31 +30,13 @@ class CanonicalizationError(ValueError):
     """The value has no RFC 8785 form (NaN, infinity, unsafe integer, bad type)."""
 
 
-_ESCAPES = {
-    '"': '\\"',
-    "\\": "\\\\",
-    "\b": "\\b",
-    "\f": "\\f",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-}
-
-
 def _string(s: str) -> str:
-    if _has_surrogate(s):
-        raise CanonicalizationError("a string holds a lone surrogate, which is not Unicode text")
-    out = ['"']
-    for ch in s:
-        esc = _ESCAPES.get(ch)
-        if esc is not None:
-            out.append(esc)
-        elif ord(ch) < 0x20:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
+    """A JSON string as RFC 8785 §3.2.2.2 writes it: ``"`` and ``\\`` escaped,
+    control characters as the short escapes (\\b \\t \\n \\f \\r) or lower-case
+    \\u00xx, everything else literal. CPython's C string encoder for
+    ``ensure_ascii=False`` writes exactly that; lone surrogates pass it but
+    fail the final UTF-8 encoding in ``canonicalize``."""
+    return _encode_basestring(s)
 
 
 def _has_surrogate(s: str) -> bool:
@@ -113,8 +96,6 @@ def _encode(value: Any, out: list[str]) -> None:
         for key in value:
             if not isinstance(key, str):
                 raise CanonicalizationError(f"object key {key!r} is not a string")
-            if _has_surrogate(key):
-                raise CanonicalizationError("an object key holds a lone surrogate")
         out.append("{")
         first = True
         for key in sorted(value, key=lambda k: k.encode("utf-16-be")):
@@ -139,8 +120,12 @@ def _encode(value: Any, out: list[str]) -> None:
 def canonicalize(value: Any) -> bytes:
     """The RFC 8785 canonical UTF-8 bytes of a JSON value."""
     out: list[str] = []
-    _encode(value, out)
-    return "".join(out).encode("utf-8")
+    try:
+        _encode(value, out)
+        return "".join(out).encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate (in a string, or in a key being sorted by UTF-16).
+        raise CanonicalizationError("a string holds a lone surrogate, which is not Unicode text") from None
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
