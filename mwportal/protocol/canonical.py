@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 import math
-from json.encoder import encode_basestring as _encode_basestring
 from decimal import Decimal
+from json.encoder import encode_basestring as _encode_basestring
 from typing import Any
 
 MAX_SAFE_INTEGER = 2**53 - 1
