@@ -78,11 +78,18 @@ class Daphne:
 
 
 @pytest.fixture
-def daphne(transactional_db: None, settings: Any) -> Iterator[Daphne]:
+def head_poll_seconds() -> float:
+    """How often the daphne under test re-reads Group heads; a test that must
+    prove the channel-layer path overrides it with something long."""
+    return 0.2
+
+
+@pytest.fixture
+def daphne(transactional_db: None, settings: Any, head_poll_seconds: float) -> Iterator[Daphne]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
     env.update({
         "MWP_DATABASE_URL": database_url(),
-        "MWP_HEAD_POLL_SECONDS": "0.2",
+        "MWP_HEAD_POLL_SECONDS": str(head_poll_seconds),
         "MWP_ONLINE_REPLAY_EVENTS": str(settings.MWP_ONLINE_REPLAY_EVENTS),
         "MWP_SIGNING_KEY_FILE": str(settings.MWP_SIGNING_KEY_FILE),
         "DJANGO_SETTINGS_MODULE": "mwportal.settings",
@@ -130,3 +137,17 @@ class Client:
 
     async def close(self) -> None:
         await self.ws.close()
+
+
+async def in_db_thread(fn: Any, *args: Any) -> Any:
+    """Run database work from a test's event loop in a worker thread, closing
+    that thread's connection after, so no session outlives the test database."""
+    from django.db import connection as thread_connection
+
+    def run() -> Any:
+        try:
+            return fn(*args)
+        finally:
+            thread_connection.close()
+
+    return await asyncio.to_thread(run)

@@ -12,7 +12,7 @@ from websockets.exceptions import ConnectionClosed
 
 from missions.models import AgentCursor, Group, GroupEvent
 from tests.conftest import AgentKey, group_revision
-from tests.delivery.conftest import Client, Daphne
+from tests.delivery.conftest import Client, Daphne, in_db_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -46,7 +46,7 @@ def test_subscribe_replays_then_follows_live_in_order(
         client = await Client.open(daphne, worker.extra["token"])
         await client.send({"op": "subscribe", "group": g, "after": after})
         got = await client.events(g, top) if after < top else []
-        new_top = await asyncio.to_thread(churn, owner, g, worker, 3)
+        new_top = await in_db_thread(churn, owner, g, worker, 3)
         got += await client.events(g, new_top)
         await client.close()
         return [e["sequence"] for e in got]
@@ -100,16 +100,16 @@ def test_restart_mid_stream_then_resume_from_acked_cursor_loses_nothing_MWP_WRK_
                         acked = first[-1]
                         await client.send({"op": "ack", "cursors": [{"group": g, "sequence": acked}]})
             await asyncio.sleep(0.3)  # let the last ack land
-            await asyncio.to_thread(daphne.restart)  # kill -9 mid-stream
+            await in_db_thread(daphne.restart)  # kill -9 mid-stream
         finally:
             await client.ws.close()
-        stored = await asyncio.to_thread(lambda: AgentCursor.objects.get(agent_id=worker.id, group_id=g).sequence)
+        stored = await in_db_thread(lambda: AgentCursor.objects.get(agent_id=worker.id, group_id=g).sequence)
         client = await Client.open(daphne, worker.extra["token"])
         await client.send({"op": "subscribe", "group": g, "after": stored})
         await asyncio.sleep(1.0)
         stop.set()
         await asyncio.sleep(0.3)
-        final = await asyncio.to_thread(head, g)
+        final = await in_db_thread(head, g)
         second = [e["sequence"] for e in await client.events(g, final)]
         await client.close()
         return first, second, stored
@@ -153,7 +153,7 @@ def test_two_groups_on_one_connection_and_no_foreign_events(
         frames: list[dict[str, Any]] = [{"op": "event", "event": e} for e in await client.events(g2, g2_head)]
         await client.send({"op": "subscribe", "group": g1, "after": 0})
         # Remove the worker from g2, then keep writing to both Groups.
-        await asyncio.to_thread(
+        await in_db_thread(
             lambda: owner.send(
                 "membership.remove",
                 g2,
@@ -161,8 +161,8 @@ def test_two_groups_on_one_connection_and_no_foreign_events(
                 target={"kind": "group", "id": g2, "revision": group_revision(g2)},
             )
         )
-        await asyncio.to_thread(churn, owner, g2, owner, 0)
-        await asyncio.to_thread(
+        await in_db_thread(churn, owner, g2, owner, 0)
+        await in_db_thread(
             lambda: owner.send(
                 "membership.add",
                 g2,
@@ -170,7 +170,7 @@ def test_two_groups_on_one_connection_and_no_foreign_events(
                 target={"kind": "group", "id": g2, "revision": group_revision(g2)},
             )
         )
-        top1 = await asyncio.to_thread(churn, owner, g1, worker2, 3)
+        top1 = await in_db_thread(churn, owner, g1, worker2, 3)
         deadline = asyncio.get_running_loop().time() + 15
         while asyncio.get_running_loop().time() < deadline:
             try:
@@ -213,7 +213,7 @@ def test_bad_frames_get_errors_and_the_connection_stays_up(
         ]:
             await client.ws.send(raw)
             errors.append(await client.recv())
-        top = await asyncio.to_thread(churn, owner, g, worker, 2)
+        top = await in_db_thread(churn, owner, g, worker, 2)
         got = [e["sequence"] for e in await client.events(g, top)]
         await client.close()
         return errors, got
@@ -279,7 +279,7 @@ def test_commands_over_the_socket_answer_with_receipts_and_errors(
 def test_a_replaced_session_closes_the_connection_MWP_WRK_014(daphne: Daphne, worker: AgentKey) -> None:
     async def scenario() -> int | None:
         client = await Client.open(daphne, worker.extra["token"])
-        await asyncio.to_thread(worker.open_session)
+        await in_db_thread(worker.open_session)
         try:
             while True:
                 await client.recv(timeout=10)

@@ -16,7 +16,7 @@ from missions.snapshots import snapshot_now
 from missions.tasks import snapshot_groups
 from mwportal.protocol.snapshot import SnapshotInvalid, verify_snapshot
 from tests.conftest import AgentKey, group_revision
-from tests.delivery.conftest import Client, Daphne
+from tests.delivery.conftest import Client, Daphne, in_db_thread
 from tests.delivery.test_agent_socket import churn, head
 
 
@@ -38,7 +38,7 @@ def test_snapshot_is_signed_and_verifies(mission: dict[str, str], org: dict[str,
         (lambda d: d["state"]["memberships"].append({"agent": "x"}), "hash"),
         (lambda d: d.update(sequence=d["sequence"] + 1), "signature"),
         (lambda d: d.update(schema="mwp.group-snapshot/0"), "schema"),
-        (lambda d: d.update(signature=d["signature"][:-2] + "AA"), "signature"),
+        (lambda d: d.update(signature=("B" if d["signature"][0] != "B" else "C") + d["signature"][1:]), "signature"),
         (lambda d: d.pop("head_hash"), "schema"),
     ],
 )
@@ -147,7 +147,7 @@ def test_socket_cursor_too_old_then_restore_and_resume(
         frame = await client.recv()
         assert frame["op"] == "cursor_too_old", frame
         await client.send({"op": "subscribe", "group": g, "after": frame["snapshot"]["sequence"]})
-        top = await asyncio.to_thread(head, g)
+        top = await in_db_thread(head, g)
         got = [e["sequence"] for e in await client.events(g, top)]
         await client.close()
         return frame, got

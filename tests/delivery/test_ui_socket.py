@@ -15,7 +15,7 @@ from websockets.exceptions import ConnectionClosed
 
 from missions.commands import register_agent
 from tests.conftest import AgentKey, group_revision
-from tests.delivery.conftest import Daphne
+from tests.delivery.conftest import Daphne, in_db_thread
 from tests.delivery.test_agent_socket import churn, head
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -96,10 +96,10 @@ def test_the_agent_hears_of_new_memberships(daphne: Daphne, owner: AgentKey, wor
 
     async def scenario() -> dict[str, Any]:
         client = await Client.open(daphne, worker.extra["token"])
-        await asyncio.to_thread(
+        await in_db_thread(
             lambda: owner.send("mission.create", g, {"mission": str(uuid.uuid4()), "title": "New", "objective": "x"})
         )
-        await asyncio.to_thread(
+        await in_db_thread(
             lambda: owner.send(
                 "membership.add",
                 g,

@@ -1,0 +1,76 @@
+"""The live path: "head moved" through the channel layer, with the periodic
+head check pushed out of the way (DESIGN §3 step 7, §4)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+import pytest
+
+from tests.conftest import AgentKey, group_revision
+from tests.delivery.conftest import Client, Daphne, in_db_thread
+from tests.delivery.test_agent_socket import churn, head
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def head_poll_seconds() -> float:
+    return 60.0  # far longer than the test waits: only the layer can deliver
+
+
+def test_a_command_over_the_socket_reaches_subscribers_through_the_in_process_layer(
+    daphne: Daphne, mission: dict[str, str], owner: AgentKey, worker: AgentKey
+) -> None:
+    g = mission["group"]
+    start = head(g)
+    envelope = owner.envelope(
+        "membership.set_roles",
+        g,
+        {"agent": worker.id, "roles": ["reviewer"]},
+        target={"kind": "group", "id": g, "revision": group_revision(g)},
+    )
+
+    async def scenario() -> tuple[list[int], float]:
+        watcher = await Client.open(daphne, worker.extra["token"])
+        await watcher.send({"op": "subscribe", "group": g, "after": start})
+        await asyncio.sleep(0.5)
+        sender = await Client.open(daphne, owner.extra["token"])
+        began = time.monotonic()
+        await sender.send({"op": "command", "envelope": envelope})
+        got = [e["sequence"] for e in await watcher.events(g, start + 1, timeout=10)]
+        elapsed = time.monotonic() - began
+        await watcher.close()
+        await sender.close()
+        return got, elapsed
+
+    got, elapsed = asyncio.run(scenario())
+    assert got == [start + 1]
+    assert elapsed < 5
+
+
+@pytest.mark.skipif(not os.environ.get("MWP_REDIS_URL"), reason="needs MWP_REDIS_URL (the Redis channel layer)")
+def test_a_commit_in_another_process_arrives_through_redis(
+    daphne: Daphne, mission: dict[str, str], owner: AgentKey, worker: AgentKey, settings: Any
+) -> None:
+    assert "RedisChannelLayer" in settings.CHANNEL_LAYERS["default"]["BACKEND"]
+    g = mission["group"]
+    start = head(g)
+
+    async def scenario() -> tuple[list[int], float]:
+        watcher = await Client.open(daphne, worker.extra["token"])
+        await watcher.send({"op": "subscribe", "group": g, "after": start})
+        await asyncio.sleep(0.5)
+        began = time.monotonic()
+        top = await in_db_thread(churn, owner, g, worker, 3)  # commits in this (test) process
+        got = [e["sequence"] for e in await watcher.events(g, top, timeout=10)]
+        elapsed = time.monotonic() - began
+        await watcher.close()
+        return got, elapsed
+
+    got, elapsed = asyncio.run(scenario())
+    assert got == list(range(start + 1, start + 4))
+    assert elapsed < 5
