@@ -1,5 +1,6 @@
-"""MissionWeave Portal: the Group Authority and management portal."""
+"""MissionWeave Portal: the Group Authority and management portal.
 
-from .celery import app as celery_app
-
-__all__ = ["celery_app"]
+The Celery app lives in ``mwportal.celery`` (``celery -A mwportal.celery``); it
+is not imported here, so the framework-free ``mwportal.protocol`` kernel can be
+imported by the Worker runtime without loading Celery or Django.
+"""

@@ -1,7 +1,7 @@
 """The Celery app. Tasks build Commands and call ``accept()`` as the system actor.
 
 Embedded default: the filesystem broker under ``var/celery`` and beat run
-inside the worker (``celery -A mwportal worker -B``). With ``MWP_REDIS_URL``
+inside the worker (``celery -A mwportal.celery worker -B``). With ``MWP_REDIS_URL``
 set, Redis is the broker.
 """
 

@@ -1,0 +1,764 @@
+"""The Worker's local SQLite store: per-Group inbox, Cursor and Work queue (spec 11.1, 16; DESIGN §5).
+
+One SQLite file per Worker, in WAL mode, written through explicit
+transactions (the connection is in autocommit mode; every write is a visible
+``BEGIN IMMEDIATE ... COMMIT``). The apply cycle of the persistence guide
+("Implementation note"), one local transaction per Event::
+
+    skip a known Event (ID, or a sequence at or below the Cursor)
+    require the next contiguous sequence (later ones wait in memory)
+    verify the hash-chain link (prev_hash = the Cursor's hash; hash recomputes)
+    BEGIN IMMEDIATE
+      inbox + processed_event            the durable Event and its dedup row
+      group_meta / group_queue           projection.fold()
+      checkpoint / outbox                intents the Event implies
+      cursor                             the highest contiguous durable sequence
+    COMMIT
+
+so a crash leaves either all of one Event's effects or none, and the Cursor
+never passes a gap (MWP-WRK-029). Out-of-order Events wait in memory only:
+after a crash the server replays from the durable Cursor anyway (MWP-WRK-030).
+
+Tables, and who owns them:
+
+=================  ==========================================================
+projection         ``cursor``, ``processed_event``, ``group_meta``,
+                   ``group_queue``, ``checkpoint``, ``outbox``: rebuildable;
+                   ``rebuild()`` drops and recreates them from ``snapshot`` +
+                   ``inbox`` and gets the same rows byte for byte
+durable input      ``inbox`` (every applied Event), ``snapshot`` (the latest
+                   verified snapshot document per Group)
+runtime            ``outbox_done`` (intents dispatched), ``buffered_command``
+                   (signed Commands held while offline, spec 11.5): never
+                   derived from Events, so a rebuild keeps them
+audit (opt-in)     ``apply_audit``: how many times each Event was applied,
+                   written in the apply transaction (``Store(audit=True)``)
+=================  ==========================================================
+
+A ``Store`` is used from one thread at a time (the runtime calls it through
+``asyncio.to_thread``); an internal lock makes concurrent calls wait. One
+process writes a file: ``Store`` holds ``<file>.lock`` (``flock``) while open,
+and a second ``Store`` on the same file raises ``StoreLocked``. That is what
+lets the Cursors and the rows the apply cycle reads live in memory. Other
+processes may still read the SQLite file (WAL readers never block).
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import IO, Any
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no cross-process lock (the Worker targets Linux)
+    fcntl = None  # type: ignore[assignment]
+
+from mwportal.protocol import GENESIS_HASH, CanonicalizationError
+from mwportal.protocol.snapshot import SnapshotInvalid, state_hash, verify_snapshot
+
+from . import projection
+from .errors import ChainBroken, MalformedEvent, ProjectionError, SnapshotRefused, StoreLocked, StoreMismatch
+from .events import Event, chain_hash, check_event, content_bytes, text
+from .projection import CheckpointRow, GroupMeta, OutboxRow, WorkRow
+
+SCHEMA_VERSION = "1"
+SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA")
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """The highest contiguous durably processed sequence of a Group and its hash."""
+
+    sequence: int
+    last_hash: str
+
+
+_ORIGIN = Cursor(0, GENESIS_HASH)
+
+
+def _columns(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
+_META_COLS = _columns(GroupMeta)
+_ROW_COLS = _columns(WorkRow)
+_CHECKPOINT_COLS = _columns(CheckpointRow)
+_OUTBOX_COLS = _columns(OutboxRow)
+_META_BOOLS = frozenset({"my_active"})
+_ROW_BOOLS = frozenset({"requires_approval", "execution_approved", "needs_new_attempt"})
+
+
+def _insert(table: str, cols: tuple[str, ...]) -> str:
+    return f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+
+
+def _replace(table: str, cols: tuple[str, ...]) -> str:
+    return f"INSERT OR REPLACE INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+
+
+_SQL_META = _replace("group_meta", _META_COLS)
+_SQL_ROW = _replace("group_queue", _ROW_COLS)
+_SQL_CHECKPOINT = _insert("checkpoint", _CHECKPOINT_COLS)
+_SQL_OUTBOX = _insert("outbox", _OUTBOX_COLS)
+_SQL_SELECT_META = f"SELECT {', '.join(_META_COLS)} FROM group_meta WHERE group_id = ?"
+_SQL_SELECT_ROW = f"SELECT {', '.join(_ROW_COLS)} FROM group_queue WHERE group_id = ? AND workitem = ?"
+_SQL_CURSOR = (
+    "INSERT INTO cursor (group_id, sequence, last_hash) VALUES (?, ?, ?)"
+    " ON CONFLICT (group_id) DO UPDATE SET sequence = excluded.sequence, last_hash = excluded.last_hash"
+)
+_SQL_AUDIT = (
+    "INSERT INTO apply_audit (event_id, group_id, sequence, applied) VALUES (?, ?, ?, 1)"
+    " ON CONFLICT (event_id) DO UPDATE SET applied = applied + 1"
+)
+
+
+def _sql_type(annotation: Any) -> str:
+    name = str(annotation)
+    if name.startswith("int") or name.startswith("bool"):
+        return "INTEGER"
+    return "TEXT"
+
+
+def _ddl(table: str, cls: type, key: tuple[str, ...]) -> str:
+    cols = [f"{f.name} {_sql_type(f.type)}" for f in fields(cls)]
+    return f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(cols)}, PRIMARY KEY ({', '.join(key)})) WITHOUT ROWID"
+
+
+# The projection: dropped and recreated by rebuild().
+_PROJECTION_DDL = {
+    "cursor": "CREATE TABLE IF NOT EXISTS cursor (group_id TEXT PRIMARY KEY, sequence INTEGER NOT NULL,"
+    " last_hash TEXT NOT NULL) WITHOUT ROWID",
+    "processed_event": "CREATE TABLE IF NOT EXISTS processed_event (event_id TEXT PRIMARY KEY,"
+    " group_id TEXT NOT NULL, sequence INTEGER NOT NULL) WITHOUT ROWID",
+    "group_meta": _ddl("group_meta", GroupMeta, ("group_id",)),
+    "group_queue": _ddl("group_queue", WorkRow, ("group_id", "workitem")),
+    "checkpoint": _ddl("checkpoint", CheckpointRow, ("group_id", "workitem", "number")),
+    "outbox": _ddl("outbox", OutboxRow, ("intent_id",)),
+}
+# Redaction finds a Group's checkpoints by the sequence of the Event that recorded them.
+_PROJECTION_INDEXES = ("CREATE INDEX IF NOT EXISTS checkpoint_by_sequence ON checkpoint (group_id, sequence)",)
+_DURABLE_DDL = (
+    "CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
+    # The Event as its hash covers it (canonical JSON without "hash"), and the hash.
+    "CREATE TABLE IF NOT EXISTS inbox (group_id TEXT NOT NULL, sequence INTEGER NOT NULL,"
+    " event_id TEXT NOT NULL UNIQUE, event TEXT NOT NULL, hash TEXT NOT NULL,"
+    " PRIMARY KEY (group_id, sequence)) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS snapshot (group_id TEXT PRIMARY KEY, sequence INTEGER NOT NULL,"
+    " head_hash TEXT NOT NULL, document TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS outbox_done (intent_id TEXT PRIMARY KEY, result TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS buffered_command (id INTEGER PRIMARY KEY AUTOINCREMENT, group_id TEXT NOT NULL,"
+    " workitem TEXT, action_id TEXT NOT NULL UNIQUE, envelope TEXT NOT NULL, binding TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS apply_audit (event_id TEXT PRIMARY KEY, group_id TEXT NOT NULL,"
+    " sequence INTEGER NOT NULL, applied INTEGER NOT NULL) WITHOUT ROWID",
+)
+PROJECTION_TABLES = tuple(_PROJECTION_DDL)
+# Sort orders of projection_dump(): every primary key, so the dump is deterministic.
+_DUMP_ORDER = {
+    "cursor": "group_id",
+    "processed_event": "event_id",
+    "group_meta": "group_id",
+    "group_queue": "group_id, workitem",
+    "checkpoint": "group_id, workitem, number",
+    "outbox": "intent_id",
+}
+
+
+def _meta_from(row: tuple[Any, ...]) -> GroupMeta:
+    values: dict[str, Any] = {c: (bool(v) if c in _META_BOOLS else v) for c, v in zip(_META_COLS, row, strict=True)}
+    return GroupMeta(**values)
+
+
+def _row_from(row: tuple[Any, ...]) -> WorkRow:
+    values: dict[str, Any] = {
+        c: (v if v is None or c not in _ROW_BOOLS else bool(v)) for c, v in zip(_ROW_COLS, row, strict=True)
+    }
+    return WorkRow(**values)
+
+
+def _exclusive(path: str) -> IO[bytes] | None:
+    """Hold ``<path>.lock`` with ``flock`` for the Store's lifetime: one
+    writing process per file, so the Cursors and rows in memory are the
+    durable ones. The OS drops the lock when the process dies (even by
+    SIGKILL), so a crashed Worker never leaves it behind."""
+    if path == ":memory:" or fcntl is None:
+        return None
+    handle = open(path + ".lock", "ab")  # noqa: SIM115 (held open until close())
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        raise StoreLocked(f"{path} is open in another process") from None
+    return handle
+
+
+def _checkpoint_from(row: tuple[Any, ...]) -> CheckpointRow:
+    values: dict[str, Any] = {
+        c: (bool(v) if c == "redacted" else v) for c, v in zip(_CHECKPOINT_COLS, row, strict=True)
+    }
+    return CheckpointRow(**values)
+
+
+def _values(obj: Any, cols: tuple[str, ...]) -> tuple[Any, ...]:
+    return _GETTERS[cols](obj)
+
+
+_GETTERS = {cols: operator.attrgetter(*cols) for cols in (_META_COLS, _ROW_COLS, _CHECKPOINT_COLS, _OUTBOX_COLS)}
+
+
+class Store:
+    """A Worker's durable per-Group inbox, Cursor and Work queue.
+
+    ``Store(path, agent=...)`` opens (or creates) the file; ``agent`` is the
+    Worker's own Agent ID, recorded on first use and checked afterwards.
+    ``synchronous`` is SQLite's: ``FULL`` (default) makes every commit
+    durable across power loss; ``NORMAL`` only across a process crash (the
+    server replays what a power loss takes back, at the cost of re-doing it).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        agent: str,
+        synchronous: str = "FULL",
+        audit: bool = False,
+        max_buffered: int = 10_000,
+        max_cached_rows: int = 100_000,
+    ):
+        if synchronous not in SYNCHRONOUS:
+            raise ValueError(f"synchronous must be one of {SYNCHRONOUS}")
+        self.path = str(path)
+        self.agent = agent
+        self.audit = audit
+        self.max_buffered = max_buffered
+        self.max_cached_rows = max_cached_rows
+        self._lock = threading.RLock()
+        self._lockfile = _exclusive(self.path)
+        self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            self._conn.execute("PRAGMA busy_timeout = 10000")
+            if self.path != ":memory:":
+                mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise StoreMismatch(f"{self.path}: could not switch to WAL mode (got {mode})")
+            self._conn.execute(f"PRAGMA synchronous = {synchronous}")
+            self._create_schema()
+        except BaseException:
+            self.close()
+            raise
+        self._cursors: dict[str, Cursor] = {}
+        # Later Events waiting for a gap to fill: group -> sequence -> event_id -> Event.
+        self._pending: dict[str, dict[int, dict[str, Event]]] = {}
+        # Committed rows by key (None: known absent), so the apply cycle reads
+        # a row once, not once per Event.
+        self._metas: dict[str, GroupMeta | None] = {}
+        self._rows: dict[tuple[str, str], WorkRow | None] = {}
+        self._load_cursors()
+
+    # --- lifecycle -------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+            if self._lockfile is not None:
+                self._lockfile.close()  # releases the flock
+                self._lockfile = None
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """``BEGIN IMMEDIATE``: take the write lock up front, so a second
+        writer waits (busy_timeout) instead of failing halfway through."""
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def _create_schema(self) -> None:
+        with self._transaction() as conn:
+            for ddl in _DURABLE_DDL:
+                conn.execute(ddl)
+            for ddl in _PROJECTION_DDL.values():
+                conn.execute(ddl)
+            for ddl in _PROJECTION_INDEXES:
+                conn.execute(ddl)
+            stored = dict(conn.execute("SELECT key, value FROM store_meta").fetchall())
+            if not stored:
+                conn.executemany(
+                    "INSERT INTO store_meta (key, value) VALUES (?, ?)",
+                    [("agent", self.agent), ("schema", SCHEMA_VERSION)],
+                )
+            elif stored.get("agent") != self.agent or stored.get("schema") != SCHEMA_VERSION:
+                raise StoreMismatch(
+                    f"{self.path} belongs to agent {stored.get('agent')} (schema {stored.get('schema')}),"
+                    f" not {self.agent} (schema {SCHEMA_VERSION})"
+                )
+
+    def _load_cursors(self) -> None:
+        self._cursors = {
+            g: Cursor(s, h) for g, s, h in self._conn.execute("SELECT group_id, sequence, last_hash FROM cursor")
+        }
+
+    # --- reading -----------------------------------------------------------------
+
+    def cursor(self, group: str) -> Cursor:
+        """The Group's durable Cursor (``Cursor(0, GENESIS_HASH)`` for a Group never seen)."""
+        with self._lock:
+            return self._cursors.get(group, _ORIGIN)
+
+    def ack_positions(self) -> dict[str, int]:
+        """The highest contiguous durable sequence per Group: what an ACK frame may report (MWP-WRK-030)."""
+        with self._lock:
+            return {g: c.sequence for g, c in sorted(self._cursors.items()) if c.sequence > 0}
+
+    def buffered(self, group: str) -> list[int]:
+        """Sequences waiting in memory for a gap before them to fill."""
+        with self._lock:
+            return sorted(self._pending.get(group, {}))
+
+    def groups(self) -> list[str]:
+        with self._lock:
+            return [g for (g,) in self._conn.execute("SELECT group_id FROM group_meta ORDER BY group_id")]
+
+    def meta(self, group: str) -> GroupMeta | None:
+        with self._lock:
+            row = self._conn.execute(_SQL_SELECT_META, (group,)).fetchone()
+            return _meta_from(row) if row else None
+
+    def queue(self, group: str) -> list[WorkRow]:
+        """The Group's Work queue projection, one row per WorkItem, by WorkItem ID."""
+        with self._lock:
+            sql = f"SELECT {', '.join(_ROW_COLS)} FROM group_queue WHERE group_id = ? ORDER BY workitem"
+            return [_row_from(r) for r in self._conn.execute(sql, (group,))]
+
+    def checkpoints(self, group: str, workitem: str) -> list[CheckpointRow]:
+        """Accepted checkpoints of a WorkItem, oldest first; the last is where a new owner resumes."""
+        with self._lock:
+            sql = (
+                f"SELECT {', '.join(_CHECKPOINT_COLS)} FROM checkpoint WHERE group_id = ? AND workitem = ?"
+                " ORDER BY number"
+            )
+            rows = self._conn.execute(sql, (group, workitem)).fetchall()
+            return [_checkpoint_from(r) for r in rows]
+
+    def pending_outbox(self) -> list[OutboxRow]:
+        """Intents not yet marked done, in the order their Events were applied per Group."""
+        with self._lock:
+            sql = (
+                f"SELECT {', '.join('o.' + c for c in _OUTBOX_COLS)} FROM outbox o"
+                " LEFT JOIN outbox_done d ON d.intent_id = o.intent_id WHERE d.intent_id IS NULL"
+                " ORDER BY o.group_id, o.sequence, o.kind"
+            )
+            return [OutboxRow(*r) for r in self._conn.execute(sql)]
+
+    def complete_outbox(self, intent_id: str, result: dict[str, Any]) -> None:
+        """Record that an intent was dispatched (its receipt, or why it was dropped)."""
+        with self._lock, self._transaction() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO outbox_done (intent_id, result) VALUES (?, ?)", (intent_id, text(result))
+            )
+
+    def buffer_command(
+        self, group: str, workitem: str | None, envelope: dict[str, Any], binding: dict[str, Any]
+    ) -> int:
+        """Hold a signed Command made while the Group service is unreachable (spec 11.5; MWP-WRK-021)."""
+        with self._lock, self._transaction() as conn:
+            cur = conn.execute(
+                "INSERT INTO buffered_command (group_id, workitem, action_id, envelope, binding)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (group, workitem, envelope["action_id"], text(envelope), text(binding)),
+            )
+            return int(cur.lastrowid or 0)
+
+    def buffered_commands(self, group: str | None = None) -> list[tuple[int, dict[str, Any], dict[str, Any]]]:
+        """``(id, envelope, binding)`` in the order they were buffered."""
+        with self._lock:
+            sql = "SELECT id, envelope, binding FROM buffered_command"
+            args: tuple[Any, ...] = ()
+            if group is not None:
+                sql += " WHERE group_id = ?"
+                args = (group,)
+            return [(i, json.loads(e), json.loads(b)) for i, e, b in self._conn.execute(sql + " ORDER BY id", args)]
+
+    def drop_buffered_command(self, command_id: int) -> None:
+        with self._lock, self._transaction() as conn:
+            conn.execute("DELETE FROM buffered_command WHERE id = ?", (command_id,))
+
+    def inbox(self, group: str, after: int = 0) -> Iterator[Event]:
+        """The Group's applied Events after ``after``, in sequence order, as received."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT event, hash FROM inbox WHERE group_id = ? AND sequence > ? ORDER BY sequence", (group, after)
+            ).fetchall()
+        for content, digest in rows:
+            event = json.loads(content)
+            event["hash"] = digest
+            yield event
+
+    def projection_dump(self) -> str:
+        """Canonical JSON of every projection table, rows in primary-key order:
+        equal strings mean byte-for-byte equal projections."""
+        with self._lock:
+            out: dict[str, Any] = {}
+            for table in PROJECTION_TABLES:
+                cur = self._conn.execute(f"SELECT * FROM {table} ORDER BY {_DUMP_ORDER[table]}")
+                names = [d[0] for d in cur.description]
+                out[table] = {"columns": names, "rows": [list(r) for r in cur]}
+            return text(out)
+
+    # --- the apply cycle -----------------------------------------------------------
+
+    def apply(self, event: Any) -> list[int]:
+        """Apply one delivered Event; return the sequences applied (in order).
+
+        A duplicate (known Event ID or a sequence at or below the Cursor)
+        changes nothing and returns ``[]``; an Event beyond the next sequence
+        waits in memory and returns ``[]``; the next one is applied, followed
+        by every waiting Event it makes contiguous. Raises ``MalformedEvent``,
+        ``ChainBroken`` (nothing of that Event written) or ``ProjectionError``.
+        The caller may ACK ``ack_positions()`` once this returns.
+        """
+        event = check_event(event)
+        with self._lock:
+            group = event["group"]
+            cur = self._cursors.get(group, _ORIGIN)
+            seq = event["sequence"]
+            if seq <= cur.sequence:
+                self._check_duplicate(event)
+                return []
+            if seq > cur.sequence + 1:
+                self._buffer(event)
+                return []
+            return self._drain(group, [event])
+
+    def _drain(self, group: str, candidates: list[Event]) -> list[int]:
+        """Apply ``candidates`` (Events claiming the next sequence), then every
+        waiting Event that becomes contiguous. A candidate that breaks the
+        chain is dropped; another candidate for the same sequence may still
+        win. If none does, ``ChainBroken`` lists what was applied before."""
+        applied: list[int] = []
+        while candidates:
+            error: ChainBroken | None = None
+            for candidate in candidates:
+                try:
+                    self._apply_next(candidate)
+                except ChainBroken as exc:
+                    error = exc
+                    continue
+                error = None
+                applied.append(candidate["sequence"])
+                break
+            if error is not None:
+                raise ChainBroken(error.group, error.sequence, error.reason, applied) from error
+            candidates = self._next_waiting(group)
+        return applied
+
+    def _check_duplicate(self, event: Event) -> None:
+        """An Event at an applied position must be the one applied there."""
+        row = self._conn.execute(
+            "SELECT event_id FROM inbox WHERE group_id = ? AND sequence = ?", (event["group"], event["sequence"])
+        ).fetchone()
+        if row is not None and row[0] != event["event_id"]:
+            raise ChainBroken(
+                event["group"], event["sequence"], f"Event {event['event_id']} claims the position of {row[0]}"
+            )
+        # No row: the position is covered by a restored snapshot; nothing to compare.
+
+    def _buffer(self, event: Event) -> None:
+        waiting = self._pending.setdefault(event["group"], {})
+        waiting.setdefault(event["sequence"], {}).setdefault(event["event_id"], event)
+        if sum(len(v) for v in waiting.values()) > self.max_buffered:
+            # Memory is bounded: the farthest Event goes; the server delivers it again.
+            far = max(waiting)
+            waiting[far].popitem()
+            if not waiting[far]:
+                del waiting[far]
+
+    def _next_waiting(self, group: str) -> list[Event]:
+        waiting = self._pending.get(group)
+        if not waiting:
+            return []
+        cur = self._cursors.get(group, _ORIGIN)
+        for stale in [s for s in waiting if s <= cur.sequence]:
+            del waiting[stale]
+        found = waiting.pop(cur.sequence + 1, None)
+        if not waiting:
+            self._pending.pop(group, None)
+        return list(found.values()) if found else []
+
+    def _apply_next(self, event: Event) -> None:
+        """Apply the Event whose sequence is the Cursor's plus one: one transaction."""
+        group, seq = event["group"], event["sequence"]
+        # The hash covers the content only, so it is checked before taking the
+        # write lock; the link to the Cursor is checked inside the transaction.
+        try:
+            content, same_values = content_bytes(event)
+        except CanonicalizationError as exc:
+            raise MalformedEvent(f"sequence {seq}: {exc}") from None
+        if chain_hash(event["prev_hash"], content) != event["hash"]:
+            raise ChainBroken(group, seq, "hash does not match the Event's content")
+        if not same_values:
+            # Fold what the inbox keeps, so that rebuild() folds the same values.
+            event = {**json.loads(content), "hash": event["hash"]}
+        # This process is the only writer (the lock file), so the Cursor in
+        # memory is the durable one.
+        if event["prev_hash"] != self._cursors.get(group, _ORIGIN).last_hash:
+            raise ChainBroken(group, seq, "prev_hash does not name the hash at the Cursor")
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(
+                "INSERT INTO inbox (group_id, sequence, event_id, event, hash) VALUES (?, ?, ?, ?, ?)",
+                (group, seq, event["event_id"], content.decode("utf-8"), event["hash"]),
+            )
+            conn.execute(
+                "INSERT INTO processed_event (event_id, group_id, sequence) VALUES (?, ?, ?)",
+                (event["event_id"], group, seq),
+            )
+            change = self._fold_into(conn, event, self._metas, self._rows)
+            conn.execute(_SQL_CURSOR, (group, seq, event["hash"]))
+            if self.audit:
+                conn.execute(_SQL_AUDIT, (event["event_id"], group, seq))
+        except sqlite3.IntegrityError as exc:
+            conn.execute("ROLLBACK")
+            raise ChainBroken(group, seq, f"Event {event['event_id']} is already applied elsewhere ({exc})") from None
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        # Memory follows the database only once the transaction is durable.
+        self._cursors[group] = Cursor(seq, event["hash"])
+        _remember(change, self._metas, self._rows)
+        if len(self._rows) > self.max_cached_rows:
+            self._rows.clear()
+
+    def _fold_into(
+        self,
+        conn: sqlite3.Connection,
+        event: Event,
+        metas: dict[str, GroupMeta | None],
+        rows: dict[tuple[str, str], WorkRow | None],
+    ) -> projection.Change:
+        """Steps "update Group projection and per-Group queue" and "persist
+        checkpoint or outbox intent", inside the caller's transaction.
+
+        ``metas``/``rows`` cache committed rows (this process is the only
+        writer); a miss reads the table. The caller records the Change in them
+        once it is committed (``_remember``).
+        """
+        group = event["group"]
+        needs_meta, item = projection.reads(event)
+        meta = None
+        if needs_meta:
+            if group in metas:
+                meta = metas[group]
+            else:
+                found = conn.execute(_SQL_SELECT_META, (group,)).fetchone()
+                meta = metas[group] = _meta_from(found) if found else None
+        row = None
+        if item is not None:
+            key = (group, item)
+            if key in rows:
+                row = rows[key]
+            else:
+                found = conn.execute(_SQL_SELECT_ROW, key).fetchone()
+                # Flags stay 0/1 here: they go back to SQLite unchanged, and True == 1.
+                row = rows[key] = WorkRow(*found) if found else None
+        change = projection.fold(event, me=self.agent, meta=meta, row=row)
+        if change.meta is not None:
+            conn.execute(_SQL_META, _values(change.meta, _META_COLS))
+        if change.row is not None:
+            conn.execute(_SQL_ROW, _values(change.row, _ROW_COLS))
+        for checkpoint in change.checkpoints:
+            conn.execute(_SQL_CHECKPOINT, _values(checkpoint, _CHECKPOINT_COLS))
+        for intent in change.outbox:
+            conn.execute(_SQL_OUTBOX, _values(intent, _OUTBOX_COLS))
+        for sequence in change.redact_sequences:
+            # A tombstone withdraws the content of the Event it names (MWP-MSN-009).
+            conn.execute(
+                "UPDATE checkpoint SET state = NULL, progress = NULL, redacted = 1 WHERE group_id = ? AND sequence = ?",
+                (group, sequence),
+            )
+        return change
+
+    # --- snapshots and rebuild ------------------------------------------------------
+
+    def restore_snapshot(self, document: Any, server_public_key: str, organization: str, group: str) -> list[int]:
+        """Restore a Group from a signed snapshot after CURSOR_TOO_OLD (spec 16).
+
+        Verifies schema, state hash, signature, Organization and Group binding
+        and that the snapshot is not behind the Cursor (``SnapshotRefused``
+        otherwise), then, in one transaction, replaces the Group's projection
+        by the snapshot's state and sets the Cursor to its sequence and head
+        hash. Replay continues strictly after it: the caller subscribes with
+        ``after=cursor(group).sequence``. Returns the sequences of waiting
+        Events that became contiguous and were applied.
+        """
+        with self._lock:
+            cur = self._cursors.get(group, _ORIGIN)
+            try:
+                state = verify_snapshot(
+                    document,
+                    server_public_key=server_public_key,
+                    organization=organization,
+                    group=group,
+                    min_sequence=cur.sequence,
+                )
+            except SnapshotInvalid as exc:
+                raise SnapshotRefused(exc.check, str(exc)) from exc
+            seq, head = document["sequence"], document["head_hash"]
+            if not isinstance(head, str) or len(head) != 64:
+                raise SnapshotRefused("head_hash", "head_hash is not a chain hash")
+            if seq == cur.sequence:
+                if head != cur.last_hash:
+                    raise SnapshotRefused("head_hash", f"the snapshot's head at {seq} is not this Worker's chain")
+                return []  # already there, with more than the snapshot tells (Lease IDs, offers)
+            meta, rows = projection.restore(document, state, me=self.agent)
+            self._forget()
+            with self._transaction() as conn:
+                self._write_restored(conn, group, meta, rows)
+                conn.execute(
+                    "INSERT OR REPLACE INTO snapshot (group_id, sequence, head_hash, document) VALUES (?, ?, ?, ?)",
+                    (group, seq, head, text(document)),
+                )
+                conn.execute(_SQL_CURSOR, (group, seq, head))
+            self._cursors[group] = Cursor(seq, head)
+            return self._drain(group, self._next_waiting(group))
+
+    @staticmethod
+    def _write_restored(conn: sqlite3.Connection, group: str, meta: GroupMeta, rows: Iterable[WorkRow]) -> None:
+        for table in ("group_meta", "group_queue", "checkpoint", "outbox"):
+            conn.execute(f"DELETE FROM {table} WHERE group_id = ?", (group,))
+        conn.execute(_SQL_META, _values(meta, _META_COLS))
+        conn.executemany(_SQL_ROW, [_values(r, _ROW_COLS) for r in rows])
+
+    def rebuild(self) -> None:
+        """Drop every projection table and rebuild it from the latest restored
+        snapshot of each Group plus the inbox (DESIGN §5: ``mwworker rebuild``).
+
+        One transaction: on a broken chain in the inbox (``ChainBroken``) the
+        old projection stays. The same ``projection.fold`` runs over the same
+        Events; only the writing differs (the tables are built in memory and
+        written once, not row by row per Event), so the result equals the
+        incremental projection byte for byte (``projection_dump()``).
+        """
+        built = _Projection(self.agent)
+        with self._lock, self._transaction() as conn:
+            self._forget()
+            snapshots = {
+                g: (s, h, d)
+                for g, s, h, d in conn.execute("SELECT group_id, sequence, head_hash, document FROM snapshot")
+            }
+            groups = sorted({g for (g,) in conn.execute("SELECT DISTINCT group_id FROM inbox")} | set(snapshots))
+            for group in groups:
+                cur = _ORIGIN
+                if group in snapshots:
+                    seq, head, raw = snapshots[group]
+                    document = json.loads(raw)
+                    state = document.get("state")
+                    if not isinstance(state, dict) or state_hash(state) != document.get("state_hash"):
+                        raise SnapshotRefused("hash", f"the stored snapshot of {group} does not match its state_hash")
+                    built.restore(*projection.restore(document, state, me=self.agent))
+                    cur = Cursor(seq, head)
+                events = conn.execute(
+                    "SELECT sequence, event_id, event, hash FROM inbox WHERE group_id = ? ORDER BY sequence", (group,)
+                ).fetchall()
+                for seq, event_id, content, digest in events:
+                    built.processed.append((event_id, group, seq))
+                    if seq <= cur.sequence:
+                        continue  # before the restored snapshot: already in its state
+                    if seq != cur.sequence + 1:
+                        raise ChainBroken(group, seq, f"the inbox has a gap after {cur.sequence}")
+                    event = json.loads(content)
+                    if event.get("prev_hash") != cur.last_hash or chain_hash(cur.last_hash, content.encode()) != digest:
+                        raise ChainBroken(group, seq, "the inbox Event does not continue the chain")
+                    event["hash"] = digest
+                    built.fold(event)
+                    cur = Cursor(seq, digest)
+                if cur.sequence:
+                    built.cursors[group] = cur
+            for table in PROJECTION_TABLES:
+                conn.execute(f"DROP TABLE IF EXISTS {table}")
+            for ddl in _PROJECTION_DDL.values():
+                conn.execute(ddl)
+            for ddl in _PROJECTION_INDEXES:
+                conn.execute(ddl)
+            built.write(conn)
+        with self._lock:
+            self._load_cursors()
+
+    def _forget(self) -> None:
+        self._metas.clear()
+        self._rows.clear()
+
+
+class _Projection:
+    """The projection tables in memory, for ``rebuild()``: folded Event by
+    Event exactly as the apply cycle folds them, written in one go."""
+
+    def __init__(self, agent: str):
+        self.agent = agent
+        self.metas: dict[str, GroupMeta | None] = {}
+        self.rows: dict[tuple[str, str], WorkRow | None] = {}
+        self.checkpoints: dict[tuple[str, str, int], CheckpointRow] = {}
+        self.outbox: dict[str, OutboxRow] = {}
+        self.processed: list[tuple[str, str, int]] = []
+        self.cursors: dict[str, Cursor] = {}
+
+    def restore(self, meta: GroupMeta, rows: list[WorkRow]) -> None:
+        self.metas[meta.group_id] = meta
+        self.rows.update({(r.group_id, r.workitem): r for r in rows})
+
+    def fold(self, event: Event) -> None:
+        group = event["group"]
+        needs_meta, item = projection.reads(event)
+        meta = self.metas.get(group) if needs_meta else None
+        row = self.rows.get((group, item)) if item is not None else None
+        change = projection.fold(event, me=self.agent, meta=meta, row=row)
+        _remember(change, self.metas, self.rows)
+        for checkpoint in change.checkpoints:
+            key = (checkpoint.group_id, checkpoint.workitem, checkpoint.number)
+            if key in self.checkpoints:  # what the table's primary key refuses in the apply cycle
+                raise ProjectionError(f"group {group} sequence {event['sequence']}: checkpoint {key} exists")
+            self.checkpoints[key] = checkpoint
+        for intent in change.outbox:
+            if intent.intent_id in self.outbox:
+                raise ProjectionError(f"group {group} sequence {event['sequence']}: intent {intent.intent_id} exists")
+            self.outbox[intent.intent_id] = intent
+        for sequence in change.redact_sequences:
+            for key, checkpoint in self.checkpoints.items():
+                if checkpoint.group_id == group and checkpoint.sequence == sequence:
+                    self.checkpoints[key] = replace(checkpoint, state=None, progress=None, redacted=True)
+
+    def write(self, conn: sqlite3.Connection) -> None:
+        conn.executemany("INSERT INTO processed_event (event_id, group_id, sequence) VALUES (?, ?, ?)", self.processed)
+        conn.executemany(_SQL_CURSOR, [(g, c.sequence, c.last_hash) for g, c in self.cursors.items()])
+        conn.executemany(_SQL_META, [_values(m, _META_COLS) for m in self.metas.values() if m is not None])
+        conn.executemany(_SQL_ROW, [_values(r, _ROW_COLS) for r in self.rows.values() if r is not None])
+        conn.executemany(_SQL_CHECKPOINT, [_values(c, _CHECKPOINT_COLS) for c in self.checkpoints.values()])
+        conn.executemany(_SQL_OUTBOX, [_values(o, _OUTBOX_COLS) for o in self.outbox.values()])
+
+
+def _remember(
+    change: projection.Change, metas: dict[str, GroupMeta | None], rows: dict[tuple[str, str], WorkRow | None]
+) -> None:
+    if change.meta is not None:
+        metas[change.meta.group_id] = change.meta
+    if change.row is not None:
+        rows[(change.row.group_id, change.row.workitem)] = change.row
