@@ -608,6 +608,8 @@ def checkpoint(ctx: HandlerContext) -> Decision:
     item.start_by = ctx.now + _seconds("MWP_START_BY_SECONDS")
     item.owner_expires_at = item.start_by
     save(item, ctx.now)
+    # The Event carries every timer it sets, so a Worker's projection knows them.
+    body["start_by"] = format_time(item.start_by)
     return Decision([Emit("work.checkpointed", item_ref(item), body)], item_ref(item))
 
 
@@ -625,6 +627,7 @@ def block(ctx: HandlerContext) -> Decision:
     item.state = sm.BLOCKED
     item.owner_expires_at = ctx.now + _seconds("MWP_BLOCKED_LEASE_SECONDS")
     save(item, ctx.now)
+    body["owner_expires_at"] = format_time(item.owner_expires_at)
     return Decision([Emit("work.blocked", item_ref(item), body)], item_ref(item))
 
 
@@ -646,7 +649,8 @@ def unblock(ctx: HandlerContext) -> Decision:
         item.state = sm.OPEN
         item.owner, item.owner_expires_at, item.start_by = None, None, None
     save(item, ctx.now)
-    body = {"resolution": resolution, "state": item.state}
+    body = {"resolution": resolution, "state": item.state,
+            "start_by": format_time(item.start_by) if item.start_by else None}  # fmt: skip
     return Decision([Emit("work.unblocked", item_ref(item), body)], item_ref(item))
 
 
@@ -828,6 +832,7 @@ def _schedule_retry(ctx: HandlerContext, item: WorkItem, evidence: list[Any], re
         "evidence": evidence,
         "attempt": item.attempt,
         "retry_not_before": format_time(item.retry_not_before),
+        "start_by": format_time(item.start_by),
         "reason": reason,
     }
     return Decision([Emit("work.attempt_failed", item_ref(item), body)], item_ref(item))
@@ -908,6 +913,7 @@ def expire_lease(ctx: HandlerContext) -> Decision:
         "ownership_epoch": item.ownership_epoch,
         "attempt": item.attempt,
         "start_by": format_time(item.start_by),
+        "retry_not_before": format_time(item.retry_not_before),
     }
     return Decision([Emit("work.lease_expired", item_ref(item), body)], item_ref(item))
 
@@ -976,7 +982,12 @@ def revoke_leases_of_replaced_session(ctx: HandlerContext) -> list[tuple[GroupHe
                 Emit(
                     "work.lease_revoked",
                     item_ref(item),
-                    {"lease_id": str(lease.id), "agent": ctx.actor.id, "reason": "session replaced"},
+                    {
+                        "lease_id": str(lease.id),
+                        "agent": ctx.actor.id,
+                        "reason": "session replaced",
+                        "start_by": format_time(item.start_by),
+                    },  # fmt: skip
                 )
             )
         out.append((head, events))
