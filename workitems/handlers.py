@@ -72,18 +72,30 @@ def load_item(ctx: HandlerContext) -> WorkItem:
         raise malformed("target", f"{env.type} needs a workitem target")
     check_target_kind(env, "workitem")
     assert env.target is not None
-    item = WorkItem.objects.select_for_update().filter(id=env.target.id, group_id=ctx.group.id).first()
+    try:
+        item = WorkItem.objects.select_for_update().get(id=env.target.id, group_id=ctx.group.id)
+    except WorkItem.DoesNotExist:
+        item = None
     if item is None:
         raise refuse(ErrorCode.NOT_FOUND, f"no WorkItem {env.target.id} in this Group", workitem=env.target.id)
     check_revision(env, item.revision)
     return item
 
 
-def save(item: WorkItem, now: datetime, *, bump: bool = True) -> None:
+# Every column a handler may change, except the contract: the Work Contract
+# is the largest value of the row and changes only in work.offer.
+_MUTABLE = [
+    f.attname for f in WorkItem._meta.concrete_fields
+    if f.name not in ("id", "group", "mission", "proposal", "contract", "created_at")
+]  # fmt: skip
+
+
+def save(item: WorkItem, now: datetime, *, bump: bool = True, contract: bool = False) -> None:
+    """Write the WorkItem row (one UPDATE); ``contract=True`` also writes the contract."""
     if bump:
         item.revision += 1
     item.updated_at = now
-    item.save()
+    item.save(update_fields=[*_MUTABLE, "contract"] if contract else _MUTABLE)
 
 
 def owner_is_live(item: WorkItem, now: datetime) -> bool:
@@ -190,6 +202,8 @@ def charge_usage(ctx: HandlerContext, item: WorkItem, usage: dict[str, float]) -
 
 def unmet_dependencies(item: WorkItem) -> list[str]:
     """Dependencies whose policy does not hold yet (spec 10.4)."""
+    if not item.contract["dependencies"]:
+        return []  # the contract names the edges; none, no query
     satisfied = {
         "verified": {sm.VERIFIED},
         "submitted": {sm.SUBMITTED, sm.VERIFIED},
@@ -281,7 +295,8 @@ def authorize(ctx: HandlerContext) -> Decision:
         id=item_id, group_id=ctx.group.id, mission=mission, proposal=proposal, state=sm.OPEN, contract=contract,
         created_at=ctx.now, updated_at=ctx.now,
     )  # fmt: skip
-    set_dependencies(item, contract, mission.id)
+    if contract["dependencies"]:  # a new WorkItem has no edges to replace
+        set_dependencies(item, contract, mission.id)
     if proposal is not None:
         proposal.status = "authorized"
         proposal.save(update_fields=["status"])
@@ -353,7 +368,7 @@ def offer(ctx: HandlerContext) -> Decision:
         for a in agents
     ])  # fmt: skip
     item.state = sm.OFFERED
-    save(item, ctx.now)
+    save(item, ctx.now, contract=True)
     offered: dict[str, Any] = {
         "agents": agents,
         "expires_at": format_time(expires_at),
@@ -529,7 +544,7 @@ def start(ctx: HandlerContext) -> Decision:
         expires_at=ctx.now + _seconds("MWP_LEASE_SECONDS"),
     )  # fmt: skip
     grants = _issue_token(lease)
-    lease.save()
+    lease.save(force_insert=True)  # a new Lease ID: INSERT, never an UPDATE first
     item.state = sm.ACTIVE
     item.owner_expires_at = lease.expires_at
     save(item, ctx.now)
