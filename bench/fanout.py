@@ -1,0 +1,949 @@
+"""Event fan-out over WebSockets against a bare ``websockets`` broadcast server.
+
+    python bench/fanout.py [--quick]                      the benchmark (DESIGN §7)
+    python bench/fanout.py --rate-one 20 --rate-many 40   other offered loads
+
+Two topologies, each measured on the project and on a bare broadcast server
+in the same run:
+
+- **one_group**: one Mission Group with 100 subscribing Agents;
+- **many_groups**: 100 Mission Groups with one subscribing Agent each.
+
+**Project side.** A real ``daphne`` subprocess serves
+``mwportal.asgi:application`` (the command line of ``tests/delivery``). Each of
+the 100 subscribers is its own Agent with its own session token and an active
+Membership; it connects to ``/ws/v1/agent`` with a ``websockets`` client, sends
+``hello {token}`` and ``subscribe {group, after: head - 1}`` (so the Event at
+the head arrives at once and proves the subscription live). A committer
+process issues ``membership.set_roles`` through ``accept()`` at a steady rate
+(the Group owner toggles a non-subscribing member between ``["worker"]`` and
+``["worker", "reviewer"]``, compare-and-set on the Group revision; round-robin
+over the Groups of the topology) and records, keyed by (Group, sequence) from
+the receipt, the commit time: ``time.time()`` in ``accept()``'s on_commit step
+(it wraps ``missions.authority._notify``), after COMMIT and before the
+channel-layer notice. ``time.time()`` right after ``accept()`` returns is
+recorded too and shown as "after-return"; with Redis it comes after the notice
+has gone out, so it understates the latency (it can even go negative).
+
+**Baseline.** A bare ``websockets.asyncio.server`` broadcast server (a
+subprocess of this script) with the same 100 subscriber connections in the
+same topology; a publisher process on one connection sends, at the same rate,
+event frames of the same size (a real ``membership.roles_set`` event frame of
+the project as the template, with its group and sequence replaced) and
+records ``time.time()`` right after ``send()`` returns; the server reads the
+frame's group and ``broadcast()``s it unchanged to that Group's subscribers.
+No compression on either side (daphne does not negotiate it).
+
+**Measured** (subscribers in this process; receive time taken as each frame
+comes out of ``recv()``): delivered event frames per second = distinct matched
+frames / (last receive - first commit); latency = receive - commit, p50 and
+p99 over all delivered frames. Frames not delivered in time, duplicates,
+out-of-order frames and connections the server closed are counted and
+printed. Each measurement (10 s of commits, then up to 5 s for the last
+frames; ``--quick``: 4 s and 2 s) is repeated 3 times (``--quick``: once),
+project and baseline interleaved, and medians are reported. Ratios:
+throughput project / bare (target >= 0.5), p99 project / bare (target <= 2).
+
+**Backends.** By default the embedded SQLite in a temporary file and the
+in-memory channel layer: then the commit happens in another process than
+daphne and reaches subscribers through the periodic head check, here
+``MWP_HEAD_POLL_SECONDS=0.05`` (``--head-poll``; note that the agent consumer's
+membership/session check runs every twice that, per connection). With ``MWP_DATABASE_URL=postgres://...`` a
+scratch database ``mwp_fanout`` on that server is created, migrated and
+dropped at the end; with ``MWP_REDIS_URL`` set, daphne and the committer use
+the Redis channel layer, so "head moved" travels through Redis. Both daphne
+and this process run with ``MWP_DEBUG=0``. The output says which backends
+were used.
+
+Exit status 0 even when a target is missed (the numbers are the report); 1
+when the benchmark itself failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = "fanout"
+SUBSCRIBERS = 100
+SCRATCH_DB = "mwp_fanout"
+HEAD_POLL_SECONDS = 0.05  # default of --head-poll
+MAX_WS_BYTES = 16 * 1024 * 1024
+CONNECT_PARALLEL = 10
+READY_TIMEOUT = 60.0
+DRAIN_SECONDS = 5.0  # how long after the last commit frames may still arrive (quick: 2)
+GRACE_SECONDS = 0.3
+PROTOCOL_PREFIX = "@@ "  # worker processes answer on stdout with lines starting with this
+TARGET_THROUGHPUT_RATIO = 0.5
+TARGET_P99_RATIO = 2.0
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], what: str, log_file: Path, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}: {tail(log_file)}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"{what} did not listen on {port} within {timeout:.0f} s: {tail(log_file)}")
+
+
+def tail(path: Path, chars: int = 3000) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return "(no log)"
+
+
+def percentile(values: list[float], p: float) -> float | None:
+    """Nearest-rank percentile of ``values`` (0 < p <= 100)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def median(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+# --------------------------------------------------------------------------
+# Database and Django set-up (in this process, before django.setup())
+# --------------------------------------------------------------------------
+
+
+def conninfo(url: str) -> str:
+    """psycopg wants ``postgresql://``; dj-database-url also takes ``postgres://``."""
+    scheme, rest = url.split("://", 1)
+    return "postgresql://" + rest if scheme in ("postgres", "pgsql", "postgresql") else url
+
+
+def pg_admin(url: str, statement: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    parts = urlsplit(url)
+    maintenance = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(conninfo(maintenance), autocommit=True) as conn:
+        conn.execute(sql.SQL(statement).format(sql.Identifier(SCRATCH_DB)))
+
+
+@dataclass
+class Backends:
+    database_url: str
+    database: str  # for the output
+    layer: str
+    var_dir: str
+    postgres_url: str | None = None  # the server's URL, to drop the scratch database
+
+    def label(self) -> str:
+        return f"{'postgres' if self.postgres_url else 'sqlite'}+{'redis' if 'redis' in self.layer else 'memory'}"
+
+
+def choose_backends(head_poll: float) -> Backends:
+    var_dir = tempfile.mkdtemp(prefix="mwp-fanout-")
+    url = os.environ.get("MWP_DATABASE_URL", "")
+    redis = os.environ.get("MWP_REDIS_URL", "")
+    layer = f"redis ({redis})" if redis else f"in-memory (delivery by the head check every {head_poll:g} s)"
+    if url.startswith(("postgres://", "postgresql://", "pgsql://")):
+        parts = urlsplit(url)
+        scratch = urlunsplit(parts._replace(path="/" + SCRATCH_DB))
+        pg_admin(url, "DROP DATABASE IF EXISTS {} WITH (FORCE)")
+        pg_admin(url, "CREATE DATABASE {}")
+        where = parts.hostname or "localhost"
+        return Backends(scratch, f"postgresql, scratch database {SCRATCH_DB} on {where}:{parts.port or 5432}",
+                        layer, var_dir, postgres_url=url)  # fmt: skip
+    if url and not url.startswith("sqlite"):
+        raise SystemExit(f"MWP_DATABASE_URL must be sqlite:///... or postgres://..., not {url.split(':', 1)[0]}")
+    path = Path(var_dir) / "fanout.sqlite3"
+    return Backends(f"sqlite:///{path}", f"sqlite (embedded, WAL), temporary file {path}", layer, var_dir)
+
+
+def configure_env(backends: Backends, head_poll: float) -> None:
+    """The environment this process, daphne and the worker processes share."""
+    os.environ["DJANGO_SETTINGS_MODULE"] = "mwportal.settings"
+    os.environ["MWP_DATABASE_URL"] = backends.database_url
+    os.environ["MWP_VAR_DIR"] = backends.var_dir
+    os.environ["MWP_DEBUG"] = "0"
+    os.environ["MWP_HEAD_POLL_SECONDS"] = f"{head_poll:g}"
+    os.environ.setdefault("MWP_LOG_LEVEL", "WARNING")
+    pythonpath = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = str(ROOT) + (os.pathsep + pythonpath if pythonpath else "")
+
+
+def setup_django(migrate: bool) -> None:
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    if migrate:
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0, interactive=False)
+
+
+# --------------------------------------------------------------------------
+# Fixtures, built through accept() as a client would
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class Key:
+    id: str
+    private_key: str
+    session_epoch: int = 0
+    token: str = ""
+
+
+def _send(key: Key, type_: str, group: str, body: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    from missions.authority import Auth, Command, accept
+    from mwportal.protocol import make_envelope, parse_envelope
+
+    raw = make_envelope(type=type_, actor=key.id, group=group, body=body, private_key=key.private_key,
+                        session_epoch=key.session_epoch, **kw)  # fmt: skip
+    return accept(Command(parse_envelope(raw), Auth.SIGNED))
+
+
+def _open_session(key: Key, admin_group: str) -> None:
+    from datetime import UTC, datetime
+
+    from missions.authority import Auth, Command, accept
+    from mwportal.protocol import format_time, make_envelope, parse_envelope, signed
+
+    request = signed(key.private_key, {"agent": key.id, "issued_at": format_time(datetime.now(UTC)),
+                                       "nonce": uuid.uuid4().hex})  # fmt: skip
+    raw = make_envelope(type="agent.open_session", actor=key.id, group=admin_group, body={"request": request},
+                        session_epoch=key.session_epoch)  # fmt: skip
+    receipt = accept(Command(parse_envelope(raw, require_signature=False), Auth.SELF))
+    key.session_epoch = receipt["grants"]["session_epoch"]
+    key.token = str(receipt["grants"]["token"])
+
+
+def _agent(slug: str, admin_group: str, name: str, roles: list[str], session: bool) -> Key:
+    from missions.commands import register_agent
+    from mwportal.protocol import generate_keypair
+
+    private_key, public_key = generate_keypair()
+    key = Key(register_agent(slug, name, "agent", roles, public_key), private_key)
+    if session:
+        _open_session(key, admin_group)
+    return key
+
+
+def _revision(group_id: str) -> int:
+    from missions.models import Group
+
+    return int(Group.objects.values_list("revision", flat=True).get(id=group_id))
+
+
+def _mission(owner: Key, members: list[tuple[str, list[str]]]) -> str:
+    group_id = str(uuid.uuid4())
+    _send(owner, "mission.create", group_id, {"mission": str(uuid.uuid4()), "title": "Fan-out", "objective": "bench"})
+    for agent_id, roles in members:
+        _send(owner, "membership.add", group_id, {"agent": agent_id, "roles": roles},
+              target={"kind": "group", "id": group_id, "revision": _revision(group_id)})  # fmt: skip
+    return group_id
+
+
+def build_fixtures() -> dict[str, Any]:
+    """One owner (the committer's actor), one toggled member, 100 subscribers; the one
+    Group with all of them and 100 Groups with one subscriber each."""
+    from missions.commands import create_organization
+    from missions.models import GroupEvent
+
+    _, admin = create_organization("fanout", "Fan-out bench")
+    owner = _agent("fanout", admin, "Owner", ["mission_owner"], session=True)
+    toggle = _agent("fanout", admin, "Toggled member", ["worker"], session=False)
+    subs = [_agent("fanout", admin, f"Subscriber {i}", ["worker"], session=True) for i in range(SUBSCRIBERS)]
+    one = _mission(owner, [(toggle.id, ["worker"])] + [(s.id, ["worker"]) for s in subs])
+    many = [_mission(owner, [(toggle.id, ["worker"]), (s.id, ["worker"])]) for s in subs]
+    # One real membership.roles_set Event: the template of the baseline's frames.
+    _send(owner, "membership.set_roles", one, {"agent": toggle.id, "roles": ["worker", "reviewer"]},
+          target={"kind": "group", "id": one, "revision": _revision(one)})  # fmt: skip
+    _send(owner, "membership.set_roles", one, {"agent": toggle.id, "roles": ["worker"]},
+          target={"kind": "group", "id": one, "revision": _revision(one)})  # fmt: skip
+    last = GroupEvent.objects.filter(group_id=one).order_by("-sequence").first()
+    assert last is not None and last.type == "membership.roles_set", last
+    template = {"op": "event", "event": last.as_wire()}
+    return {
+        "owner": {"id": owner.id, "private_key": owner.private_key, "session_epoch": owner.session_epoch},
+        "toggle": toggle.id,
+        "tokens": [s.token for s in subs],
+        "one_group": one,
+        "many_groups": many,
+        "template": template,
+    }
+
+
+def heads(group_ids: list[str]) -> dict[str, int]:
+    from missions.models import Group
+
+    return {str(g): int(s) for g, s in Group.objects.filter(id__in=group_ids).values_list("id", "last_sequence")}
+
+
+# --------------------------------------------------------------------------
+# Worker processes: committer (accept()), publisher (bare), bare server
+# --------------------------------------------------------------------------
+
+
+def answer(obj: dict[str, Any]) -> None:
+    sys.stdout.write(PROTOCOL_PREFIX + json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def paced(rate: float, duration: float) -> list[float]:
+    """The wall-clock due times of a steady schedule starting shortly from now."""
+    start = time.time() + 0.2
+    return [start + k / rate for k in range(max(1, int(rate * duration)))]
+
+
+def sleep_until(due: float) -> None:
+    delay = due - time.time()
+    if delay > 0:
+        time.sleep(delay)
+
+
+def committer_main(fixtures_path: str) -> int:
+    setup_django(migrate=False)
+    import missions.authority as authority
+    from missions.authority import Auth, Command, accept
+    from missions.models import Group
+    from mwportal.protocol import make_envelope, parse_envelope
+
+    fx = json.loads(Path(fixtures_path).read_text())
+    owner, toggle = fx["owner"], fx["toggle"]
+    roles_now: dict[str, list[str]] = defaultdict(lambda: ["worker"])
+    committed_at: list[float] = []
+    original_notify = authority._notify
+
+    def timed_notify(*args: Any) -> None:  # on_commit: the moment the transaction committed
+        committed_at.append(time.time())
+        original_notify(*args)
+
+    authority._notify = timed_notify  # type: ignore[assignment]  # this process only
+    answer({"ready": True})
+    for line in sys.stdin:
+        req = json.loads(line)
+        if req.get("cmd") == "quit":
+            break
+        groups: list[str] = req["groups"]
+        revisions = {str(g): int(r) for g, r in Group.objects.filter(id__in=groups).values_list("id", "revision")}
+        records: list[list[Any]] = []
+        errors = 0
+        for k, due in enumerate(paced(req["rate"], req["duration"])):
+            group = groups[k % len(groups)]
+            roles = ["worker", "reviewer"] if roles_now[group] == ["worker"] else ["worker"]
+            raw = make_envelope(type="membership.set_roles", actor=owner["id"], group=group,
+                                body={"agent": toggle, "roles": roles}, private_key=owner["private_key"],
+                                session_epoch=owner["session_epoch"],
+                                target={"kind": "group", "id": group, "revision": revisions[group]})  # fmt: skip
+            command = Command(parse_envelope(raw), Auth.SIGNED)
+            sleep_until(due)
+            committed_at.clear()
+            t0 = time.time()
+            try:
+                receipt = accept(command)
+            except Exception as exc:  # count it and carry on; the report shows it
+                errors += 1
+                print(f"committer: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+                revisions[group] = int(Group.objects.values_list("revision", flat=True).get(id=group))
+                continue
+            t1 = time.time()
+            roles_now[group] = roles
+            revisions[group] = int(receipt["aggregate"]["revision"])
+            tc = committed_at[0] if committed_at else t1
+            records.append([group, int(receipt["events"][0]["sequence"]), t1, tc, t0])
+        answer({"records": records, "errors": errors})
+    return 0
+
+
+def publisher_main(url: str, fixtures_path: str) -> int:
+    from websockets.sync.client import connect
+
+    template = json.loads(Path(fixtures_path).read_text())["template"]
+    sequence: dict[str, int] = defaultdict(int)
+    with connect(url, max_size=MAX_WS_BYTES, compression=None, open_timeout=30) as ws:
+        ws.send(json.dumps({"op": "publisher"}))
+        ws.recv(timeout=30)
+        answer({"ready": True})
+        for line in sys.stdin:
+            req = json.loads(line)
+            if req.get("cmd") == "quit":
+                break
+            groups: list[str] = req["groups"]
+            records: list[list[Any]] = []
+            for k, due in enumerate(paced(req["rate"], req["duration"])):
+                group = groups[k % len(groups)]
+                sequence[group] += 1
+                event = {**template["event"], "group": group, "sequence": sequence[group]}
+                frame = json.dumps({"op": "event", "event": event}, separators=(",", ":"))
+                sleep_until(due)
+                t0 = time.time()
+                ws.send(frame)
+                t1 = time.time()
+                records.append([group, sequence[group], t1, t1, t0])
+            answer({"records": records, "errors": 0})
+    return 0
+
+
+def bare_server_main(port: int) -> int:
+    """A bare broadcast server: hello -> welcome, subscribe -> subscribed; a
+    ``publisher`` connection's frames go unchanged to their Group's subscribers."""
+    from websockets.asyncio.server import ServerConnection, broadcast, serve
+
+    subscribers: dict[str, set[ServerConnection]] = defaultdict(set)
+
+    async def handler(ws: ServerConnection) -> None:
+        joined: list[str] = []
+        publisher = False
+        try:
+            async for message in ws:
+                if publisher:
+                    group = json.loads(message)["event"]["group"]
+                    targets = subscribers.get(group)
+                    if targets:
+                        broadcast(targets, message)
+                    continue
+                frame = json.loads(message)
+                op = frame.get("op")
+                if op == "hello":
+                    await ws.send(json.dumps({"op": "welcome"}))
+                elif op == "subscribe":
+                    subscribers[frame["group"]].add(ws)
+                    joined.append(frame["group"])
+                    await ws.send(json.dumps({"op": "subscribed", "group": frame["group"]}))
+                elif op == "publisher":
+                    publisher = True
+                    await ws.send(json.dumps({"op": "ok"}))
+        finally:
+            for group in joined:
+                subscribers[group].discard(ws)
+
+    async def run() -> None:
+        async with serve(handler, "127.0.0.1", port, max_size=MAX_WS_BYTES, compression=None, ping_interval=None):
+            await asyncio.Future()
+
+    asyncio.run(run())
+    return 0
+
+
+def daphne_argv(port: int) -> list[str]:
+    """The daphne command line of ``tests/delivery/conftest.py``."""
+    return [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+            "--websocket-max-message-size", str(MAX_WS_BYTES), "--websocket-max-frame-size", str(MAX_WS_BYTES),
+            "mwportal.asgi:application"]  # fmt: skip
+
+
+class Worker:
+    """A worker process of this script, spoken to in JSON lines."""
+
+    def __init__(self, name: str, argv: list[str], log_file: Path):
+        self.name, self.log_file = name, log_file
+        self.stderr = open(log_file, "ab")  # noqa: SIM115  (closed in stop())
+        self.proc = subprocess.Popen(  # noqa: S603  (this script, this interpreter)
+            [sys.executable, str(Path(__file__).resolve()), *argv],
+            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, bufsize=1,
+        )  # fmt: skip
+        self.lock = threading.Lock()
+        self.read()  # {"ready": true}
+
+    def read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith(PROTOCOL_PREFIX):
+                return dict(json.loads(line[len(PROTOCOL_PREFIX) :]))
+        raise RuntimeError(f"the {self.name} process exited ({self.proc.poll()}): {tail(self.log_file)}")
+
+    def call(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        with self.lock:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+            return self.read()
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(json.dumps({"cmd": "quit"}) + "\n")
+            self.proc.stdin.flush()
+            self.proc.wait(timeout=10)
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self.stderr.close()
+
+
+class Server:
+    """daphne or the bare server as a subprocess on a free port."""
+
+    def __init__(self, name: str, argv: list[str], log_file: Path, port: int):
+        self.name, self.log_file, self.port = name, log_file, port
+        with open(log_file, "ab") as out:
+            self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)  # noqa: S603
+        wait_port(port, self.proc, name, log_file)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+
+# --------------------------------------------------------------------------
+# Subscribers (this process) and one measurement
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    side: str
+    scenario: str
+    commits: int = 0
+    errors: int = 0
+    expected: int = 0
+    delivered: int = 0
+    throughput: float | None = None
+    offered: float | None = None
+    p50: float | None = None
+    p99: float | None = None
+    p50_return: float | None = None  # project: from accept() returning instead of the commit itself
+    p99_return: float | None = None
+    max_ms: float | None = None
+    accept_ms: float | None = None
+    extra_frames: int = 0
+    duplicates: int = 0
+    closed_early: int = 0
+    connect_s: float = 0.0
+    out_of_order: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+async def _recv_json(ws: Any) -> dict[str, Any]:
+    return dict(json.loads(await asyncio.wait_for(ws.recv(), READY_TIMEOUT)))
+
+
+async def _connect(url: str, side: str, token: str) -> Any:
+    """A connection that has said hello."""
+    from websockets.asyncio.client import connect
+
+    ws = await connect(url, max_size=MAX_WS_BYTES, compression=None, open_timeout=30, ping_interval=None)
+    await ws.send(json.dumps({"op": "hello", "token": token} if side == "project" else {"op": "hello"}))
+    welcome = await _recv_json(ws)
+    if welcome.get("op") != "welcome":
+        raise RuntimeError(f"hello answered {welcome}")
+    return ws
+
+
+async def _subscribe(ws: Any, side: str, group: str, after: int) -> None:
+    """Follow ``group``; returns once the subscription is live."""
+    if side == "project":
+        await ws.send(json.dumps({"op": "subscribe", "group": group, "after": after}))
+        while True:  # the Event at the head proves the subscription live
+            frame = await _recv_json(ws)
+            if frame.get("op") == "event" and frame["event"]["sequence"] > after:
+                return
+            if frame.get("op") == "error":
+                raise RuntimeError(f"subscribe answered {frame}")
+    else:
+        await ws.send(json.dumps({"op": "subscribe", "group": group}))
+        while (await _recv_json(ws)).get("op") != "subscribed":
+            pass
+
+
+class Subscribers:
+    """One side's 100 connections for one measurement."""
+
+    def __init__(self, side: str, url: str, tokens: list[str]):
+        self.side, self.url, self.tokens = side, url, tokens
+        self.conns: list[Any] = []
+        self.limit = asyncio.Semaphore(CONNECT_PARALLEL)
+
+    async def open(self, plan: list[tuple[str, int]]) -> None:
+        """Connect, hello and subscribe; ``plan``: (group, after) per connection.
+
+        The first subscriber of each Group goes before the others:
+        Hub.subscribe() adds a Group's feed before it has read the head, and a
+        subscriber that arrives in that window waits with head 0 and is not woken
+        when the head is set, so it gets nothing until the next commit. That is a
+        subscribe-time bug, not fan-out, so the benchmark steps around it.
+        """
+        conns: dict[int, Any] = {}
+
+        async def one(i: int) -> None:
+            async with self.limit:
+                group, after = plan[i]
+                conns[i] = await _connect(self.url, self.side, self.tokens[i])
+                await _subscribe(conns[i], self.side, group, after)
+
+        firsts: dict[str, int] = {}
+        for i, (group, _) in enumerate(plan):
+            firsts.setdefault(group, i)
+        lead = set(firsts.values())
+        try:
+            await asyncio.gather(*(one(i) for i in sorted(lead)))
+            await asyncio.gather(*(one(i) for i in range(len(plan)) if i not in lead))
+        finally:  # in plan order when complete; whatever opened otherwise, so close() closes it
+            self.conns = [conns[i] for i in sorted(conns)]
+
+    async def close(self) -> None:
+        await asyncio.gather(*(ws.close() for ws in self.conns), return_exceptions=True)
+        self.conns = []
+
+
+async def measure(
+    subs: Subscribers, scenario: str, worker: Worker, plan: list[tuple[str, int]], groups: list[str],
+    rate: float, duration: float, drain: float,
+) -> Run:  # fmt: skip
+    """``plan``: (group, after) per subscriber."""
+    run = Run(subs.side, scenario)
+    connect_started = time.monotonic()
+    await subs.open(plan)
+    conns = subs.conns
+    run.connect_s = time.monotonic() - connect_started
+    received: list[tuple[float, int, str | bytes]] = []
+    state = {"expected": math.inf}
+    done = asyncio.Event()
+    closed: list[str] = []
+
+    async def reader(index: int, ws: Any) -> None:
+        try:
+            while True:
+                raw = await ws.recv()
+                received.append((time.time(), index, raw))
+                if len(received) >= state["expected"]:
+                    done.set()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the server closed it: say so in the report
+            closed.append(f"{type(exc).__name__}: {exc}")
+
+    readers = [asyncio.create_task(reader(i, ws)) for i, ws in enumerate(conns)]
+    loop = asyncio.get_running_loop()
+    try:
+        reply = await loop.run_in_executor(None, worker.call, {"groups": groups, "rate": rate, "duration": duration})
+        fanout = {g: 0 for g in groups}
+        for group, _ in plan:
+            fanout[group] += 1
+        records = reply["records"]
+        state["expected"] = sum(fanout[r[0]] for r in records)
+        if len(received) >= state["expected"]:
+            done.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), drain)
+        await asyncio.sleep(GRACE_SECONDS)  # duplicates make the count arrive early; let stragglers in
+    finally:
+        for task in readers:
+            task.cancel()
+        await asyncio.gather(*readers, return_exceptions=True)
+
+    run.commits, run.errors, run.expected = len(records), reply["errors"], int(state["expected"])
+    run.closed_early = len(closed)
+    if closed:
+        run.notes.append(f"{len(closed)} closed by the server: {closed[0]}")
+    committed = {(r[0], r[1]): (r[3], r[2]) for r in records}  # (commit, accept() returned)
+    latencies: list[float] = []
+    from_return: list[float] = []
+    last = 0.0
+    seen: set[tuple[int, str, int]] = set()
+    position: dict[tuple[int, str], int] = {}
+    for t, index, raw in received:
+        frame = json.loads(raw)
+        event = frame.get("event") if frame.get("op") == "event" else None
+        at = committed.get((event["group"], event["sequence"])) if event else None
+        if at is None:
+            run.extra_frames += 1
+            continue
+        assert event is not None
+        key = (index, event["group"], event["sequence"])
+        if key in seen:
+            run.duplicates += 1
+            continue
+        seen.add(key)
+        if event["sequence"] < position.get(key[:2], 0):
+            run.out_of_order += 1
+        position[key[:2]] = event["sequence"]
+        run.delivered += 1
+        latencies.append((t - at[0]) * 1000)
+        from_return.append((t - at[1]) * 1000)
+        last = max(last, t)
+    if records:
+        first = min(r[3] for r in records)
+        span = max(r[3] for r in records) - first
+        if run.delivered and last > first:
+            run.throughput = run.delivered / (last - first)
+        if span > 0:
+            run.offered = run.expected / span
+        run.accept_ms = statistics.mean((r[2] - r[4]) * 1000 for r in records)
+    run.p50, run.p99 = percentile(latencies, 50), percentile(latencies, 99)
+    run.p50_return, run.p99_return = percentile(from_return, 50), percentile(from_return, 99)
+    run.max_ms = max(latencies) if latencies else None
+    return run
+
+
+# --------------------------------------------------------------------------
+# The benchmark
+# --------------------------------------------------------------------------
+
+
+def fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def summarize(runs: list[Run]) -> dict[str, Any]:
+    return {
+        "commits": median([r.commits for r in runs]),
+        "expected": median([r.expected for r in runs]),
+        "delivered": median([r.delivered for r in runs]),
+        "throughput": median([r.throughput for r in runs]),
+        "offered": median([r.offered for r in runs]),
+        "p50": median([r.p50 for r in runs]),
+        "p99": median([r.p99 for r in runs]),
+        "p50_return": median([r.p50_return for r in runs]),
+        "p99_return": median([r.p99_return for r in runs]),
+        "max": median([r.max_ms for r in runs]),
+        "accept_ms": median([r.accept_ms for r in runs]),
+        "missing": sum(r.expected - r.delivered for r in runs),
+        "errors": sum(r.errors for r in runs),
+        "extra": sum(r.extra_frames for r in runs),
+        "duplicates": sum(r.duplicates for r in runs),
+        "out_of_order": sum(r.out_of_order for r in runs),
+        "closed": sum(r.closed_early for r in runs),
+        "notes": sorted({n.split(": ", 1)[-1] for r in runs for n in r.notes if "closed by the server" in n}),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="one short repetition per measurement (< 2 minutes)")
+    parser.add_argument("--rate-one", type=float, default=20.0, help="commits/s in one_group (default 20)")
+    parser.add_argument("--rate-many", type=float, default=40.0, help="commits/s over many_groups (default 40)")
+    parser.add_argument("--duration", type=float, help="seconds of commits per measurement (10; quick 5)")
+    parser.add_argument("--repeat", type=int, help="repetitions per measurement (3; quick 1)")
+    parser.add_argument("--head-poll", type=float, default=HEAD_POLL_SECONDS,
+                        help=f"MWP_HEAD_POLL_SECONDS for daphne (default {HEAD_POLL_SECONDS:g}; the project's own "
+                        "default is 1.0)")  # fmt: skip
+    parser.add_argument("--topology", choices=("one_group", "many_groups"), help="run one topology only")
+    parser.add_argument("--keep-logs", action="store_true", help="keep the temporary directory with the logs")
+    # Internal: the worker processes.
+    parser.add_argument("--role", choices=("committer", "publisher", "bare-server"), help=argparse.SUPPRESS)
+    parser.add_argument("--fixtures", help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.role == "committer":
+        return committer_main(args.fixtures)
+    if args.role == "publisher":
+        return publisher_main(args.url, args.fixtures)
+    if args.role == "bare-server":
+        return bare_server_main(args.port)
+
+    duration = args.duration or (4.0 if args.quick else 10.0)
+    drain = 2.0 if args.quick else DRAIN_SECONDS
+    repeat = args.repeat or (1 if args.quick else 3)
+    scenarios = [args.topology] if args.topology else ["one_group", "many_groups"]
+    rates = {"one_group": args.rate_one, "many_groups": args.rate_many}
+    started = time.monotonic()
+
+    backends = choose_backends(args.head_poll)
+    configure_env(backends, args.head_poll)
+    var = Path(backends.var_dir)
+    log(f"fanout: {SUBSCRIBERS} subscribers; one_group = 1 Group x {SUBSCRIBERS}, "
+        f"many_groups = {SUBSCRIBERS} Groups x 1")  # fmt: skip
+    log(f"  database:      {backends.database}")
+    log(f"  channel layer: {backends.layer}")
+    log(
+        f"  MWP_HEAD_POLL_SECONDS={args.head_poll:g}, MWP_DEBUG=0; {duration:.0f} s of commits per measurement, "
+        f"{repeat} repetition(s); rates: one_group {rates['one_group']:g}/s, many_groups {rates['many_groups']:g}/s"
+    )
+    if not os.environ.get("MWP_REDIS_URL"):
+        log("  (MWP_REDIS_URL not set: no Redis; set it to measure delivery through the Redis channel layer)")
+    if not backends.postgres_url:
+        log("  (MWP_DATABASE_URL not PostgreSQL: embedded SQLite; set it to postgres://... for PostgreSQL)")
+
+    servers: list[Server] = []
+    workers: list[Worker] = []
+    failed = False
+    results: dict[tuple[str, str], list[Run]] = defaultdict(list)
+    try:
+        t0 = time.monotonic()
+        setup_django(migrate=True)
+        fx = build_fixtures()
+        fixtures_path = var / "fixtures.json"
+        fixtures_path.write_text(json.dumps(fx))
+        frame_bytes = len(json.dumps(fx["template"], separators=(",", ":")))
+        log(f"  set up (migrate + fixtures through accept()) in {time.monotonic() - t0:.1f} s; "
+            f"event frame ~{frame_bytes} bytes")  # fmt: skip
+
+        daphne_port, bare_port = free_port(), free_port()
+        servers.append(Server("daphne", daphne_argv(daphne_port), var / "daphne.log", daphne_port))
+        servers.append(Server("bare server", [sys.executable, str(Path(__file__).resolve()), "--role", "bare-server",
+                                              "--port", str(bare_port)], var / "bare.log", bare_port))  # fmt: skip
+        committer = Worker("committer", ["--role", "committer", "--fixtures", str(fixtures_path)],
+                           var / "committer.log")  # fmt: skip
+        workers.append(committer)
+        publisher = Worker("publisher", ["--role", "publisher", "--fixtures", str(fixtures_path),
+                                         "--url", f"ws://127.0.0.1:{bare_port}"], var / "publisher.log")  # fmt: skip
+        workers.append(publisher)
+        log(f"  daphne pid {servers[0].proc.pid} on 127.0.0.1:{daphne_port}; bare server pid {servers[1].proc.pid} "
+            f"on 127.0.0.1:{bare_port}")  # fmt: skip
+        project_url = f"ws://127.0.0.1:{daphne_port}/ws/v1/agent"
+        bare_url = f"ws://127.0.0.1:{bare_port}"
+
+        def plan_of(side: str, scenario: str, h: dict[str, int]) -> tuple[list[tuple[str, int]], list[str]]:
+            one = scenario == "one_group"
+            groups = [fx["one_group"]] if one else list(fx["many_groups"])
+            followed = [fx["one_group"]] * SUBSCRIBERS if one else list(fx["many_groups"])
+            return [(g, h[g] - 1 if side == "project" else 0) for g in followed], groups
+
+        async def one_run(side: str, scenario: str, h: dict[str, int]) -> Run:
+            url, worker = (project_url, committer) if side == "project" else (bare_url, publisher)
+            plan, groups = plan_of(side, scenario, h)
+            subs = Subscribers(side, url, fx["tokens"])
+            try:
+                return await measure(subs, scenario, worker, plan, groups, rates[scenario], duration, drain)
+            finally:
+                await subs.close()
+
+        all_groups = [fx["one_group"], *fx["many_groups"]]
+        for rep in range(repeat):
+            for scenario in scenarios:
+                # Alternate which side goes first, so neither always runs on a warmer machine.
+                for side in ("project", "bare") if rep % 2 == 0 else ("bare", "project"):
+                    run = asyncio.run(one_run(side, scenario, heads(all_groups)))
+                    results[(scenario, side)].append(run)
+                    log(f"  run {rep + 1}/{repeat} {scenario:<11} {side:<7} subscribed in {run.connect_s:4.1f} s  "
+                        f"commits {run.commits:>4}  "
+                        f"delivered {run.delivered:>5}/{run.expected:<5}  {fmt(run.throughput, 0):>6} ev/s  "
+                        f"p50 {fmt(run.p50):>6} ms  p99 {fmt(run.p99):>6} ms  max {fmt(run.max_ms):>6} ms"
+                        + (f"  errors {run.errors}" if run.errors else "")
+                        + (f"  duplicates {run.duplicates}" if run.duplicates else "")
+                        + (f"  out-of-order {run.out_of_order}" if run.out_of_order else "")
+                        + "".join(f"  [{n}]" for n in run.notes))  # fmt: skip
+                    time.sleep(0.5)
+    except Exception:
+        failed = True
+        traceback.print_exc()
+        for server in servers:
+            log(f"--- {server.name} log tail:\n{tail(server.log_file)}")
+    finally:
+        for worker in workers:
+            worker.stop()
+        for server in servers:
+            server.stop()
+        if backends.postgres_url:
+            with contextlib.suppress(Exception):
+                from django.db import connections
+
+                connections.close_all()
+            try:
+                pg_admin(backends.postgres_url, "DROP DATABASE IF EXISTS {} WITH (FORCE)")
+            except Exception as exc:
+                log(f"  could not drop the scratch database {SCRATCH_DB}: {exc}")
+        if args.keep_logs or failed:
+            log(f"  logs kept in {backends.var_dir}")
+        else:
+            shutil.rmtree(backends.var_dir, ignore_errors=True)
+
+    # The table.
+    label = backends.label()
+    print()
+    print(f"Fan-out, {label}: medians of {repeat} run(s). Latency = receive - commit: the project's commit is "
+          f"time.time() in accept()'s on_commit\nstep (before its channel-layer notice), the bare server's is right "
+          f"after the publisher's send() returns;\n'after-return' columns: the project's latency from accept() "
+          f"returning instead (it includes the notice, so it is\nsmaller, even negative with Redis).")  # fmt: skip
+    headers = ("topology", "side", "commits", "frames exp", "delivered", "offered/s", "events/s", "p50 ms",
+               "p99 ms", "max ms", "accept ms", "p50 after-return", "p99 after-return")  # fmt: skip
+    rows = []
+    summary: dict[tuple[str, str], dict[str, Any]] = {}
+    for scenario in scenarios:
+        for side in ("project", "bare"):
+            runs = results.get((scenario, side), [])
+            if not runs:
+                continue
+            s = summary[(scenario, side)] = summarize(runs)
+            rows.append([scenario, side, fmt(s["commits"], 0), fmt(s["expected"], 0), fmt(s["delivered"], 0),
+                         fmt(s["offered"], 0), fmt(s["throughput"], 0), fmt(s["p50"]), fmt(s["p99"]),
+                         fmt(s["max"]), fmt(s["accept_ms"], 2) if side == "project" else "-",
+                         fmt(s["p50_return"]) if side == "project" else "-",
+                         fmt(s["p99_return"]) if side == "project" else "-"])  # fmt: skip
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    print("  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True)))
+    for row in rows:
+        print("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
+    for (scenario, side), s in summary.items():
+        if s["missing"] or s["errors"] or s["extra"] or s["duplicates"] or s["out_of_order"] or s["closed"]:
+            print(f"  {scenario} {side} (over all runs): {s['missing']} frames not delivered within "
+                  f"{drain:g} s of the last commit, {s['duplicates']} duplicates, {s['out_of_order']} "
+                  f"out of order, {s['errors']} refused commits, {s['extra']} other frames, {s['closed']} "
+                  f"subscriber connections closed by the server" + "".join(f" ({n})" for n in s["notes"]))  # fmt: skip
+    if os.environ.get("MWP_REDIS_URL") and any(s["closed"] for s in summary.values()):
+        print("  note: with redis-py >= 8 the client's socket_timeout defaults to 5 s, the same as channels_redis's "
+              "blocking receive,\n  so an idle consumer's receive raises TimeoutError and daphne closes it with 1011; "
+              "see daphne.log (--keep-logs)\n  and try MWP_REDIS_URL=redis://...?socket_timeout=30")  # fmt: skip
+    print()
+
+    for scenario in scenarios:
+        project, bare = summary.get((scenario, "project")), summary.get((scenario, "bare"))
+        if project is None or bare is None:
+            print(f"RESULT bench={BENCH} metric=throughput_ratio_{scenario} value=nan target>=0.5 ok=false "
+                  f"backend={label}")  # fmt: skip
+            print(f"RESULT bench={BENCH} metric=p99_ratio_{scenario} value=nan target<=2 ok=false backend={label}")
+            continue
+        tr = project["throughput"] / bare["throughput"] if project["throughput"] and bare["throughput"] else None
+        pr = project["p99"] / bare["p99"] if project["p99"] is not None and bare["p99"] else None
+        print(f"RESULT bench={BENCH} metric=throughput_ratio_{scenario} value={fmt(tr, 2)} "
+              f"target>={TARGET_THROUGHPUT_RATIO:g} ok={str(tr is not None and tr >= TARGET_THROUGHPUT_RATIO).lower()} "
+              f"backend={label}")  # fmt: skip
+        print(f"RESULT bench={BENCH} metric=p99_ratio_{scenario} value={fmt(pr, 2)} "
+              f"target<={TARGET_P99_RATIO:g} ok={str(pr is not None and pr <= TARGET_P99_RATIO).lower()} "
+              f"backend={label}")  # fmt: skip
+        for side, s in (("project", project), ("bare", bare)):
+            print(f"RESULT bench={BENCH} metric=events_per_s_{scenario}_{side} value={fmt(s['throughput'], 0)} "
+                  f"backend={label}")  # fmt: skip
+            print(f"RESULT bench={BENCH} metric=p50_ms_{scenario}_{side} value={fmt(s['p50'], 2)} backend={label}")
+            print(f"RESULT bench={BENCH} metric=p99_ms_{scenario}_{side} value={fmt(s['p99'], 2)} backend={label}")
+    log(f"fanout: done in {time.monotonic() - started:.0f} s")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
