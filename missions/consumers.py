@@ -23,7 +23,6 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.conf import settings
 from django.utils import timezone
 
 from mwportal.protocol import (
@@ -237,13 +236,11 @@ class AgentConsumer(_EventStream):
     async def connect(self) -> None:
         self.session_epoch = 0
         self.memberships: dict[str, tuple[list[str], int]] = {}
-        self.watch: asyncio.Task[None] | None = None
         await super().connect()
 
     async def disconnect(self, code: int) -> None:
-        if self.watch is not None:
-            self.watch.cancel()
         if self.agent is not None:
+            (await get_hub()).unwatch_agent(str(self.agent.id), self._check_current)
             if self.channel_layer is not None:
                 await self.channel_layer.group_discard(agent_channel(str(self.agent.id)), self.channel_name)
             with contextlib.suppress(Exception):
@@ -270,7 +267,7 @@ class AgentConsumer(_EventStream):
             await self.channel_layer.group_add(agent_channel(str(agent.id)), self.channel_name)
         _, self.memberships = await database_sync_to_async(_current)(str(agent.id))
         await self.send_json({"op": "welcome", "agent": str(agent.id), "session_epoch": epoch})
-        self.watch = asyncio.create_task(self._watch())
+        (await get_hub()).watch_agent(str(agent.id), self._check_current)
 
     async def op_subscribe(self, frame: dict[str, Any]) -> None:
         agent = self.require_hello()
@@ -342,25 +339,16 @@ class AgentConsumer(_EventStream):
             {"op": "membership", "group": group_id, "roles": roles, "membership_epoch": epoch, "active": active}
         )
 
-    async def _watch(self) -> None:
-        """Catch what another process changed (the in-memory layer cannot tell
-        us): a replaced session closes the connection, Membership changes
-        become ``membership`` frames."""
-        assert self.agent is not None
-        while True:
-            await asyncio.sleep(settings.MWP_HEAD_POLL_SECONDS * 2)
-            try:
-                epoch, memberships = await database_sync_to_async(_current)(str(self.agent.id))
-            except Exception:
-                log.warning("membership check failed", exc_info=True)
-                continue
-            if epoch != self.session_epoch:
-                await self.close(code=CLOSE_SESSION_REPLACED, reason="session replaced")
-                return
-            for group_id in set(self.memberships) - set(memberships):
-                await self._membership_changed(group_id, [], 0, False)
-            for group_id, (roles, e) in memberships.items():
-                await self._membership_changed(group_id, roles, e, True)
+    async def _check_current(self, epoch: int, memberships: dict[str, tuple[list[str], int]]) -> None:
+        """The hub's periodic agent check: a replaced session closes the
+        connection; Membership changes become ``membership`` frames."""
+        if epoch != self.session_epoch:
+            await self.close(code=CLOSE_SESSION_REPLACED, reason="session replaced")
+            return
+        for group_id in set(self.memberships) - set(memberships):
+            await self._membership_changed(group_id, [], 0, False)
+        for group_id, (roles, e) in memberships.items():
+            await self._membership_changed(group_id, roles, e, True)
 
 
 def _person_agent(user: Any) -> Agent | None:

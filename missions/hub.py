@@ -72,6 +72,8 @@ class _Feed:
     cache: deque[Event] = field(default_factory=lambda: deque(maxlen=CACHE_EVENTS))
     subscribers: set[Subscription] = field(default_factory=set)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Set once the head was read; later subscribers wait for it.
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
 
     def cached_after(self, position: int) -> list[Event] | None:
         """Events after ``position`` from the cache, or None when the cache does not reach back."""
@@ -83,9 +85,28 @@ class _Feed:
         return [e for e in self.cache if e["sequence"] > position]
 
 
+AgentCallback = Callable[[int, dict[str, tuple[list[str], int]]], Awaitable[None]]
+
+
+def _agents_current(agent_ids: list[str]) -> dict[str, tuple[int, dict[str, tuple[list[str], int]]]]:
+    """Session Epoch and active Memberships of many Agents in two queries."""
+    from .models import Agent, Membership
+
+    out: dict[str, tuple[int, dict[str, tuple[list[str], int]]]] = {
+        str(a): (epoch, {}) for a, epoch in Agent.objects.filter(id__in=agent_ids).values_list("id", "session_epoch")
+    }
+    rows = Membership.objects.filter(agent_id__in=agent_ids, active=True).values_list(
+        "agent_id", "group_id", "roles", "epoch"
+    )
+    for agent_id, group_id, roles, epoch in rows:
+        out[str(agent_id)][1][str(group_id)] = (roles, epoch)
+    return out
+
+
 class Hub:
     def __init__(self) -> None:
         self.feeds: dict[str, _Feed] = {}
+        self.agents: dict[str, set[AgentCallback]] = {}
         self.layer = get_channel_layer()
         self.channel: str | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -93,9 +114,46 @@ class Hub:
     async def start(self) -> None:
         register_serving_loop(asyncio.get_running_loop())
         if self.layer is not None:
-            self.channel = await self.layer.new_channel("mwp-hub.")
+            # The default prefix: channels_redis serves a process's own
+            # channels through one receive loop per prefix.
+            self.channel = await self.layer.new_channel()
             self._tasks.append(asyncio.create_task(self._listen()))
         self._tasks.append(asyncio.create_task(self._poll()))
+        self._tasks.append(asyncio.create_task(self._watch_agents()))
+
+    # --- connected Agents ----------------------------------------------------
+
+    def watch_agent(self, agent_id: str, callback: AgentCallback) -> None:
+        """Call ``callback(session_epoch, memberships)`` at every agent check."""
+        self.agents.setdefault(agent_id, set()).add(callback)
+
+    def unwatch_agent(self, agent_id: str, callback: AgentCallback) -> None:
+        callbacks = self.agents.get(agent_id)
+        if callbacks is not None:
+            callbacks.discard(callback)
+            if not callbacks:
+                del self.agents[agent_id]
+
+    async def _watch_agents(self) -> None:
+        """Catch what the channel layer could not tell us (another process's
+        change with the in-memory layer, a lost notice): one check for every
+        connected Agent of this process, two queries, every few seconds."""
+        interval = max(settings.MWP_HEAD_POLL_SECONDS * 5, 1.0)
+        while True:
+            await asyncio.sleep(interval)
+            if not self.agents:
+                continue
+            try:
+                current = await database_sync_to_async(_agents_current)(list(self.agents))
+            except Exception:
+                log.warning("the agent check failed", exc_info=True)
+                continue
+            for agent_id, (epoch, memberships) in current.items():
+                for callback in list(self.agents.get(agent_id, ())):
+                    try:
+                        await callback(epoch, memberships)
+                    except Exception:
+                        log.warning("an agent check callback failed", exc_info=True)
 
     # --- subscriptions ---------------------------------------------------
 
@@ -105,10 +163,16 @@ class Hub:
         feed = self.feeds.get(group_id)
         if feed is None:
             feed = self.feeds[group_id] = _Feed(group_id)
-            heads = await database_sync_to_async(_heads)([group_id])
-            feed.head = heads.get(group_id, 0)
             if self.layer is not None and self.channel is not None:
                 await self.layer.group_add(group_channel(group_id), self.channel)
+            heads = await database_sync_to_async(_heads)([group_id])
+            feed.head = max(feed.head, heads.get(group_id, 0))
+            feed.ready.set()
+            # Subscribers that joined while the head was read wake up now.
+            for other in feed.subscribers:
+                other.wake.set()
+        else:
+            await feed.ready.wait()
         sub = Subscription(group_id, after, deliver)
         feed.subscribers.add(sub)
         sub.task = asyncio.create_task(self._run(feed, sub))

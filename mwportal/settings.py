@@ -70,7 +70,10 @@ TEMPLATES = [
 ]
 
 DATABASE_URL = os.environ.get("MWP_DATABASE_URL", f"sqlite:///{VAR_DIR / 'mwportal.sqlite3'}")
-_db = dj_database_url.parse(DATABASE_URL, conn_max_age=0)
+# Persistent connections (checked before reuse): daphne's consumers and the
+# hub run their reads in a thread pool, and opening a PostgreSQL connection per
+# read would cost more than the read.
+_db = dj_database_url.parse(DATABASE_URL, conn_max_age=300, conn_health_checks=True)
 if _db["ENGINE"] == "django.db.backends.sqlite3":
     # WAL lets readers run beside the one writer; IMMEDIATE takes the write
     # lock at BEGIN so concurrent writers (daphne threads, Celery) queue on
@@ -133,7 +136,10 @@ if MWP_REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [MWP_REDIS_URL]},
+            # No socket timeout: redis-py's default (5 s) equals channels_redis's
+            # blocking-receive timeout, so an idle receive would raise and close
+            # the consumer with 1011 (channels_redis#422).
+            "CONFIG": {"hosts": [{"address": MWP_REDIS_URL, "socket_timeout": None}]},
         }
     }
     CELERY_BROKER_URL = MWP_REDIS_URL

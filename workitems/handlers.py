@@ -791,6 +791,9 @@ def _end(item: WorkItem, state: str, now: datetime, reason: str) -> None:
     withdraw_offers(item, now)
     item.state = state
     item.owner, item.owner_expires_at, item.start_by = None, None, None
+    # A failed or cancelled WorkItem no longer waits for a child Mission; a
+    # later outcome of that child finds no link and changes nothing here.
+    item.child_mission = None
 
 
 @command("work.fail")

@@ -105,3 +105,19 @@ def test_mission_approval_needs_finished_workitems(flow: Flow) -> None:
     with pytest.raises(ProtocolError) as info:
         flow.owner.send("mission.approve", flow.group, {}, target=group_target(flow.group))
     assert info.value.code == ErrorCode.INVALID_TRANSITION
+
+
+def test_a_failed_parent_workitem_stops_waiting_for_its_child(flow: Flow) -> None:
+    """Found by the stateful test: fail, re-offer, block, unblock must work, and
+    the old child's approval no longer touches the WorkItem."""
+    item = flow.drive_to("open")
+    _, child_group = _child(flow, item, "keep_blocked")
+    flow.fail(item)
+    flow.offer(item)
+    flow.accept(item)
+    flow.start(item)
+    flow.block(item)
+    flow.unblock(item)
+    assert flow.item(item).state == "queued"
+    flow.coordinator.send("mission.cancel", child_group, {"reason": "moot"}, target=group_target(child_group))
+    assert flow.item(item).state == "queued"
