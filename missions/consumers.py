@@ -211,7 +211,11 @@ class _EventStream(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
                         }
                     )
                     return False
-                await self.send_json({"op": "event", "event": event})
+                frame = getattr(event, "frame", None)
+                if frame is None:
+                    await self.send_json({"op": "event", "event": event})
+                elif not self.closing:
+                    await self.send(text_data=frame)
             return True
 
         self.subscriptions[group_id] = await hub.subscribe(str(group.id), after, deliver)

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import json
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -40,9 +42,23 @@ REPLAY_BATCH = 500
 Event = dict[str, Any]
 
 
+class WireEvent(dict[str, Any]):
+    """An Event as on the wire, with its ``event`` frame encoded once: a
+    hundred subscribers of one Group send the same text, not a hundred
+    encodings of it."""
+
+    __slots__ = ("frame",)
+    frame: str
+
+
 def _read_after(group_id: str, after: int, limit: int) -> list[Event]:
     rows = GroupEvent.objects.filter(group_id=group_id, sequence__gt=after).order_by("sequence")[:limit]
-    return [row.as_wire() for row in rows]
+    events: list[Event] = []
+    for row in rows:
+        event = WireEvent(row.as_wire())
+        event.frame = json.dumps({"op": "event", "event": event}, separators=(",", ":"))
+        events.append(event)
+    return events
 
 
 def _heads(group_ids: list[str]) -> dict[str, int]:
@@ -82,7 +98,8 @@ class _Feed:
         first = self.cache[0]["sequence"]
         if position + 1 < first:
             return None
-        return [e for e in self.cache if e["sequence"] > position]
+        # The cache holds consecutive sequences: index, do not scan.
+        return list(itertools.islice(self.cache, max(position + 1 - first, 0), None))
 
 
 AgentCallback = Callable[[int, dict[str, tuple[list[str], int]]], Awaitable[None]]
