@@ -89,9 +89,10 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
     _db["TEST"] = {"NAME": str(VAR_DIR / "test_mwportal.sqlite3")}
 elif _db["ENGINE"] in ("django.db.backends.postgresql", "django.db.backends.postgresql_psycopg2"):
     _db["ENGINE"] = "django.db.backends.postgresql"
-    # Server-side binding lets psycopg prepare the write path's statements:
-    # PostgreSQL stops re-planning them on every Command (bench/commands.py).
-    _db["OPTIONS"] = {"server_side_binding": True}
+    # Server-side binding with a prepare threshold lets psycopg prepare the
+    # write path's statements after five uses (Django disables preparing
+    # unless asked): PostgreSQL stops re-planning them on every Command.
+    _db["OPTIONS"] = {"server_side_binding": True, "prepare_threshold": 5}
 DATABASES = {"default": _db}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
