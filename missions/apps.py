@@ -7,4 +7,4 @@ class MissionsConfig(AppConfig):
 
     def ready(self) -> None:
         # Handlers register themselves per command type on import.
-        from . import handlers, snapshots  # noqa: F401
+        from . import handlers  # noqa: F401

@@ -38,7 +38,7 @@ from .access import access_group
 from .auth import agent_for_token
 from .authority import Auth, Command, accept
 from .delivery import agent_channel
-from .hub import Event, Subscription, get_hub
+from .hub import Event, Subscription, agents_current, get_hub
 from .models import Agent, AgentCursor, AgentPresence, Group, Membership
 from .snapshots import snapshot_for_cursor
 
@@ -96,18 +96,6 @@ def _store_presence(agent_id: str, capacity: dict[str, Any], connected: bool) ->
     AgentPresence.objects.update_or_create(
         agent_id=agent_id, defaults={"capacity": capacity, "connected": connected, "updated_at": timezone.now()}
     )
-
-
-def _current(agent_id: str) -> tuple[int, dict[str, tuple[list[str], int]]]:
-    """The Agent's Session Epoch and active Memberships (for the periodic check)."""
-    epoch = Agent.objects.filter(id=agent_id).values_list("session_epoch", flat=True).first() or 0
-    memberships = {
-        str(g): (roles, e)
-        for g, roles, e in Membership.objects.filter(agent_id=agent_id, active=True).values_list(
-            "group_id", "roles", "epoch"
-        )
-    }
-    return epoch, memberships
 
 
 class _EventStream(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
@@ -269,7 +257,8 @@ class AgentConsumer(_EventStream):
         self.agent, self.session_epoch = agent, epoch
         if self.channel_layer is not None:
             await self.channel_layer.group_add(agent_channel(str(agent.id)), self.channel_name)
-        _, self.memberships = await database_sync_to_async(_current)(str(agent.id))
+        current = await database_sync_to_async(agents_current)([str(agent.id)])
+        self.memberships = current[str(agent.id)][1]
         await self.send_json({"op": "welcome", "agent": str(agent.id), "session_epoch": epoch})
         (await get_hub()).watch_agent(str(agent.id), self._check_current)
 

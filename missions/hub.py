@@ -105,7 +105,7 @@ class _Feed:
 AgentCallback = Callable[[int, dict[str, tuple[list[str], int]]], Awaitable[None]]
 
 
-def _agents_current(agent_ids: list[str]) -> dict[str, tuple[int, dict[str, tuple[list[str], int]]]]:
+def agents_current(agent_ids: list[str]) -> dict[str, tuple[int, dict[str, tuple[list[str], int]]]]:
     """Session Epoch and active Memberships of many Agents in two queries."""
     from .models import Agent, Membership
 
@@ -161,7 +161,7 @@ class Hub:
             if not self.agents:
                 continue
             try:
-                current = await database_sync_to_async(_agents_current)(list(self.agents))
+                current = await database_sync_to_async(agents_current)(list(self.agents))
             except Exception:
                 log.warning("the agent check failed", exc_info=True)
                 continue

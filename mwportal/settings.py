@@ -122,7 +122,6 @@ MWP_SIGNING_KEY_FILE = os.environ.get("MWP_SIGNING_KEY_FILE", str(VAR_DIR / "ser
 MWP_ONLINE_REPLAY_EVENTS = int(os.environ.get("MWP_ONLINE_REPLAY_EVENTS", "100000"))
 # A signed session request must be this fresh (DESIGN §4: within 5 minutes).
 MWP_SESSION_REQUEST_MAX_SKEW_SECONDS = 300
-MWP_EVENTS_PAGE_MAX = 1000
 MWP_ARTIFACT_ROOT = os.environ.get("MWP_ARTIFACT_ROOT", str(VAR_DIR / "artifacts"))
 MWP_ARTIFACT_MAX_BYTES = int(os.environ.get("MWP_ARTIFACT_MAX_BYTES", str(2 * 1024**3)))
 # WorkItem timing (spec 10.3/11.3): how long an owner has to start after
