@@ -93,6 +93,10 @@ elif _db["ENGINE"] in ("django.db.backends.postgresql", "django.db.backends.post
     # write path's statements after five uses (Django disables preparing
     # unless asked): PostgreSQL stops re-planning them on every Command.
     _db["OPTIONS"] = {"server_side_binding": True, "prepare_threshold": 5}
+    # Several checkouts may test against one server at once: each names its
+    # own test database (default: Django's ``test_<name>``).
+    if os.environ.get("MWP_TEST_DATABASE_NAME"):
+        _db["TEST"] = {"NAME": os.environ["MWP_TEST_DATABASE_NAME"]}
 DATABASES = {"default": _db}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
