@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db.models import F, Prefetch
 
 from missions.authority import (
     AggregateRef,
@@ -1170,25 +1171,65 @@ def cancel_mission(ctx: HandlerContext) -> Decision:
     return _close_mission(ctx, mission, "cancelled", "mission.cancelled", {"reason": reason}, events)
 
 
+def _when(value: datetime | None) -> str | None:
+    return format_time(value) if value is not None else None
+
+
 def _item_state(item: WorkItem) -> dict[str, Any]:
+    """One WorkItem as a snapshot carries it: the state, and every timer,
+    lease, open offer and the latest checkpoint a Worker needs to go on from
+    the snapshot alone (a restored owner renews its lease, an offered Worker
+    still sees its offer, a new owner resumes from the checkpoint; spec 16)."""
+    # The prefetches of snapshot_workitems hold only the active lease, the
+    # open offers and the latest checkpoint.
+    lease = next(iter(item.leases.all()), None)
+    latest = next(iter(item.checkpoints.all()), None)
     return {
         "id": str(item.id), "state": item.state, "revision": item.revision, "contract": item.contract,
         "contract_revision": item.contract_revision, "accepted_contract_revision": item.accepted_contract_revision,
         "owner": str(item.owner_id) if item.owner_id else None, "ownership_epoch": item.ownership_epoch,
-        "start_by": format_time(item.start_by) if item.start_by else None,
+        "start_by": _when(item.start_by), "owner_expires_at": _when(item.owner_expires_at),
         "approved_contract_revision": item.approved_contract_revision, "attempt": item.attempt,
+        "needs_new_attempt": item.needs_new_attempt, "retry_not_before": _when(item.retry_not_before),
         "usage": item.usage, "checkpoint_count": item.checkpoint_count,
         "dependencies": sorted(
             ({"workitem": str(d.depends_on_id), "policy": d.policy} for d in item.dependencies.all()),
             key=lambda d: d["workitem"],
         ),
+        # The Lease ID and its holder are in the work.started Event already;
+        # the capability token is never in the log.
+        "lease": {
+            "lease_id": str(lease.id), "agent": str(lease.agent_id), "session_epoch": lease.session_epoch,
+            "ownership_epoch": lease.ownership_epoch, "expires_at": format_time(lease.expires_at),
+        } if lease else None,
+        "offers": sorted(
+            ({"agent": str(o.agent_id), "expires_at": format_time(o.expires_at)}
+             for o in item.offers.all()),
+            key=lambda o: o["agent"],
+        ),
+        "latest_checkpoint": {
+            "number": latest.number, "ownership_epoch": latest.ownership_epoch, "lease_id": str(latest.lease_id),
+            "state": latest.state, "progress": latest.progress, "created_at": format_time(latest.created_at),
+        } if latest else None,
+        "child_mission": str(item.child_mission_id) if item.child_mission_id else None,
+        "child_failure_policy": item.child_failure_policy or None,
     }  # fmt: skip
 
 
 def snapshot_workitems(group_id: str) -> tuple[str, Any]:
     """The WorkItems of a Group as its snapshot carries them (what a Worker's
     per-Group queue needs to restore)."""
-    rows = WorkItem.objects.filter(group_id=group_id).prefetch_related("dependencies").order_by("id")
+    rows = (
+        WorkItem.objects.filter(group_id=group_id)
+        .prefetch_related(
+            "dependencies",
+            Prefetch("leases", queryset=ExecutionLease.objects.filter(status="active")),
+            Prefetch("offers", queryset=Offer.objects.filter(status="open")),
+            # Only the latest checkpoint: its number is the item's count.
+            Prefetch("checkpoints", queryset=Checkpoint.objects.filter(number=F("workitem__checkpoint_count"))),
+        )
+        .order_by("id")
+    )
     return "workitems", [_item_state(item) for item in rows]
 
 
