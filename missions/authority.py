@@ -183,7 +183,12 @@ Receipt = dict[str, Any]
 def db_uuid(value: str | uuid.UUID) -> Any:
     """A UUID as the backend stores it (native on PostgreSQL, hex on SQLite)."""
     u = value if isinstance(value, uuid.UUID) else uuid.UUID(value)
-    return u if connection.features.has_native_uuid_field else u.hex
+    return u if _NATIVE_UUID else u.hex
+
+
+# The backend is fixed for the life of the process (settings are read once);
+# asking the connection proxy on every call costs a thread-local lookup.
+_NATIVE_UUID: bool = connection.features.has_native_uuid_field
 
 
 def db_time(value: datetime) -> Any:

@@ -37,6 +37,7 @@ class _Notifier:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.serving_loop: asyncio.AbstractEventLoop | None = None
         self.pending_heads: dict[str, int] = {}
+        self.draining = False
 
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         with self.lock:
@@ -67,15 +68,36 @@ class _Notifier:
         with self.lock:
             known = self.pending_heads.get(group_id)
             self.pending_heads[group_id] = max(sequence, known or 0)
-            if known is not None:
-                return  # a send for this Group is already queued; it will carry the newest head
+            if self.draining:
+                return  # the drain under way sends the newest head of every Group
+            self.draining = True
         loop = self._ensure_loop()
-        loop.call_soon_threadsafe(lambda: loop.create_task(self._send_head(group_id)))
+        loop.call_soon_threadsafe(lambda: loop.create_task(self._drain_heads()))
 
-    async def _send_head(self, group_id: str) -> None:
-        with self.lock:
-            sequence = self.pending_heads.pop(group_id)
-        await self._send(group_channel(group_id), {"type": "group.head", "group": group_id, "sequence": sequence})
+    async def _drain_heads(self) -> None:
+        # One wake-up of the loop sends every head that moved since the last
+        # one: under load many Commands share a wake-up (and a Group's heads
+        # coalesce), so a Command costs the committing thread a dict update.
+        try:
+            while True:
+                with self.lock:
+                    heads, self.pending_heads = self.pending_heads, {}
+                    if not heads:
+                        self.draining = False
+                        return
+                await asyncio.gather(
+                    *(
+                        self._send(group_channel(g), {"type": "group.head", "group": g, "sequence": seq})
+                        for g, seq in heads.items()
+                    )
+                )
+        except BaseException:
+            # A loop shutting down cancels the drain: the next head starts a
+            # new one (what was pending is re-sent by it or by the periodic
+            # head check).
+            with self.lock:
+                self.draining = False
+            raise
 
     async def _send(self, channel_group: str, message: dict[str, Any]) -> None:
         layer = get_channel_layer()
