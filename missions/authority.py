@@ -224,6 +224,7 @@ def accept(command: Command, *, now: datetime | None = None) -> Receipt:
     spec = spec_for(env.type)
     if spec is None:
         raise ProtocolError(ErrorCode.MALFORMED, f"type: unknown command type {env.type!r}", {"field": "type"})
+    check_extensions(env, spec)
     now = now or timezone.now()
     for attempt in range(_MAX_ATTEMPTS):
         try:
@@ -255,6 +256,23 @@ def accept(command: Command, *, now: datetime | None = None) -> Receipt:
 
 
 _MAX_ATTEMPTS = 3
+
+
+def check_extensions(env: Envelope, spec: CommandSpec) -> None:
+    """An extension marked critical that this command type does not
+    understand refuses the Command: acting while ignoring it could break the
+    sender's intent. Non-critical ones are kept in the signed envelope."""
+    for name, value in env.extensions.items():
+        if name in spec.extensions:
+            continue
+        if isinstance(value, dict) and value.get("critical") is True:
+            raise ProtocolError(
+                ErrorCode.MALFORMED,
+                f"extensions.{name}: {env.type} does not support this critical extension",
+                {"field": f"extensions.{name}"},
+            )
+
+
 _RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})  # serialization_failure, deadlock_detected
 
 

@@ -40,6 +40,9 @@ class CommandSpec:
     actors: frozenset[str] = frozenset({"agent"})
     # The command authenticates itself (a signed session request in its body).
     self_authenticating: bool = False
+    # Envelope extensions (URNs) the handler understands; any other extension
+    # marked critical refuses the Command.
+    extensions: frozenset[str] = frozenset()
 
 
 _REGISTRY: dict[str, CommandSpec] = {}
@@ -56,6 +59,7 @@ def command(
     creates_group: bool = False,
     actors: tuple[str, ...] = ("agent",),
     self_authenticating: bool = False,
+    extensions: tuple[str, ...] = (),
 ) -> Callable[[Callable[[HandlerContext], Decision]], Callable[[HandlerContext], Decision]]:
     """Register the decorated function as the handler of ``type_``."""
 
@@ -73,6 +77,7 @@ def command(
             creates_group=creates_group,
             actors=frozenset(actors),
             self_authenticating=self_authenticating,
+            extensions=frozenset(extensions),
         )
         return func
 

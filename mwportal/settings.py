@@ -133,6 +133,9 @@ MWP_ARTIFACT_MAX_BYTES = int(os.environ.get("MWP_ARTIFACT_MAX_BYTES", str(2 * 10
 # be renewed, and how long a blocked owner keeps ownership.
 MWP_START_BY_SECONDS = int(os.environ.get("MWP_START_BY_SECONDS", "900"))
 MWP_LEASE_SECONDS = int(os.environ.get("MWP_LEASE_SECONDS", "300"))
+# How long after its lease expired a disconnected Worker may go on buffering
+# progress of already-active reversible work (spec 11.5; MWP-WRK-021).
+MWP_OFFLINE_GRACE_SECONDS = int(os.environ.get("MWP_OFFLINE_GRACE_SECONDS", "600"))
 MWP_BLOCKED_LEASE_SECONDS = int(os.environ.get("MWP_BLOCKED_LEASE_SECONDS", "86400"))
 MWP_MAX_OFFER_CANDIDATES = 16
 

@@ -51,6 +51,7 @@ from .guards import (
 )
 from .models import BUDGET_DIMENSIONS, Checkpoint, ExecutionLease, Offer, Submission, WorkDependency, WorkItem
 from .models import WorkProposal as Proposal
+from .offline import OFFLINE_EXTENSION, USAGE_RECORDED, OfflineBinding, check_binding, parse_binding
 
 COORDINATING = ("coordinator", "owner")
 
@@ -446,6 +447,40 @@ def decline_offer(ctx: HandlerContext) -> Decision:
     return Decision([Emit("work.offer_declined", item_ref(item), body)], item_ref(item))
 
 
+@command("work.raise_ambiguity", group_roles=("worker",))
+def raise_ambiguity(ctx: HandlerContext) -> Decision:
+    """An offered Worker raises an essential ambiguity in the WorkItem
+    Conversation before acceptance (spec 10.1). Its offer closes, so it
+    cannot accept the WorkItem as it stands; the Coordinator answers with a
+    new ``work.offer`` carrying the corrected contract (a material revision
+    needs renewed acceptance) or authorizes a replacement WorkItem. Like a
+    decline it changes only the offer: the WorkItem revision stays."""
+    check_members(ctx.body, ["questions"], ["fields"])
+    item = load_item(ctx)
+    sm.check_transition(item.state, "work.raise_ambiguity")
+    questions = ctx.body["questions"]
+    if (
+        not isinstance(questions, list)
+        or not 1 <= len(questions) <= 20
+        or not all(isinstance(q, str) and 0 < len(q) <= 2000 for q in questions)
+    ):
+        raise malformed("body.questions", "must be 1 to 20 non-empty strings of at most 2000 characters")
+    fields = ctx.body.get("fields") or []
+    known = set(item.contract)
+    if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
+        raise malformed("body.fields", "must be a list of Work Contract member names")
+    for i, name in enumerate(fields):
+        if name.split(".", 1)[0] not in known:
+            raise malformed(f"body.fields.{i}", f"{name!r} is not a member of the Work Contract")
+    mine = _my_open_offer(ctx, item)
+    mine.status, mine.closed_at = "declined", ctx.now
+    mine.decline_reason, mine.decline_detail = "ambiguity", "\n".join(questions)[:2000]
+    mine.save()
+    body = {"agent": ctx.actor.id, "contract_revision": item.contract_revision, "questions": questions,
+            "fields": fields}  # fmt: skip
+    return Decision([Emit("work.ambiguity_raised", item_ref(item), body)], item_ref(item))
+
+
 @command("approval.grant_execution", group_roles=("owner",), cas=True)
 def grant_execution(ctx: HandlerContext) -> Decision:
     """The MissionOwner's execution Approval: satisfies the start gate of a
@@ -586,6 +621,15 @@ def _release_with_checkpoint(
     ctx: HandlerContext, item: WorkItem, lease: ExecutionLease, reason: str, extra: tuple[str, ...] = ()
 ) -> dict[str, Any]:
     """Checkpoint, charge usage and release the lease (checkpoint and block)."""
+    body = _record_checkpoint(ctx, item, lease, extra)
+    end_lease(lease, "released", reason, ctx.now)
+    return body
+
+
+def _record_checkpoint(
+    ctx: HandlerContext, item: WorkItem, lease: ExecutionLease, extra: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """The checkpoint row and the usage it charges; the Event body."""
     check_members(ctx.body, ["checkpoint", "progress"], ("usage", *extra))
     state = ctx.body["checkpoint"]
     if not isinstance(state, dict):
@@ -602,7 +646,6 @@ def _release_with_checkpoint(
         progress=progress,
         created_at=ctx.now,
     )
-    end_lease(lease, "released", reason, ctx.now)
     return {
         "lease_id": str(lease.id),
         "checkpoint_number": item.checkpoint_count,
@@ -612,21 +655,71 @@ def _release_with_checkpoint(
     }
 
 
-@command("work.checkpoint", group_roles=("worker",))
+@command("work.checkpoint", group_roles=("worker",), extensions=(OFFLINE_EXTENSION,))
 def checkpoint(ctx: HandlerContext) -> Decision:
     """Durable progress releases execution while the owner keeps a bounded
-    ownership lease (spec 10.2): the WorkItem returns to ``queued``."""
+    ownership lease (spec 10.2): the WorkItem returns to ``queued``.
+
+    A checkpoint buffered offline carries the bounded-offline-execution
+    binding and is reconciled against its historical lease (``offline.py``).
+    """
     item = load_item(ctx)
+    binding = parse_binding(ctx.envelope.extensions)
+    if binding is not None:
+        return _reconcile_offline_checkpoint(ctx, item, binding)
     sm.check_transition(item.state, "work.checkpoint")
     lease = check_lease(ctx, item)
     body = _release_with_checkpoint(ctx, item, lease, "checkpoint")
+    return Decision([_checkpointed(ctx, item, body)], item_ref(item))
+
+
+def _checkpointed(ctx: HandlerContext, item: WorkItem, body: dict[str, Any]) -> Emit:
+    """Back to ``queued`` under a fresh start-by deadline; the Event."""
     item.state = sm.QUEUED
     item.start_by = ctx.now + _seconds("MWP_START_BY_SECONDS")
     item.owner_expires_at = item.start_by
     save(item, ctx.now)
     # The Event carries every timer it sets, so a Worker's projection knows them.
     body["start_by"] = format_time(item.start_by)
-    return Decision([Emit("work.checkpointed", item_ref(item), body)], item_ref(item))
+    return Emit("work.checkpointed", item_ref(item), body)
+
+
+def _reconcile_offline_checkpoint(ctx: HandlerContext, item: WorkItem, binding: OfflineBinding) -> Decision:
+    """Spec 11.5 (MWP-WRK-021/022): the offline usage is charged with its own
+    Event naming both sessions, then the checkpoint applies, in this one
+    transaction; a budget overflow refuses both."""
+    lease = check_binding(ctx, item, binding)
+    if "usage" in ctx.body:
+        raise malformed("body.usage", "offline usage travels in the binding's usage_delta")
+    if lease.status == "active":
+        sm.check_transition(item.state, "work.checkpoint")
+    elif item.state != sm.QUEUED:
+        raise refuse(ErrorCode.INVALID_TRANSITION, f"a {item.state} WorkItem takes no buffered progress")
+    emits: list[Emit] = []
+    usage = charge_usage(ctx, item, binding.usage_delta)
+    if usage:
+        mission_usage = Mission.objects.filter(id=item.mission_id).values_list("usage", flat=True).get()
+        usage_body = {
+            "workitem": str(item.id), "historical": binding.historical(),
+            "reconciliation": {"session_epoch": ctx.envelope.session_epoch}, "disconnected_at":
+            format_time(binding.disconnected_at), "buffered_at": format_time(binding.buffered_at),
+            "delta": usage["delta"], "workitem_total": usage["workitem_total"], "mission_total": mission_usage,
+        }  # fmt: skip
+        emits.append(Emit(USAGE_RECORDED, AggregateRef("workitem", str(item.id), item.revision + 1), usage_body))
+    offline = {"offline": {**binding.historical(), "buffered_at": format_time(binding.buffered_at)}}
+    if lease.status == "active":
+        # Still the current lease (the disconnection was short): an ordinary
+        # checkpoint that releases it.
+        body = {**_release_with_checkpoint(ctx, item, lease, "checkpoint"), **offline}
+        emits.append(_checkpointed(ctx, item, body))
+    else:
+        # The lease ended after the progress was buffered (expired, or revoked
+        # by the new session): the checkpoint is recorded for whoever resumes;
+        # the WorkItem stays queued under its current deadlines.
+        body = {**_record_checkpoint(ctx, item, lease), **offline}
+        save(item, ctx.now)
+        emits.append(Emit("work.checkpointed", item_ref(item), body))
+    return Decision(emits, item_ref(item))
 
 
 @command("work.block", group_roles=("worker",))

@@ -41,6 +41,9 @@ _ROWS: list[tuple[tuple[str, ...], str, tuple[str, ...]]] = [
     (_OFFERABLE, "work.offer", (OFFERED,)),  # only with no live owner
     ((OFFERED,), "work.accept_offer", (QUEUED,)),
     ((OFFERED,), "work.decline_offer", (OFFERED,)),
+    # An essential ambiguity is raised in the WorkItem Conversation instead of
+    # accepting (spec 10.1); a new offer with the corrected contract answers it.
+    ((OFFERED,), "work.raise_ambiguity", (OFFERED,)),
     ((QUEUED,), "approval.grant_execution", (QUEUED,)),  # only when the contract requires it
     ((QUEUED,), "work.start", (ACTIVE,)),
     ((ACTIVE,), "work.renew_lease", (ACTIVE,)),

@@ -199,6 +199,7 @@ def make_envelope(
     ownership_epoch: int | None = None,
     lease_id: str | None = None,
     issued_at: datetime | None = None,
+    extensions: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Build a Command envelope as a client sends it, signed when a key is given."""
     from .signing import signed
@@ -217,6 +218,7 @@ def make_envelope(
         "membership_epoch": membership_epoch,
         "ownership_epoch": ownership_epoch,
         "lease_id": lease_id,
+        "extensions": extensions or None,
     }
     envelope.update({name: value for name, value in optional.items() if value is not None})
     return signed(private_key, envelope) if private_key else envelope

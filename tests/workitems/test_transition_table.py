@@ -31,6 +31,9 @@ COMMANDS: dict[str, Callable[[Flow, str], Any]] = {
     "work.decline_offer": lambda f, i: f.worker.send(
         "work.decline_offer", f.group, {"reason": "capacity"}, target=f.target(i)
     ),
+    "work.raise_ambiguity": lambda f, i: f.worker.send(
+        "work.raise_ambiguity", f.group, {"questions": ["which survey?"]}, target=f.target(i)
+    ),
     "approval.grant_execution": lambda f, i: f.approve(i),
     "work.start": lambda f, i: f.start(i),
     "work.renew_lease": lambda f, i: f.lease_command("work.renew_lease", i, {}, lease_id=_lease(f, i)),
