@@ -77,42 +77,69 @@ def _number(value: float) -> str:
     return sign + digits[0] + "." + digits[1:] + exp
 
 
+def _utf16(key: str) -> bytes:
+    return key.encode("utf-16-be")
+
+
 def _encode(value: Any, out: list[str]) -> None:
-    if value is None:
+    # Exact-type checks first (the common case, and cheaper than isinstance):
+    # bool is not int here, and subclasses take the isinstance path below.
+    kind = type(value)
+    if kind is str:
+        out.append(_encode_basestring(value))
+    elif kind is dict:
+        keys = list(value)
+        for key in keys:
+            if type(key) is not str and not isinstance(key, str):
+                raise CanonicalizationError(f"object key {key!r} is not a string")
+        # RFC 8785 orders keys by UTF-16 code units; for ASCII keys (all of
+        # the protocol's) that is plain string order.
+        if all(map(str.isascii, keys)):
+            keys.sort()
+        else:
+            keys.sort(key=_utf16)
+        out.append("{")
+        first = True
+        for key in keys:
+            if first:
+                first = False
+            else:
+                out.append(",")
+            out.append(_encode_basestring(key))
+            out.append(":")
+            _encode(value[key], out)
+        out.append("}")
+    elif kind is int:
+        if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+            out.append(str(value))
+        else:
+            raise CanonicalizationError(f"integer {value} is outside the safe range")
+    elif value is None:
         out.append("null")
     elif value is True:
         out.append("true")
     elif value is False:
         out.append("false")
-    elif isinstance(value, str):
-        out.append(_string(value))
-    elif isinstance(value, int):
-        if abs(value) > MAX_SAFE_INTEGER:
-            raise CanonicalizationError(f"integer {value} is outside the safe range")
-        out.append(str(value))
-    elif isinstance(value, float):
-        out.append(_number(value))
-    elif isinstance(value, dict):
-        for key in value:
-            if not isinstance(key, str):
-                raise CanonicalizationError(f"object key {key!r} is not a string")
-        out.append("{")
-        first = True
-        for key in sorted(value, key=lambda k: k.encode("utf-16-be")):
-            if not first:
-                out.append(",")
-            first = False
-            out.append(_string(key))
-            out.append(":")
-            _encode(value[key], out)
-        out.append("}")
-    elif isinstance(value, list | tuple):
+    elif kind is list or kind is tuple:
         out.append("[")
-        for i, item in enumerate(value):
-            if i:
+        first = True
+        for item in value:
+            if first:
+                first = False
+            else:
                 out.append(",")
             _encode(item, out)
         out.append("]")
+    elif isinstance(value, float):
+        out.append(_number(value))
+    elif isinstance(value, str):
+        out.append(_string(value))
+    elif isinstance(value, int):
+        _encode(int(value), out)
+    elif isinstance(value, dict):
+        _encode(dict(value), out)
+    elif isinstance(value, list | tuple):
+        _encode(list(value), out)
     else:
         raise CanonicalizationError(f"{type(value).__name__} is not a JSON value")
 
