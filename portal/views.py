@@ -156,12 +156,14 @@ def _timeline(group_id: Any) -> tuple[list[dict[str, Any]], int, dict[str, str]]
     events = list(GroupEvent.objects.filter(group_id=group_id).order_by("-sequence")[:TIMELINE_LENGTH])
     goals = {str(k): v.get("goal", "") for k, v in WorkItem.objects.filter(group_id=group_id).values_list(
         "id", "contract")}  # fmt: skip
-    names = visuals.actor_names({e.actor for e in events})
+    names = visuals.actor_names({e.actor for e in events} | {str(e.body.get("agent")) for e in events})
     rows = []
     for e in events:
         wire = e.as_wire()
-        rows.append({"event": wire, "type": e.type, "sequence": e.sequence, "at": e.occurred_at,
-                     "actor": names.get(e.actor, e.actor[:8]), "text": visuals.describe(wire, goals)})  # fmt: skip
+        actor = names.get(e.actor, e.actor[:8])
+        text = visuals.describe(wire, goals, names)
+        rows.append({"event": wire, "type": e.type, "sequence": e.sequence, "at": e.occurred_at, "actor": actor,
+                     "text": text})  # fmt: skip
     head = events[0].sequence if events else 0
     return rows, head, goals
 

@@ -237,10 +237,12 @@ def actor_names(actor_ids: set[str]) -> dict[str, str]:
     return names
 
 
-def describe(event: dict[str, Any], goals: dict[str, str]) -> str:
+def describe(event: dict[str, Any], goals: dict[str, str], names: dict[str, str] | None = None) -> str:
     """One line about an Event for a person (the same words as static/portal/portal.js)."""
     body = event.get("body") or {}
     subject = goals.get(event["aggregate"]["id"], "")
+    if event["type"].startswith("membership.") and isinstance(body.get("agent"), str):
+        subject = (names or {}).get(body["agent"], body["agent"][:8])
     text = {
         "approval.execution_granted": "execution approved",
         "work.result_accepted": "result accepted",
@@ -256,7 +258,9 @@ def describe(event: dict[str, Any], goals: dict[str, str]) -> str:
         "work.cancelled": "cancelled",
         "mission.created": "Mission created",
         "mission.approved": "final Approval given",
-        "membership.added": "member added",
+        "membership.added": "added as " + ", ".join(body.get("roles") or []),
+        "membership.removed": "removed",
+        "membership.roles_set": "now " + ", ".join(body.get("roles") or []),
     }.get(event["type"], event["type"].split(".", 1)[-1].replace("_", " "))
     detail = body.get("note") or body.get("reason") or body.get("resolution_required") or ""
     if not detail and isinstance(body.get("evidence"), list) and body["evidence"]:

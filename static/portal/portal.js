@@ -31,15 +31,18 @@
     "work.unblocked": "unblocked",
     "work.cancelled": "cancelled",
     "mission.created": "Mission created",
-    "mission.approved": "final Approval given",
-    "membership.added": "member added"
+    "mission.approved": "final Approval given"
   };
 
-  function describe(ev, goals) {
+  function describe(ev, goals, names) {
     var body = ev.body || {};
     if (ev.type === "work.authorized" && body.contract) goals[body.workitem] = body.contract.goal;
     var subject = goals[ev.aggregate.id] || "";
-    var text = WORDS[ev.type] || ev.type.split(".").slice(1).join(".").replace(/_/g, " ");
+    if (ev.type.indexOf("membership.") === 0 && body.agent) subject = names[body.agent] || body.agent.slice(0, 8);
+    var roles = (body.roles || []).join(", ");
+    var text = { "membership.added": "added as " + roles, "membership.removed": "removed",
+                 "membership.roles_set": "now " + roles }[ev.type] ||
+      WORDS[ev.type] || ev.type.split(".").slice(1).join(".").replace(/_/g, " ");
     var detail = body.note || body.reason || body.resolution_required || "";
     if (!detail && Array.isArray(body.evidence) && body.evidence.length) detail = body.evidence[body.evidence.length - 1].summary || "";
     var line = [subject, text].filter(Boolean).join(" — ");
@@ -90,9 +93,9 @@
       head.appendChild(el("code", "etype", ev.type));
       head.appendChild(el("span", "seq", "#" + ev.sequence));
       box.appendChild(head);
-      box.appendChild(el("div", "ev-text", describe(ev, cfg.goals)));
+      box.appendChild(el("div", "ev-text", describe(ev, cfg.goals, cfg.names)));
       var when = new Date(ev.occurred_at);
-      box.appendChild(el("div", "ev-meta small muted", (cfg.names[ev.actor] || ev.actor.slice(0, 8)) + " · " + when.toLocaleTimeString()));
+      box.appendChild(el("div", "ev-meta small muted", (cfg.names[ev.actor] || ev.actor.slice(0, 8)) + " · " + when.toISOString().slice(11, 19)));
       li.appendChild(box);
       list.insertBefore(li, list.firstChild);
       setTimeout(function () { li.classList.remove("fresh"); }, 2500);
