@@ -104,8 +104,19 @@ def test_admin_lists_never_show_another_groups_rows(
     assert "Nick&#x27;s secret goal" not in foreign.content.decode()
 
 
-def test_an_action_on_another_groups_row_does_nothing(flow: Flow, nick: Person) -> None:
+@pytest.mark.parametrize(
+    ("url", "name"),
+    [
+        ("/admin/workitems/workitem/", "grant_execution_approval"),
+        ("/admin/workitems/workitem/", "accept_result"),
+        ("/admin/workitems/workitem/", "cancel_workitem"),
+        ("/admin/missions/mission/", "give_final_approval"),
+    ],
+)
+def test_no_action_reaches_another_groups_row(flow: Flow, nick: Person, url: str, name: str) -> None:
     item = flow.drive_to("submitted")
+    target = str(Mission.objects.get(group_id=flow.group).id) if "mission" in url else item
     with nothing_written():
-        action(nick, "/admin/workitems/workitem/", "accept_result", [item])
+        html = action(nick, url, name, [target])
+    assert "Accepted" not in html and "Summarise" not in html
     assert flow.item(item).state == "submitted"
