@@ -28,6 +28,10 @@ from .models import (
     Organization,
 )
 
+admin.site.site_header = "MissionWeave administration"
+admin.site.site_title = "MissionWeave admin"
+admin.site.index_title = "Read-only records; every change is a Command"
+
 
 @admin.register(Organization)
 class OrganizationAdmin(ReadOnlyAdmin):

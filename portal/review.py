@@ -46,13 +46,15 @@ class CriterionReview:
     description: str
     evidence_methods: list[str]
     evidence: list[dict[str, Any]]
+    submitted: bool = True
 
     @property
     def result(self) -> str:
-        """pass when every mapped record passes; fail when one fails; else inconclusive/missing."""
+        """pass when every mapped record passes; fail when one fails; else inconclusive,
+        missing (submitted without it) or awaiting (nothing submitted yet)."""
         results = {e["result"] for e in self.evidence}
         if not results:
-            return "missing"
+            return "missing" if self.submitted else "awaiting"
         if "fail" in results:
             return "fail"
         return "pass" if results == {"pass"} else "inconclusive"
@@ -106,6 +108,7 @@ def review_summary(item: WorkItem) -> ReviewSummary:
             description=c["description"],
             evidence_methods=list(c["evidence_methods"]),
             evidence=[e for e in evidence if c["id"] in e["criteria"]],
+            submitted=submission is not None,
         )
         for c in item.contract["acceptance_criteria"]
     ]

@@ -65,7 +65,7 @@ class Node:
 
     @property
     def label(self) -> str:
-        return self.goal if len(self.goal) <= 24 else self.goal[:23].rstrip() + "…"
+        return self.goal if len(self.goal) <= 22 else self.goal[:21].rstrip() + "…"
 
 
 @dataclass(slots=True)
