@@ -73,7 +73,7 @@ def test_a_coordinator_reviews_evidence_and_accepts_the_result(
     assert flow.item(item).state == "verified"
 
 
-def test_a_coordinator_does_not_see_the_policy_editor(
+def test_a_coordinator_does_not_see_the_policy_editor_MWP_WRK_009(
     server: Daphne, browser: Browser, flow: Flow, pat: Person, cora: Person
 ) -> None:
     page = sign_in(browser, server, "cora")

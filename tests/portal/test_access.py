@@ -100,7 +100,7 @@ def test_a_user_without_an_agent_is_forbidden(flow: Flow) -> None:
     assert client.get(f"/missions/{flow.group}/").status_code == 403
 
 
-def test_a_coordinator_gets_403_on_the_policy_editor_and_no_link(flow: Flow, cora: Person) -> None:
+def test_a_coordinator_gets_403_on_the_policy_editor_and_no_link_MWP_WRK_009(flow: Flow, cora: Person) -> None:
     home = cora.client.get("/").content.decode()
     assert 'id="nav-policy"' not in home and "/policy/" not in home
     assert cora.client.get("/policy/").status_code == 403

@@ -48,7 +48,7 @@ def form_revision(html: str, item: str) -> int:
     return int(re.search(r'name="revision" value="(\d+)"', block).group(1))  # type: ignore[union-attr]
 
 
-def test_a_stale_grant_form_shows_the_refusal_and_changes_nothing(flow: Flow, pat: Person) -> None:
+def test_a_stale_grant_form_shows_the_refusal_and_changes_nothing_MWP_EVT_007(flow: Flow, pat: Person) -> None:
     item = queued_for_approval(flow)
     revision = form_revision(pat.client.get("/approvals/").content.decode(), item)
     flow.approve(item)  # another owner decided first: the item's revision moved on

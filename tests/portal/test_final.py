@@ -8,7 +8,7 @@ from tests.portal.conftest import Person, add_member, events_of, make_person
 from tests.workitems.flow import Flow
 
 
-def test_the_final_page_shows_every_retained_review_result(flow: Flow, pat: Person, cora: Person) -> None:
+def test_the_final_page_shows_every_retained_review_result_spec_13_2(flow: Flow, pat: Person, cora: Person) -> None:
     item = flow.drive_to("submitted")
     cora.client.post(f"/missions/{flow.group}/workitems/{item}/accept",
                      {"revision": flow.item(item).revision, "note": "matches the survey"})  # fmt: skip
@@ -37,7 +37,7 @@ def test_approval_with_unfinished_work_is_refused_in_plain_words(flow: Flow, pat
     assert "INVALID_TRANSITION: this is not possible" in response.content.decode()
 
 
-def test_a_stale_final_approval_form_changes_nothing(flow: Flow, pat: Person) -> None:
+def test_a_stale_final_approval_form_changes_nothing_MWP_EVT_007(flow: Flow, pat: Person) -> None:
     flow.drive_to("verified")
     html = pat.client.get(f"/missions/{flow.group}/final/").content.decode()
     revision = int(html.split('name="revision" value="')[1].split('"')[0])

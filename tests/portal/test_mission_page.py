@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from portal.visuals import STATE_COLOURS, dag_layout, queue_depth
 from tests.portal.conftest import Person
@@ -60,3 +61,13 @@ def test_queue_depth_follows_the_log(flow: Flow) -> None:
     queued, active = queue_depth(flow.group, "q", "#000")
     assert [v for _, v in queued.points] == [0, 0, 1, 0]
     assert [v for _, v in active.points] == [0, 0, 0, 1]
+
+
+def test_all_assets_are_local(flow: Flow, cora: Person) -> None:
+    from django.contrib.staticfiles import finders
+
+    html = cora.client.get(f"/missions/{flow.group}/").content.decode()
+    assets = re.findall(r'(?:src|href)="([^"]+\.(?:js|css))"', html)
+    assert assets == ["/static/portal/portal.css", "/static/portal/portal.js"]
+    assert all(finders.find(a.removeprefix("/static/")) for a in assets)
+    assert "http://" not in html.replace("http://www.w3.org", "") and "https://" not in html

@@ -64,7 +64,7 @@ def test_an_invalid_policy_is_refused_in_plain_words(flow: Flow, pat: Person) ->
     assert "class_weight_0" in response.content.decode()
 
 
-def test_a_stale_policy_form_shows_the_refusal_and_changes_nothing(flow: Flow, pat: Person) -> None:
+def test_a_stale_policy_form_shows_the_refusal_and_changes_nothing_MWP_EVT_007(flow: Flow, pat: Person) -> None:
     assert pat.client.post("/policy/", form(flow, 0)).status_code == 302
     with nothing_written():
         response = pat.client.post("/policy/", form(flow, 0, aging_seconds="60"))

@@ -51,7 +51,7 @@ def test_the_download_streams_the_verified_bytes(flow: Flow, cora: Person) -> No
     assert b"".join(response.streaming_content) == b'{"summary": "all responses"}'  # type: ignore[attr-defined]
 
 
-def test_a_tampered_artifact_shows_a_mismatch_and_is_not_served(flow: Flow, cora: Person) -> None:
+def test_a_tampered_artifact_shows_a_mismatch_and_is_not_served_spec_13_1(flow: Flow, cora: Person) -> None:
     item, sha = submitted(flow)
     (Path(settings.MWP_ARTIFACT_ROOT) / blob_name(sha)).write_bytes(b"tampered")
     html = cora.client.get(url(flow, item)).content.decode()
@@ -61,7 +61,7 @@ def test_a_tampered_artifact_shows_a_mismatch_and_is_not_served(flow: Flow, cora
     assert "ARTIFACT_HASH_MISMATCH" in response.content.decode()
 
 
-def test_accept_issues_accept_result_with_the_review_retained_as_evidence(flow: Flow, cora: Person) -> None:
+def test_accept_issues_accept_result_with_the_review_retained_as_evidence_spec_13_2(flow: Flow, cora: Person) -> None:
     item, sha = submitted(flow)
     response = cora.client.post(
         url(flow, item, "accept"), {"revision": flow.item(item).revision, "note": "looks right"}, follow=True
@@ -85,7 +85,7 @@ def test_fail_issues_work_fail_with_the_reason(flow: Flow, cora: Person) -> None
     assert event.body["evidence"][0]["result"] == "fail"
 
 
-def test_a_stale_review_form_shows_the_refusal_and_changes_nothing(flow: Flow, cora: Person) -> None:
+def test_a_stale_review_form_shows_the_refusal_and_changes_nothing_MWP_EVT_007(flow: Flow, cora: Person) -> None:
     item, _ = submitted(flow)
     stale = flow.item(item).revision
     flow.accept_result(item)  # another Coordinator decided first
