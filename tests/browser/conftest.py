@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connections
 
 from tests.delivery.conftest import ROOT, Daphne, database_url
 from tests.portal.conftest import _artifact_root, cora, flow, pat  # noqa: F401  (fixtures)
@@ -56,6 +57,10 @@ def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Browser]:
     with sync_playwright() as p:
         chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"])
         yield chromium
+        # The test's ORM calls ran while Playwright's loop was current, so
+        # Django kept their connections in that context: close them here, in
+        # the same context, before the test database is dropped.
+        connections.close_all()
         chromium.close()
 
 
