@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     "missions",
     "workitems",
     "artifacts",
+    "portal",
 ]
 
 MIDDLEWARE = [
@@ -112,8 +113,13 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+# The portal's own CSS and JavaScript: local files, never a CDN (issue 7).
+STATICFILES_DIRS = [BASE_DIR / "static"]
 
-LOGIN_URL = "/admin/login/"
+# People sign in to the portal; the admin keeps its own login page.
+LOGIN_URL = "portal:login"
+LOGIN_REDIRECT_URL = "portal:home"
+LOGOUT_REDIRECT_URL = "portal:login"
 
 # Commands are at most 1 MiB (DESIGN §4); the command view reads the body
 # itself and answers MALFORMED for anything larger, so Django's own limit

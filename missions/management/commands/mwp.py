@@ -3,7 +3,7 @@
     mwp create-org SLUG [--name NAME]
     mwp create-agent --org SLUG --name NAME --roles r1,r2 --out key.json [--kind agent|person] [--user U]
     mwp verify-log GROUP_ID
-    mwp demo [--password PW]      the embedded default's demo Organization and MissionOwner
+    mwp demo [--password PW]      the demo Organization: MissionOwner and Coordinator logins, Missions
 
 Every change goes through ``accept()`` as the system actor.
 """
@@ -19,7 +19,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from missions.commands import create_organization, register_agent
-from missions.models import ORG_ROLES, Agent, Group, Organization
+from missions.models import ORG_ROLES, Group, Organization
 from missions.verify import verify_group_log
 from mwportal.protocol import ProtocolError, generate_keypair, parse_uuid
 
@@ -60,7 +60,7 @@ class Command(BaseCommand):
         agent.add_argument("--user", default=None, help="link a person Agent to this Django user")
         verify = sub.add_parser("verify-log", help="recompute a Group's sequences and hash chain")
         verify.add_argument("group_id")
-        demo = sub.add_parser("demo", help="create the demo Organization and MissionOwner login")
+        demo = sub.add_parser("demo", help="create the demo Organization, its logins and Missions")
         demo.add_argument("--password", default="missionweave")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -104,13 +104,7 @@ class Command(BaseCommand):
         self.stdout.write(f"Group {group_id}: {count} events, sequences 1..{count} and hash chain verified")
 
     def do_demo(self, options: dict[str, Any]) -> None:
-        from django.contrib.auth import get_user_model
+        from portal.demo import seed
 
-        User = get_user_model()
-        create_organization("demo", "Demo Organization")
-        user = User.objects.filter(username="owner").first()
-        if user is None:
-            user = User.objects.create_user("owner", password=options["password"], is_staff=True)
-        if not Agent.objects.filter(user=user).exists():
-            register_agent("demo", "Olivia Owner", "person", ["mission_owner", "admin"], "", user="owner")
-        self.stdout.write(f"login: owner / {options['password']} (MissionOwner of the demo Organization)")
+        for line in seed(options["password"]):
+            self.stdout.write(line)

@@ -1,0 +1,108 @@
+"""The priority policy editor's form: POSTed fields to a policy document, and
+the preview of fair shares per Group (spec 11.1; ``missions/policy.py``).
+
+Validation is ``missions.policy.check_policy`` itself (through the handler
+of ``org.set_priority_policy``), so the editor and the Authority cannot
+disagree about what a valid policy is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.http import QueryDict
+
+from missions.models import Agent, Organization
+from mwportal.protocol import malformed
+
+from .access import member_groups
+
+
+@dataclass(slots=True)
+class GroupRow:
+    id: str
+    title: str  # "" for a Group the editor is not a member of (shown by id only)
+    klass: str  # "" means the default class
+    quota: int | None
+
+
+def group_rows(agent: Agent, policy: dict[str, Any]) -> list[GroupRow]:
+    """The editor's Mission Groups, then any other Group the policy already names.
+
+    Another Group's title stays hidden (never another Group's data); its id is
+    in the policy document, which every Agent of the Organization may read.
+    """
+    entries: dict[str, Any] = policy.get("groups") or {}
+    rows = []
+    mine = set()
+    for m in member_groups(agent):
+        gid = str(m.group_id)
+        mine.add(gid)
+        entry = entries.get(gid, {})
+        rows.append(GroupRow(gid, m.group.mission.title, entry.get("class", ""), entry.get("quota")))
+    for gid, entry in sorted(entries.items()):
+        if gid not in mine:
+            rows.append(GroupRow(gid, "", entry.get("class", ""), entry.get("quota")))
+    return rows
+
+
+def policy_from_form(data: QueryDict, group_ids: list[str]) -> dict[str, Any]:
+    """The policy document the form describes; MALFORMED naming the field for
+    what cannot even be read (numbers that are not numbers)."""
+    classes: dict[str, float] = {}
+    for i in range(int(data.get("class_count") or 0) + 1):
+        name = (data.get(f"class_name_{i}") or "").strip()
+        weight = (data.get(f"class_weight_{i}") or "").strip()
+        if not name and not weight:
+            continue
+        classes[name] = _number(weight, f"class_weight_{i}")
+    groups: dict[str, dict[str, Any]] = {}
+    for gid in group_ids:
+        entry: dict[str, Any] = {}
+        klass = (data.get(f"group_class_{gid}") or "").strip()
+        quota = (data.get(f"group_quota_{gid}") or "").strip()
+        if klass:
+            entry["class"] = klass
+        if quota:
+            entry["quota"] = int(_number(quota, f"group_quota_{gid}"))
+        if entry:
+            groups[gid] = entry
+    return {
+        "classes": classes,
+        "default_class": (data.get("default_class") or "").strip(),
+        "groups": groups,
+        "aging_seconds": _number((data.get("aging_seconds") or "").strip(), "aging_seconds"),
+    }
+
+
+def _number(text: str, field: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise malformed(field, f"{text!r} is not a number") from None
+    return int(value) if value.is_integer() else value
+
+
+@dataclass(slots=True)
+class Share:
+    group: GroupRow
+    klass: str
+    weight: float
+    percent: float
+
+
+def shares(policy: dict[str, Any], rows: list[GroupRow]) -> list[Share]:
+    """Each listed Group's fair share of a Worker's slots when every one has work waiting."""
+    classes = policy.get("classes") or {}
+    default = policy.get("default_class", "")
+    weights = []
+    for row in rows:
+        klass = row.klass or default
+        weights.append((row, klass, float(classes.get(klass, 0) or 0)))
+    total = sum(w for _, _, w in weights) or 1.0
+    return [Share(row, klass, w, round(100 * w / total, 1)) for row, klass, w in weights]
+
+
+def current_policy(org: Organization) -> dict[str, Any]:
+    return dict(org.priority_policy or {})
