@@ -828,7 +828,10 @@ class Worker:
         await self._drain(drain_seconds, tasks_too=False)
         ws = self._ws
         if ws is not None:
-            await ws.close()
+            # The closing handshake is a courtesy; do not wait long for it.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ws.close(), 2)
+            ws.transport.abort()
 
     async def until(self, predicate: Callable[[], bool], timeout: float = 20.0) -> None:
         """Wait until ``predicate()`` holds (checked after every change); TimeoutError otherwise."""
@@ -935,8 +938,8 @@ class Worker:
             self._connected.clear()
             code = ws.close_code
             reason = ws.close_reason or ""
-            with contextlib.suppress(Exception):
-                await ws.close()
+            with contextlib.suppress(Exception, TimeoutError):
+                await asyncio.wait_for(ws.close(), 2)
             for event in session.connection_lost(code, reason):
                 if isinstance(event, Closed):
                     closed = event
