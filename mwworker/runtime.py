@@ -767,6 +767,7 @@ class Worker:
         self._admin_group: str | None = None
         self._policy_revision: int | None = None
         self._card_published = False
+        self._next_due: datetime | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.log: list[tuple[str, str, str]] = []  # (kind, workitem, detail): what the runtime did, for status/tests
 
@@ -953,10 +954,7 @@ class Worker:
         if closed.session_replaced or closed.unauthenticated:
             # A replaced session revoked every lease of this Agent (MWP-WRK-014):
             # stop every slot; the WorkItems wait in their queues.
-            self._token = None
-            self._fail_pending(Refused("STALE_SESSION", "the session was replaced"))
-            for slot in list(self._running.values()):
-                self._stop_slot(slot, "session replaced")
+            self._session_lost()
 
     def _fail_pending(self, error: Exception) -> None:
         for _env, fut in self._pending.values():
@@ -1024,6 +1022,8 @@ class Worker:
                 session.subscribe(group, after=self.store.cursor(group).sequence)
         self._presence(session)
         await self._flush()
+        if self._admin_group:
+            self._policy_changed(self._admin_group)  # the policy this store already knows
         if not self._card_published and self._admin_group:
             await self._publish_card()
 
@@ -1103,6 +1103,8 @@ class Worker:
             log.error("snapshot of %s refused (%s): not restored", group, exc)
             return
         self.log.append(("snapshot.restored", group, str(document.get("sequence"))))
+        if group == self._admin_group:
+            self._policy_changed(group)
         if self._session is not None:
             self._session.subscribe(group, after=self.store.cursor(group).sequence)
         self._wake.set()
@@ -1134,8 +1136,26 @@ class Worker:
             await self._flush()
         try:
             return await fut
+        except Refused as exc:
+            if exc.code == "STALE_SESSION" and self.session_epoch == envelope["session_epoch"]:
+                self._session_lost()
+            raise
         finally:
             self._pending.pop(envelope["action_id"], None)
+
+    def _session_lost(self) -> None:
+        """The server says this session is no longer current (another runtime of
+        this Agent opened one): its leases are revoked (MWP-WRK-014). Stop every
+        slot and reconnect under a new session."""
+        if self._token is None:
+            return
+        self._token = None
+        self._fail_pending(Refused("STALE_SESSION", "the session was replaced"))
+        for slot in list(self._running.values()):
+            self._stop_slot(slot, "session replaced")
+        ws = self._ws
+        if ws is not None:
+            ws.transport.abort()
 
     # --- the reactor: intents, admission, slots ----------------------------------------------
 
@@ -1154,8 +1174,11 @@ class Worker:
                 log.exception("reactor")
 
     def _next_timer(self) -> float:
-        """Seconds to the next retry_not_before among queued rows (a backoff ending), at most 5."""
-        return 5.0
+        """Seconds until the reactor must look again without an Event: the
+        earliest end of a retry backoff among this Worker's queued rows (at most 5)."""
+        if self._next_due is None:
+            return 5.0
+        return min(5.0, max(0.05, (self._next_due - utcnow()).total_seconds()))
 
     async def _handle_intents(self) -> None:
         for intent in await asyncio.to_thread(self.store.pending_outbox):
@@ -1229,6 +1252,7 @@ class Worker:
         """This Worker's queued WorkItems it may start: owned, queued, not in a
         slot, past any retry backoff, with the dependencies known here met."""
         out = []
+        self._next_due = None
         for group in self.store.groups():
             meta = self.store.meta(group)
             if meta is None or meta.kind != "mission" or meta.mission_status != "active" or not meta.my_active:
@@ -1240,8 +1264,13 @@ class Worker:
                     continue
                 if self._start_refused.get((group, row.workitem)) == row.updated_sequence:
                     continue
-                if row.retry_not_before is not None and parse_time(row.retry_not_before, "retry") > now:
-                    continue
+                if row.retry_not_before is not None:
+                    not_before = parse_time(row.retry_not_before, "retry")
+                    if not_before > now:
+                        # Backing off (spec 11.4): wake the reactor when it ends.
+                        if self._next_due is None or not_before < self._next_due:
+                            self._next_due = not_before
+                        continue
                 deps = json.loads(row.dependencies) if row.dependencies else []
                 if any(states.get(d["workitem"]) not in _DEP_SATISFIED[d["policy"]] for d in deps):
                     continue
@@ -1269,14 +1298,18 @@ class Worker:
 
     async def _start(self, row: WorkRow) -> None:
         """``work.start`` under a new Execution Lease, then run the handler in a slot."""
+        # The attempt this start makes: the Group Authority counts a new one
+        # when the last execution ended without a checkpoint (spec 11.4).
+        attempt = row.attempt + 1 if row.needs_new_attempt else row.attempt
         slot = _Slot(group=row.group_id, workitem=row.workitem, ownership_epoch=row.ownership_epoch,
-                     revision=row.revision)  # fmt: skip
+                     revision=row.revision, attempt=attempt)  # fmt: skip
         self._running[row.workitem] = slot
         try:
             await self._start_lease(slot)
         except Refused as exc:
             del self._running[row.workitem]
-            self._start_refused[(row.group_id, row.workitem)] = row.updated_sequence
+            if exc.code != "STALE_SESSION":  # the next session may start it
+                self._start_refused[(row.group_id, row.workitem)] = row.updated_sequence
             self.log.append(("start.refused", row.workitem, exc.code))
             log.info("work.start of %s refused: %s", row.workitem, exc)
             return

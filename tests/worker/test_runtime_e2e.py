@@ -335,3 +335,184 @@ def test_cursor_too_old_restores_the_signed_snapshot_and_replays_after_it(
         asyncio.run(asyncio.wait_for(body(), 40))
     finally:
         w.close()
+
+
+def done_result(ctx: SlotContext) -> Result:
+    criteria = [c["id"] for c in ctx.contract["acceptance_criteria"]]
+    return Result(evidence=[ctx.evidence(criteria, result="pass", method="test", summary="done")])
+
+
+@pytest.mark.parametrize("portal_env", [{"MWP_LEASE_SECONDS": "4"}])
+def test_the_lease_is_renewed_before_expiry_and_the_token_rotates_MWP_WRK_013(
+    portal: Portal, worker: AgentKey, tmp_path: Path
+) -> None:
+    from workitems.handlers import token_digest
+    from workitems.models import ExecutionLease
+
+    w = portal.worker(worker, tmp_path / "w.sqlite3", slots=1, renew_fraction=0.25)
+    renewed = asyncio.Event()
+    seen: list[tuple[str, str]] = []
+
+    @w.capability("summarize", "1.0")
+    async def long_running(ctx: SlotContext) -> Result:
+        seen.append((ctx.lease_id, ctx.token))
+        await renewed.wait()  # longer than one lease: only renewal keeps it
+        seen.append((ctx.lease_id, ctx.token))
+        return done_result(ctx)
+
+    async def body() -> None:
+        g = await in_db_thread(portal.mission, [worker])
+        item = await in_db_thread(portal.authorize_and_offer, g, [worker])
+        await w.until(lambda: w.renewals_of(item) >= 2)
+        lease = await in_db_thread(lambda: ExecutionLease.objects.get(workitem_id=item))
+        assert len(lease.renewals) >= 2 and lease.status == "active"
+        renewed.set()
+        await w.until(lambda: state_of(w, g, item) == "submitted")
+        (first_lease, first_token), (last_lease, last_token) = seen
+        assert first_lease == last_lease == str(lease.id)  # a stable Lease ID across renewals
+        assert first_token != last_token  # the capability token is rotated, bound to the lease
+        lease = await in_db_thread(lambda: ExecutionLease.objects.get(workitem_id=item))
+        assert lease.token_hash == token_digest(last_token) and lease.status == "released"
+
+    asyncio.run(running(w, body))
+
+
+def test_a_failed_attempt_is_retried_after_the_backoff_within_the_contract_MWP_WRK_018(
+    portal: Portal, worker: AgentKey, tmp_path: Path
+) -> None:
+    from missions.models import GroupEvent
+    from mwportal.protocol import parse_time
+
+    w = portal.worker(worker, tmp_path / "w.sqlite3", slots=1)
+    attempts: list[int] = []
+
+    @w.capability("summarize", "1.0")
+    async def flaky(ctx: SlotContext) -> Result:
+        attempts.append(ctx.attempt)
+        if ctx.attempt == 1:
+            raise ConnectionError("the search API timed out")
+        return done_result(ctx)
+
+    retry = {"max_attempts": 2, "backoff_seconds": 1, "backoff_multiplier": 2, "deadline": None, "max_cost": None}
+
+    async def body() -> None:
+        g = await in_db_thread(portal.mission, [worker])
+        item = await in_db_thread(lambda: portal.authorize_and_offer(g, [worker], retry=retry))
+        await w.until(lambda: state_of(w, g, item) == "submitted")
+        assert attempts == [1, 2]
+        events = await in_db_thread(
+            lambda: list(GroupEvent.objects.filter(group_id=g, aggregate_id=item).order_by("sequence"))
+        )
+        types_ = [e.type for e in events]
+        assert types_.count("work.started") == 2 and "work.attempt_failed" in types_
+        failed = next(e for e in events if e.type == "work.attempt_failed")
+        second = [e for e in events if e.type == "work.started"][1]
+        assert failed.body["evidence"][0]["result"] == "fail"
+        # The second attempt started no earlier than the backoff allowed (spec 11.4).
+        started_at = parse_time(second.as_wire()["occurred_at"], "occurred_at")
+        assert started_at >= parse_time(failed.body["retry_not_before"], "retry_not_before")
+
+    asyncio.run(running(w, body))
+
+
+def test_offers_it_cannot_honour_are_declined_with_a_structured_reason_and_the_policy_reaches_the_picker(
+    portal: Portal, worker: AgentKey, tmp_path: Path
+) -> None:
+    from mwworker import FifoPicker
+    from workitems.models import Offer
+
+    class Recording(FifoPicker):
+        policies: list[dict[str, Any]] = []
+
+        def set_policy(self, policy: Any) -> None:
+            self.policies.append(dict(policy))
+            super().set_policy(policy)
+
+    picker = Recording()
+    w = portal.worker(worker, tmp_path / "w.sqlite3", slots=1, picker=picker)
+    register_stepper(w, steps=1)
+    policy = {"classes": {"high": 4, "normal": 1}, "default_class": "normal", "groups": {}, "aging_seconds": 60}
+
+    async def body() -> None:
+        g = await in_db_thread(portal.mission, [worker])
+        translate = [{"id": "translate", "version": "2.0"}]
+        foreign = await in_db_thread(lambda: portal.authorize_and_offer(g, [worker], capabilities=translate))
+        late = await in_db_thread(lambda: portal.authorize_and_offer(g, [worker], deadline="2000-01-01T00:00:00Z"))
+        ok = await in_db_thread(portal.authorize_and_offer, g, [worker])
+        await w.until(lambda: state_of(w, g, ok) == "submitted")
+        reasons = await in_db_thread(
+            lambda: dict(
+                Offer.objects.filter(workitem_id__in=[foreign, late]).values_list("workitem_id", "decline_reason")
+            )
+        )
+        assert {str(k): v for k, v in reasons.items()} == {foreign: "capability", late: "deadline"}
+        admin = portal.org["admin_group"]
+        await in_db_thread(lambda: portal.owner.send("org.set_priority_policy", admin, {"policy": policy}))
+        await w.until(lambda: policy in picker.policies)
+
+    asyncio.run(running(w, body))
+
+
+def test_a_replaced_session_stops_the_slot_and_the_item_restarts_under_a_new_lease_MWP_WRK_014(
+    portal: Portal, worker: AgentKey, tmp_path: Path
+) -> None:
+    from workitems.models import ExecutionLease
+
+    w = portal.worker(worker, tmp_path / "w.sqlite3", slots=1)
+    gate = asyncio.Event()
+
+    @w.capability("summarize", "1.0")
+    async def waits(ctx: SlotContext) -> Result:
+        await gate.wait()
+        return done_result(ctx)
+
+    async def body() -> None:
+        g = await in_db_thread(portal.mission, [worker])
+        item = await in_db_thread(portal.authorize_and_offer, g, [worker])
+        await w.until(lambda: item in w.running)
+        first = w.lease_of(item)
+        epoch = w.session_epoch
+        await in_db_thread(worker.open_session)  # another runtime of this Agent takes over
+        await w.until(lambda: w.session_epoch is not None and w.session_epoch > epoch + 1 and item in w.running
+                      and w.lease_of(item) not in (None, first))  # fmt: skip
+        gate.set()
+        await w.until(lambda: state_of(w, g, item) == "submitted")
+        leases = await in_db_thread(
+            lambda: list(
+                ExecutionLease.objects.filter(workitem_id=item)
+                .order_by("started_at")
+                .values_list("status", "end_reason")
+            )
+        )
+        assert leases == [("revoked", "session replaced"), ("released", "submitted")]
+        stops = [detail for kind, i, detail in w.log if kind == "stopped" and i == item]
+        assert stops and stops[0] in ("session replaced", "work.lease_revoked")
+
+    asyncio.run(running(w, body))
+
+
+def test_a_dropped_connection_reconnects_with_backoff_and_keeps_the_session_and_its_lease(
+    portal: Portal, worker: AgentKey, tmp_path: Path
+) -> None:
+    w = portal.worker(worker, tmp_path / "w.sqlite3", slots=1)
+    gate = asyncio.Event()
+
+    @w.capability("summarize", "1.0")
+    async def waits(ctx: SlotContext) -> Result:
+        await gate.wait()
+        return done_result(ctx)
+
+    async def body() -> None:
+        g = await in_db_thread(portal.mission, [worker])
+        item = await in_db_thread(portal.authorize_and_offer, g, [worker])
+        await w.until(lambda: item in w.running)
+        epoch, lease = w.session_epoch, w.lease_of(item)
+        await asyncio.to_thread(portal.server.restart)  # the portal dies and comes back
+        second = await in_db_thread(portal.authorize_and_offer, g, [worker])
+        await w.until(lambda: state_of(w, g, second) == "queued")  # answered after the reconnect
+        gate.set()
+        await w.until(lambda: state_of(w, g, item) == "submitted" and state_of(w, g, second) == "submitted")
+        assert w.session_epoch == epoch  # the same session: no lease was revoked
+        assert ("submitted", item, "") in w.log and ("started", item, lease) in w.log
+
+    asyncio.run(running(w, body))
