@@ -140,10 +140,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))  # noqa: T201 (the command's output)
         return 0
     table = Table(title=f"worker {identity.agent_id}")
-    for column in ("Group", "kind", "Mission", "cursor", "offered", "queued", "active", "blocked", "leases"):
-        table.add_column(
-            column, justify="right" if column in ("cursor", "offered", "queued", "active", "blocked") else "left"
-        )
+    table.add_column("Group", no_wrap=True, min_width=8)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("Mission", overflow="ellipsis", max_width=24)
+    for column in ("cursor", "offered", "queued", "active", "blocked"):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("leases", no_wrap=True, min_width=8)
     for r in rows:
         table.add_row(
             r["group"][:8], r["kind"] or "?", r["title"][:30], str(r["cursor"]), str(r["offered"]), str(r["queued"]),

@@ -516,3 +516,38 @@ def test_a_dropped_connection_reconnects_with_backoff_and_keeps_the_session_and_
         assert ("submitted", item, "") in w.log and ("started", item, lease) in w.log
 
     asyncio.run(running(w, body))
+
+
+def test_the_cli_demo_works_offered_items_and_status_and_rebuild_read_its_store(
+    portal: Portal, worker: AgentKey, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from missions.models import GroupEvent
+    from mwworker.cli import main
+
+    g = portal.mission([worker])
+    item = portal.authorize_and_offer(g, [worker])  # durable: the demo Worker finds it when it connects
+    key = tmp_path / "wanda.json"
+    key.write_text(json.dumps({"agent_id": worker.id, "organization": portal.org["id"],
+                               "private_key": worker.private_key, "public_key": worker.public_key}))  # fmt: skip
+    key.chmod(0o600)
+    store = tmp_path / "wanda.sqlite3"
+    argv = ["demo", "--portal", portal.url, "--key", str(key), "--store", str(store), "--slots", "1", "--items", "1"]
+    assert main(argv) == 0
+    row = portal.item(item)
+    assert (row.state, row.checkpoint_count) == ("submitted", 3)
+    submitted = GroupEvent.objects.get(group_id=g, type="work.submitted").body
+    assert sorted(c for e in submitted["evidence"] for c in e["criteria"]) == ["accurate", "complete"]
+
+    config = tmp_path / "wanda.toml"
+    config.write_text(f'[worker]\nportal = "{portal.url}"\nkey_file = "wanda.json"\nstore = "wanda.sqlite3"\n')
+    capsys.readouterr()
+    assert main(["status", "--config", str(config), "--json"]) == 0
+    rows = {r["group"]: r for r in json.loads(capsys.readouterr().out)}
+    assert (
+        rows[g]["kind"] == "mission"
+        and rows[g]["cursor"] >= GroupEvent.objects.get(group_id=g, type="work.submitted").sequence
+    )
+    assert main(["status", "--config", str(config)]) == 0
+    assert g[:8] in capsys.readouterr().out
+    assert main(["rebuild", "--config", str(config)]) == 0
+    assert "identical" in capsys.readouterr().err
