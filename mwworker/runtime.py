@@ -90,6 +90,7 @@ log = logging.getLogger("mwworker")
 DECLINE_REASONS = ("capacity", "deadline", "capability", "authorization", "dependency", "budget")
 BUDGET_DIMENSIONS = ("financial", "tokens", "tool_calls", "compute_seconds", "wall_clock_seconds", "side_effects")
 # Refusals that mean "this lease is not yours any more": the slot stops, no further lease-bound Command.
+ACK_INTERVAL = 0.2  # seconds between ACK frames while a replay streams in
 LEASE_GONE = frozenset({"STALE_LEASE", "STALE_OWNERSHIP", "LEASE_EXPIRED", "STALE_SESSION", "INVALID_TRANSITION"})
 _DEP_SATISFIED = {
     "verified": frozenset({"verified"}),
@@ -768,6 +769,7 @@ class Worker:
         self._policy_revision: int | None = None
         self._card_published = False
         self._next_due: datetime | None = None
+        self._last_ack = 0.0
         self._tasks: set[asyncio.Task[Any]] = set()
         self.log: list[tuple[str, str, str]] = []  # (kind, workitem, detail): what the runtime did, for status/tests
 
@@ -1067,12 +1069,20 @@ class Worker:
             if self._session is not None:
                 self._session.subscribe(received.group, after=self.store.cursor(received.group).sequence)
             return
-        if self._session is not None:
-            self._session.ack(self.store.ack_positions())
+        # ACK the highest contiguous durable Cursors (MWP-WRK-030), at most
+        # every ACK_INTERVAL while Events stream in; the reactor ACKs the rest.
+        now = asyncio.get_running_loop().time()
+        if now - self._last_ack >= ACK_INTERVAL:
+            self._ack(now)
         if received.group == self._admin_group:
             self._policy_changed(received.group)
         self._wake.set()
         self._notify()
+
+    def _ack(self, now: float) -> None:
+        if self._session is not None and self._session.state != "closed":
+            self._session.ack(self.store.ack_positions())
+            self._last_ack = now
 
     def _policy_changed(self, group: str) -> None:
         meta = self.store.meta(group)
@@ -1166,6 +1176,8 @@ class Worker:
             self._wake.clear()
             if not self._connected.is_set():
                 continue
+            self._ack(asyncio.get_running_loop().time())
+            await self._flush()
             try:
                 await self._handle_intents()
                 if not self._stopping:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import types
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +66,14 @@ def test_a_worker_in_two_groups_runs_items_to_verified_MWP_WRK_008(
         for g, i in items.items():
             await in_db_thread(portal.accept_result, g, i)
         await w.until(lambda: all(state_of(w, g, i) == "verified" for g, i in items.items()))
-        # Each Group has its own Cursor, ACKed to the server (MWP-WRK-030).
-        assert set(items) <= set(w.store.ack_positions())
+        # Each Group has its own durable Cursor, ACKed to the server (MWP-WRK-030).
+        from missions.models import AgentCursor
+
+        local = {g: w.store.cursor(g).sequence for g in items}
+        await eventually(
+            lambda: dict(AgentCursor.objects.filter(agent_id=worker.id, group_id__in=list(items))
+                         .values_list("group_id", "sequence")) == {uuid.UUID(g): s for g, s in local.items()}
+        )  # fmt: skip
 
     asyncio.run(running(w, body))
     kinds = [k for k, _, _ in w.log]
