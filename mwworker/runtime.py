@@ -525,6 +525,15 @@ class SlotContext:
         for dim, value in usage.items():
             self._spent[dim] = self._spent.get(dim, 0) + value
 
+    def use_tool(self, tool: str) -> None:
+        """Count one call of ``tool``: it must be among the contract's allowed
+        tools (``PermissionError`` otherwise) and fit the tool-call budget
+        (``BudgetExceeded``)."""
+        allowed = (self.contract.get("allowed") or {}).get("tools") or ()
+        if tool not in allowed:
+            raise PermissionError(f"the Work Contract does not allow the tool {tool!r}")
+        self.charge(tool_calls=1)
+
     def _take_usage(self) -> dict[str, float]:
         spent = {k: v for k, v in self._spent.items() if v}
         for dim, value in spent.items():

@@ -340,6 +340,21 @@ def test_side_effects_and_charges_stay_within_the_slots_budget(harness: Harness)
     assert harness.worker.store.side_effect(harness.ctx.idempotency_key("c")) is None  # refused before the intent
 
 
+def test_tools_outside_the_contract_are_refused_and_calls_count_against_the_budget(harness: Harness) -> None:
+    limited = contract(allowed={"tools": ["search"], "data": [], "operations": []},
+                       budgets={**contract()["budgets"], "tool_calls": 2})  # fmt: skip
+    ctx = SlotContext(
+        agent=ME, group=GROUP, workitem="w", mission={"id": MISSION}, contract=limited, ownership_epoch=1, attempt=1,
+        checkpoints=[], usage={"tool_calls": 1}, token="t", lease_id="l", port=harness.port,
+    )  # fmt: skip
+    with pytest.raises(PermissionError):
+        ctx.use_tool("shell")
+    ctx.use_tool("search")  # 2 of 2 with the call the log already counts
+    with pytest.raises(BudgetExceeded):
+        ctx.use_tool("search")
+    assert ctx.budget_left("tool_calls") == 0 and ctx.budget_left("tokens") is None
+
+
 def test_side_effect_rows_survive_a_rebuild(harness: Harness) -> None:
     async def once(ctx: SlotContext) -> Any:
         async def ok(key: str) -> str:

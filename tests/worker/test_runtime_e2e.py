@@ -67,13 +67,19 @@ def test_a_worker_in_two_groups_runs_items_to_verified_MWP_WRK_008(
             await in_db_thread(portal.accept_result, g, i)
         await w.until(lambda: all(state_of(w, g, i) == "verified" for g, i in items.items()))
         # Each Group has its own durable Cursor, ACKed to the server (MWP-WRK-030).
-        from missions.models import AgentCursor
+        from missions.models import AgentCard, AgentCursor, AgentPresence
 
         local = {g: w.store.cursor(g).sequence for g in items}
         await eventually(
             lambda: dict(AgentCursor.objects.filter(agent_id=worker.id, group_id__in=list(items))
                          .values_list("group_id", "sequence")) == {uuid.UUID(g): s for g, s in local.items()}
         )  # fmt: skip
+
+        # Presence reports capacity against the AgentCard's max concurrency (spec 11.1).
+        presence = await in_db_thread(lambda: AgentPresence.objects.get(agent_id=worker.id))
+        assert presence.connected and presence.capacity["slots"] == 2
+        card = await in_db_thread(lambda: AgentCard.objects.filter(agent_id=worker.id).latest("version"))
+        assert card.max_concurrency == 2 and card.capabilities == [{"id": "summarize", "version": "1.0"}]
 
     asyncio.run(running(w, body))
     kinds = [k for k, _, _ in w.log]
