@@ -90,6 +90,7 @@ log = logging.getLogger("mwworker")
 DECLINE_REASONS = ("capacity", "deadline", "capability", "authorization", "dependency", "budget")
 BUDGET_DIMENSIONS = ("financial", "tokens", "tool_calls", "compute_seconds", "wall_clock_seconds", "side_effects")
 # Refusals that mean "this lease is not yours any more": the slot stops, no further lease-bound Command.
+START_RETRY_SECONDS = 5.0  # a refused work.start is tried again after this, if its row did not change
 ACK_INTERVAL = 0.2  # seconds between ACK frames while a replay streams in
 LEASE_GONE = frozenset({"STALE_LEASE", "STALE_OWNERSHIP", "LEASE_EXPIRED", "STALE_SESSION", "INVALID_TRANSITION"})
 _DEP_SATISFIED = {
@@ -762,7 +763,10 @@ class Worker:
         self._http = _Http(self.portal)
         self.capabilities: dict[tuple[str, str], Capability] = {}
         self._running: dict[str, _Slot] = {}  # workitem -> slot
-        self._start_refused: dict[tuple[str, str], int] = {}  # (group, item) -> updated_sequence refused at
+        # (group, item) -> (updated_sequence, when): a refused start waits for
+        # the row to change, or START_RETRY_SECONDS (the cause may be another row).
+        self._start_refused: dict[tuple[str, str], tuple[int, datetime]] = {}
+        self._accepted: set[tuple[str, str]] = set()  # offers accepted whose Event is not applied yet
         self._token: str | None = None
         self.session_epoch: int | None = None
         self._session: ClientSession | None = None
@@ -1223,12 +1227,18 @@ class Worker:
         return {"ignored": intent.kind}
 
     def _committed(self) -> int:
-        count = 0
+        """WorkItems this Worker owns and has not finished, plus acceptances in flight."""
+        owned = set()
         for group in self.store.groups():
             for row in self.store.queue(group):
                 if row.owner == self.me and row.state in ("queued", "active", "blocked"):
-                    count += 1
-        return count
+                    owned.add((group, row.workitem))
+        self._accepted -= {k for k in self._accepted if k in owned or self._settled(k)}
+        return len(owned | self._accepted)
+
+    def _settled(self, key: tuple[str, str]) -> bool:
+        row = self.store.row(*key)
+        return row is None or row.state != "offered"
 
     def _admission(self, row: WorkRow, meta: GroupMeta | None, now: datetime) -> Decline | None:
         rows = {r.workitem: r.state for r in self.store.queue(row.group_id)}
@@ -1257,6 +1267,7 @@ class Worker:
         try:
             if decline is None:
                 receipt = await self._command("work.accept_offer", row.group_id, {}, target=target)
+                self._accepted.add((row.group_id, row.workitem))
                 self.log.append(("offer.accepted", row.workitem, ""))
                 return {"accepted": True, "receipt": receipt["action_id"]}
             await self._command(
@@ -1283,7 +1294,12 @@ class Worker:
             for row in rows:
                 if row.owner != self.me or row.state != "queued" or row.workitem in self._running:
                     continue
-                if self._start_refused.get((group, row.workitem)) == row.updated_sequence:
+                refused = self._start_refused.get((group, row.workitem))
+                if (
+                    refused is not None
+                    and refused[0] == row.updated_sequence
+                    and (now - refused[1]).total_seconds() < START_RETRY_SECONDS
+                ):
                     continue
                 if row.retry_not_before is not None:
                     not_before = parse_time(row.retry_not_before, "retry")
@@ -1330,7 +1346,7 @@ class Worker:
         except Refused as exc:
             del self._running[row.workitem]
             if exc.code != "STALE_SESSION":  # the next session may start it
-                self._start_refused[(row.group_id, row.workitem)] = row.updated_sequence
+                self._start_refused[(row.group_id, row.workitem)] = (row.updated_sequence, utcnow())
             self.log.append(("start.refused", row.workitem, exc.code))
             log.info("work.start of %s refused: %s", row.workitem, exc)
             return
