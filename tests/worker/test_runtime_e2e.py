@@ -482,7 +482,7 @@ def test_a_replaced_session_stops_the_slot_and_the_item_restarts_under_a_new_lea
     async def body() -> None:
         g = await in_db_thread(portal.mission, [worker])
         item = await in_db_thread(portal.authorize_and_offer, g, [worker])
-        await w.until(lambda: item in w.running)
+        await w.until(lambda: w.lease_of(item) is not None)
         first = w.lease_of(item)
         epoch = w.session_epoch
         await in_db_thread(worker.open_session)  # another runtime of this Agent takes over
@@ -518,7 +518,7 @@ def test_a_dropped_connection_reconnects_with_backoff_and_keeps_the_session_and_
     async def body() -> None:
         g = await in_db_thread(portal.mission, [worker])
         item = await in_db_thread(portal.authorize_and_offer, g, [worker])
-        await w.until(lambda: item in w.running)
+        await w.until(lambda: w.lease_of(item) is not None)
         epoch, lease = w.session_epoch, w.lease_of(item)
         await asyncio.to_thread(portal.server.restart)  # the portal dies and comes back
         second = await in_db_thread(portal.authorize_and_offer, g, [worker])
