@@ -1442,7 +1442,10 @@ class Worker:
                 try:
                     fut.set_result(await self._serve_one(slot, ctx, op, args))
                 except LeaseLost as exc:
-                    self._stop_slot(slot, str(exc))
+                    # The handler gets LeaseLost at its await and must return;
+                    # nothing lease-bound is sent for this slot any more.
+                    slot.stopped = slot.stopped or str(exc)
+                    slot.lease_id = None
                     if not fut.done():
                         fut.set_exception(LeaseLost(str(exc)))
                 except (Exception, SlotStopped) as exc:

@@ -564,3 +564,27 @@ def test_the_cli_demo_works_offered_items_and_status_and_rebuild_read_its_store(
     assert g[:8] in capsys.readouterr().out
     assert main(["rebuild", "--config", str(config)]) == 0
     assert "identical" in capsys.readouterr().err
+
+
+def test_a_removed_membership_stops_the_slot_and_the_stream(portal: Portal, worker: AgentKey, tmp_path: Path) -> None:
+    from tests.conftest import group_revision
+
+    w = portal.worker(worker, tmp_path / "w.sqlite3", slots=1)
+    gate = asyncio.Event()
+
+    @w.capability("summarize", "1.0")
+    async def waits(ctx: SlotContext) -> Result:
+        await gate.wait()
+        return done_result(ctx)
+
+    async def body() -> None:
+        g = await in_db_thread(portal.mission, [worker])
+        item = await in_db_thread(portal.authorize_and_offer, g, [worker])
+        await w.until(lambda: w.lease_of(item) is not None)
+        target = await in_db_thread(lambda: {"kind": "group", "id": g, "revision": group_revision(g)})
+        await in_db_thread(lambda: portal.owner.send("membership.remove", g, {"agent": worker.id}, target=target))
+        await w.until(lambda: item not in w.running)
+        assert ("stopped", item, "membership removed") in w.log
+        gate.set()
+
+    asyncio.run(running(w, body))
