@@ -21,7 +21,24 @@ block, submission and failure (MWP-WRK-013). The handler sees a
 ``SlotContext`` holding only its own Mission's data, contract, token,
 checkpoints, budget and side-effect key namespace (MWP-WRK-011); everything
 it asks of the runtime travels over the slot's own request channel, so the
-context holds no reference to the Worker, the store or another slot.
+context holds no reference to the Worker, the store or another slot (within
+one Python process, nothing stops code from walking the event loop's own
+machinery; the isolation test walks the context's references up to it).
+
+A checkpoint releases the lease (spec 10.2: ``active`` -> ``work.checkpoint``
+-> ``queued``), so a slot that checkpoints without a preemption request
+starts again at once under a new Lease ID and token (``ctx.lease_id`` and
+``ctx.token`` follow); with one, it pauses there: the five steps of spec
+11.3 (MWP-WRK-015). Blocking is the same safe sequence ending in
+``work.blocked`` (MWP-WRK-017).
+
+Failures: a handler's exception becomes ``work.fail`` with Evidence, marked
+retryable while the Work Contract's attempts, deadline and cost allow
+(``retry_decision``); the Group Authority then queues the next attempt after
+the backoff and the runtime starts it when the backoff ends (MWP-WRK-018).
+External operations go through ``SlotContext.side_effect``: a deterministic
+idempotency key, the intent durable before dispatch, the receipt kept, an
+uncertain outcome reconciled before a retry (MWP-WRK-031).
 
 Reconnection follows websockets' habit: a retry rule (``should_retry``) and a
 capped, jittered backoff generator (``backoff``). A lost connection keeps the
@@ -1607,30 +1624,3 @@ class Worker:
             self.log.append(("restart.refused", slot.workitem, exc.code))
             return _PAUSED
         return "continue"
-
-
-# --- status ---------------------------------------------------------------------------
-
-
-def status_rows(store: Store) -> list[dict[str, Any]]:
-    """Per Group: kind, Mission title, Cursor, queue depths by state, my leases."""
-    out = []
-    for group in store.groups():
-        meta = store.meta(group)
-        rows = store.queue(group)
-        depth: dict[str, int] = {}
-        for row in rows:
-            if row.owner == store.agent:
-                depth[row.state] = depth.get(row.state, 0) + 1
-        out.append({
-            "group": group,
-            "kind": meta.kind if meta else None,
-            "title": (meta.mission_title if meta else None) or "",
-            "cursor": store.cursor(group).sequence,
-            "queued": depth.get("queued", 0),
-            "active": depth.get("active", 0),
-            "blocked": depth.get("blocked", 0),
-            "offered": sum(1 for r in rows if r.state == "offered" and store.agent in json.loads(r.offered_to or "[]")),
-            "leases": [r.lease_id for r in rows if r.owner == store.agent and r.lease_id],
-        })  # fmt: skip
-    return out
