@@ -855,6 +855,8 @@ class Worker:
         for slot in self._running.values():
             slot.preempt = True
         self._wake.set()
+        # Called from the Worker's event loop (a signal handler, a task); from
+        # another thread use ``loop.call_soon_threadsafe(worker.stop)``.
         self._spawn(self._shutdown(drain_seconds))
 
     async def _shutdown(self, drain_seconds: float) -> None:
