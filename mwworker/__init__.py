@@ -6,14 +6,27 @@ Public API (everything else is private):
   apply cycle, snapshot restore and rebuild (``store.py``);
 - ``ClientSession`` and its protocol events: the sans-I/O agent WebSocket
   client (``protocol.py``);
+- ``Worker`` and what a capability handler sees (``SlotContext``,
+  ``Result``), the ``Picker`` protocol with ``FifoPicker``, admission control
+  (``admit``, ``Decline``) and the retry rule (``retry_decision``): the
+  asyncio runtime (``runtime.py``); ``Identity`` and ``WorkerConfig`` (the
+  key file and ``worker.toml``);
 - the rows of the projection (``WorkRow``, ``GroupMeta``, ``CheckpointRow``,
   ``OutboxRow``) and the exception tree of ``errors.py``.
 """
 
 from .errors import (
+    Blocked,
+    BudgetExceeded,
     ChainBroken,
+    Fatal,
+    LeaseLost,
     MalformedEvent,
+    PermanentFailure,
+    Preempted,
     ProjectionError,
+    Refused,
+    SlotStopped,
     SnapshotRefused,
     StoreLocked,
     StoreMismatch,
@@ -35,10 +48,25 @@ from .protocol import (
     SubscriptionRefused,
     Welcome,
 )
+from .runtime import (
+    Decline,
+    FifoPicker,
+    Identity,
+    Picker,
+    Result,
+    RetryDecision,
+    SlotContext,
+    Worker,
+    WorkerConfig,
+    admit,
+    retry_decision,
+)
 from .store import Cursor, Store
 
 __all__ = [
     "BadFrame",
+    "Blocked",
+    "BudgetExceeded",
     "ChainBroken",
     "CheckpointRow",
     "ClientSession",
@@ -46,16 +74,29 @@ __all__ = [
     "CommandRefused",
     "Cursor",
     "CursorTooOld",
+    "Decline",
     "EventReceived",
+    "Fatal",
+    "FifoPicker",
     "GroupMeta",
+    "Identity",
+    "LeaseLost",
     "MalformedEvent",
     "MembershipChanged",
     "OutboxRow",
+    "PermanentFailure",
+    "Picker",
+    "Preempted",
     "ProjectionError",
     "ProtocolEvent",
     "ReceiptReceived",
+    "Refused",
+    "Result",
+    "RetryDecision",
     "ServerError",
     "SessionClosed",
+    "SlotContext",
+    "SlotStopped",
     "SnapshotRefused",
     "Store",
     "StoreLocked",
@@ -63,5 +104,9 @@ __all__ = [
     "SubscriptionRefused",
     "Welcome",
     "WorkRow",
+    "Worker",
+    "WorkerConfig",
     "WorkerError",
+    "admit",
+    "retry_decision",
 ]

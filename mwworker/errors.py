@@ -11,7 +11,18 @@ Exception tree::
     ├── SnapshotRefused       a snapshot failed verification (``check`` says which) or
     │                         is behind the durable Cursor
     ├── StoreMismatch         the store file belongs to another Agent or schema
-    └── StoreLocked           another process has the store file open
+    ├── StoreLocked           another process has the store file open
+    ├── Refused               the Group Authority refused a Command (``code`` of DESIGN §4)
+    ├── BudgetExceeded        a slot would overrun its Work Contract budget (checked locally)
+    ├── PermanentFailure      raised by a handler: fail the WorkItem now, no retry
+    └── Fatal                 the runtime cannot go on (the key is refused, bad config)
+
+    SlotStopped (BaseException, like asyncio.CancelledError, so a handler's
+    ``except Exception`` cannot swallow it): raised inside a handler when its
+    execution ends at the runtime's request
+    ├── Preempted             the slot checkpointed and paused (MWP-WRK-015)
+    ├── Blocked               the slot checkpointed and blocked (MWP-WRK-017)
+    └── LeaseLost             the Execution Lease is no longer this slot's (MWP-WRK-013/-014)
 
 When ``Store.apply()`` raises, nothing of the refused Event was written; Events
 applied before it in the same call (a filled gap) stay applied and are listed
@@ -62,3 +73,47 @@ class StoreMismatch(WorkerError):
 
 class StoreLocked(WorkerError):
     """Another process holds the store file (one writer per file)."""
+
+
+class Refused(WorkerError):
+    """The Group Authority refused a Command; ``code`` is its error code."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class BudgetExceeded(WorkerError):
+    """A slot's usage would pass a Work Contract budget (spec 10.1, 11.4)."""
+
+    def __init__(self, dimension: str, limit: float, total: float):
+        super().__init__(f"budget {dimension}: {total} would pass {limit}")
+        self.dimension = dimension
+        self.limit = limit
+        self.total = total
+
+
+class PermanentFailure(WorkerError):
+    """Raised by a handler: the WorkItem fails now with this summary; no retry."""
+
+
+class Fatal(WorkerError):
+    """The runtime cannot continue (the portal refuses the key, the config is wrong)."""
+
+
+class SlotStopped(BaseException):  # noqa: N818 (a control-flow signal like CancelledError, not an error)
+    """The slot's execution ended at the runtime's request; the handler must return."""
+
+
+class Preempted(SlotStopped):
+    """Checkpointed and paused: the WorkItem is back in its Group queue (MWP-WRK-015)."""
+
+
+class Blocked(SlotStopped):
+    """Checkpointed and blocked with a required resolution (MWP-WRK-017)."""
+
+
+class LeaseLost(SlotStopped):
+    """The Execution Lease ended elsewhere (revoked, expired, fenced): stop without
+    further lease-bound Commands (MWP-WRK-013, MWP-WRK-014)."""

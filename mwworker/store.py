@@ -29,8 +29,10 @@ projection         ``cursor``, ``processed_event``, ``group_meta``,
 durable input      ``inbox`` (every applied Event), ``snapshot`` (the latest
                    verified snapshot document per Group)
 runtime            ``outbox_done`` (intents dispatched), ``buffered_command``
-                   (signed Commands held while offline, spec 11.5): never
-                   derived from Events, so a rebuild keeps them
+                   (signed Commands held while offline, spec 11.5),
+                   ``side_effect`` (external operations: intent before
+                   dispatch, then the receipt; MWP-WRK-031): never derived
+                   from Events, so a rebuild keeps them
 audit (opt-in)     ``apply_audit``: how many times each Event was applied,
                    written in the apply transaction (``Store(audit=True)``)
 =================  ==========================================================
@@ -155,6 +157,12 @@ _DURABLE_DDL = (
     "CREATE TABLE IF NOT EXISTS outbox_done (intent_id TEXT PRIMARY KEY, result TEXT NOT NULL) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS buffered_command (id INTEGER PRIMARY KEY AUTOINCREMENT, group_id TEXT NOT NULL,"
     " workitem TEXT, action_id TEXT NOT NULL UNIQUE, envelope TEXT NOT NULL, binding TEXT NOT NULL)",
+    # One row per external operation, keyed by its idempotency key: written
+    # ("intent") before dispatch, then "done" with the receipt, or "uncertain"
+    # when the dispatch raised or the process died in between.
+    "CREATE TABLE IF NOT EXISTS side_effect (key TEXT PRIMARY KEY, group_id TEXT NOT NULL, workitem TEXT NOT NULL,"
+    " ownership_epoch INTEGER NOT NULL, name TEXT NOT NULL, status TEXT NOT NULL, receipt TEXT,"
+    " attempts INTEGER NOT NULL) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS apply_audit (event_id TEXT PRIMARY KEY, group_id TEXT NOT NULL,"
     " sequence INTEGER NOT NULL, applied INTEGER NOT NULL) WITHOUT ROWID",
 )
@@ -347,6 +355,12 @@ class Store:
             sql = f"SELECT {', '.join(_ROW_COLS)} FROM group_queue WHERE group_id = ? ORDER BY workitem"
             return [_row_from(r) for r in self._conn.execute(sql, (group,))]
 
+    def row(self, group: str, workitem: str) -> WorkRow | None:
+        """One WorkItem's row of the Group's Work queue, or None."""
+        with self._lock:
+            found = self._conn.execute(_SQL_SELECT_ROW, (group, workitem)).fetchone()
+            return _row_from(found) if found else None
+
     def checkpoints(self, group: str, workitem: str) -> list[CheckpointRow]:
         """Accepted checkpoints of a WorkItem, oldest first; the last is where a new owner resumes."""
         with self._lock:
@@ -399,6 +413,39 @@ class Store:
     def drop_buffered_command(self, command_id: int) -> None:
         with self._lock, self._transaction() as conn:
             conn.execute("DELETE FROM buffered_command WHERE id = ?", (command_id,))
+
+    # --- external side effects (MWP-WRK-031) -----------------------------------------
+
+    def side_effect(self, key: str) -> tuple[str, Any, int] | None:
+        """``(status, receipt, attempts)`` of the operation with this idempotency key, or None."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT status, receipt, attempts FROM side_effect WHERE key = ?", (key,)
+            ).fetchone()
+            if row is None:
+                return None
+            return str(row[0]), (json.loads(row[1]) if row[1] is not None else None), int(row[2])
+
+    def side_effect_intent(self, key: str, *, group: str, workitem: str, ownership_epoch: int, name: str) -> int:
+        """Persist the intent before dispatch (committed when this returns); the attempt number."""
+        with self._lock, self._transaction() as conn:
+            conn.execute(
+                "INSERT INTO side_effect (key, group_id, workitem, ownership_epoch, name, status, receipt, attempts)"
+                " VALUES (?, ?, ?, ?, ?, 'intent', NULL, 1)"
+                " ON CONFLICT (key) DO UPDATE SET status = 'intent', attempts = attempts + 1",
+                (key, group, workitem, ownership_epoch, name),
+            )
+            return int(conn.execute("SELECT attempts FROM side_effect WHERE key = ?", (key,)).fetchone()[0])
+
+    def side_effect_settle(self, key: str, status: str, receipt: Any) -> None:
+        """Record the outcome: ``done`` with the external receipt, or ``uncertain``."""
+        if status not in ("done", "uncertain"):
+            raise ValueError("status must be done or uncertain")
+        with self._lock, self._transaction() as conn:
+            conn.execute(
+                "UPDATE side_effect SET status = ?, receipt = ? WHERE key = ?",
+                (status, text(receipt) if receipt is not None else None, key),
+            )
 
     def inbox(self, group: str, after: int = 0) -> Iterator[Event]:
         """The Group's applied Events after ``after``, in sequence order, as received."""

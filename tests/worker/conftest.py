@@ -1,13 +1,16 @@
 """Fixtures of the Worker suite: generated Event streams, stores, a server key.
 
 Nothing here touches Django's database: the Worker is a separate,
-Django-free package (DESIGN §5), and its tests need no server (STYLE §7).
+Django-free package (DESIGN §5), and its tests need no server (STYLE §7);
+except ``portal``, the real daphne of the runtime's end-to-end tests
+(``tests/worker/portal.py``), which imports its Django side when used.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,3 +51,27 @@ def open_store(tmp_path: Path) -> Iterator[Callable[..., Store]]:
     yield factory
     for store in opened:
         store.close()
+
+
+@pytest.fixture
+def portal_env() -> dict[str, str]:
+    """Settings of the daphne under test (a test overrides it for short leases)."""
+    return {}
+
+
+@pytest.fixture
+def portal(
+    transactional_db: None, settings: Any, portal_env: dict[str, str], org: dict[str, str], owner: Any,
+    coordinator: Any, tmp_path: Path,
+) -> Iterator[Any]:  # fmt: skip
+    """A daphne on the test database and the Coordinator's side (``tests.worker.portal.Portal``)."""
+    from tests.worker.portal import Portal, portal_process
+
+    settings.MWP_ARTIFACT_ROOT = str(tmp_path / "artifacts")
+    for name, value in portal_env.items():
+        if name.endswith("_SECONDS") or name.endswith("_EVENTS"):
+            setattr(settings, name, int(value))
+    server = portal_process(settings, portal_env)
+    server.start()
+    yield Portal(server, org, owner, coordinator)
+    server.kill()
