@@ -50,7 +50,7 @@ from .models import (
     Organization,
 )
 from .policy import DEFAULT_POLICY, check_policy
-from .registry import command, session_replaced_hooks
+from .registry import command, membership_removed_hooks, session_replaced_hooks
 from .server_key import server_keypair
 from .snapshots import group_state
 
@@ -463,8 +463,12 @@ def remove_membership(ctx: HandlerContext) -> Decision:
     epoch = existing.epoch + 1
     _update_membership(existing.pk, roles=None, epoch=epoch, active=False, now=ctx.now)
     ref = AggregateRef("group", ctx.group.id, ctx.group.revision + 1)
+    # The removed member's work in this Group is fenced in the same
+    # transaction: it may no longer execute here (its leases are revoked and
+    # its ownership ends, so the Coordinator can re-offer at once).
+    consequences = [emit for hook in membership_removed_hooks for emit in hook(ctx, agent_id)]
     return Decision(
-        [Emit("membership.removed", ref, {"agent": agent_id, "membership_epoch": epoch})],
+        [Emit("membership.removed", ref, {"agent": agent_id, "membership_epoch": epoch}), *consequences],
         ref,
         notices=[membership_notice(ctx.group.id, agent_id, [], epoch, False)],
     )

@@ -99,6 +99,13 @@ SessionReplacedHook = Callable[["HandlerContext"], list[tuple[Any, list[Any]]]]
 session_replaced_hooks: list[SessionReplacedHook] = []
 
 
+# Called by ``membership.remove`` inside its transaction with the handler
+# context and the removed Agent's id; each returns Events for the same Group
+# (the workitems app revokes the removed member's leases and ownership).
+MembershipRemovedHook = Callable[["HandlerContext", str], list[Any]]
+membership_removed_hooks: list[MembershipRemovedHook] = []
+
+
 # Contributors to a Group snapshot's state: each returns ``(key, value)`` for
 # the Group (the workitems app adds its WorkItems).
 SnapshotContributor = Callable[[str], tuple[str, Any]]

@@ -37,7 +37,7 @@ from missions.authority import (
 from missions.guards import check_members, check_text, check_uuid, refuse
 from missions.handlers import check_mission_budgets, found_mission
 from missions.models import Approval, Membership, Mission
-from missions.registry import command, session_replaced_hooks, snapshot_contributors
+from missions.registry import command, membership_removed_hooks, session_replaced_hooks, snapshot_contributors
 from mwportal.protocol import GENESIS_HASH, ErrorCode, ProtocolError, format_time, malformed, parse_time
 
 from . import state_machine as sm
@@ -1107,6 +1107,39 @@ def revoke_leases_of_replaced_session(ctx: HandlerContext) -> list[tuple[GroupHe
 
 
 session_replaced_hooks.append(revoke_leases_of_replaced_session)
+
+
+def fence_removed_member(ctx: HandlerContext, agent_id: str) -> list[Emit]:
+    """``membership.remove``: the removed member's active leases in this Group
+    are revoked (the WorkItem returns to ``queued``) and its ownership of
+    queued, active and blocked WorkItems ends, as when an ownership lease runs
+    out, so the Coordinator may re-offer under a higher Ownership Epoch.
+    Open offers to it are withdrawn."""
+    events: list[Emit] = []
+    # Locked after the Group row, per the write path's lock order, in id order.
+    owned = WorkItem.objects.select_for_update().filter(
+        group_id=ctx.group.id, owner_id=uuid.UUID(agent_id), state__in=(sm.QUEUED, sm.ACTIVE, sm.BLOCKED)
+    )
+    for item in owned.order_by("id"):
+        lease = active_lease(item) if item.state == sm.ACTIVE else None
+        if lease is not None:
+            sm.check_transition(item.state, "lease.revoke")
+            end_lease(lease, "revoked", "membership removed", ctx.now)
+            item.state = sm.QUEUED
+            item.needs_new_attempt = True
+        sm.check_transition(item.state, "expire.blocked_lease" if item.state == sm.BLOCKED else "expire.start_by")
+        epoch = item.ownership_epoch
+        item.owner, item.owner_expires_at, item.start_by = None, None, None
+        save(item, ctx.now)
+        if lease is not None:
+            events.append(Emit("work.lease_revoked", item_ref(item), {
+                "lease_id": str(lease.id), "agent": agent_id, "reason": "membership removed", "start_by": None,
+            }))  # fmt: skip
+        events.append(Emit("work.owner_fenced", item_ref(item), {"agent": agent_id, "ownership_epoch": epoch}))
+    return events
+
+
+membership_removed_hooks.append(fence_removed_member)
 
 
 # --- Missions: child Missions and terminal states (spec 10.2 last rows) ---------

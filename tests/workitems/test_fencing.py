@@ -6,7 +6,7 @@ import pytest
 
 from missions.models import GroupEvent
 from mwportal.protocol import ErrorCode, ProtocolError
-from tests.conftest import refused
+from tests.conftest import group_revision, refused
 from tests.workitems.flow import PROGRESS, Flow
 from workitems.models import ExecutionLease, Submission
 
@@ -106,3 +106,24 @@ def test_late_result_of_a_fenced_owner_is_kept_but_never_completes_MWP_WRK_019(f
     flow.submit(item, lease_id=new_lease)
     assert flow.item(item).state == "submitted"
     assert Submission.objects.filter(workitem_id=item, authoritative=True).count() == 1
+
+
+def test_removing_a_member_revokes_its_lease_and_ends_its_ownership(flow: Flow) -> None:
+    """A removed member may no longer execute in the Group: its lease is
+    revoked and its ownership ends in the same transaction, so the
+    Coordinator can re-offer under a higher Ownership Epoch at once."""
+    active = flow.drive_to("active")
+    queued = flow.drive_to("queued")
+    lease = flow.leases[active]
+    group = {"kind": "group", "id": flow.group, "revision": group_revision(flow.group)}
+    receipt = flow.owner.send("membership.remove", flow.group, {"agent": flow.worker.id}, target=group)
+    types = [e["type"] for e in receipt["events"]]
+    assert types[0] == "membership.removed"
+    assert types.count("work.lease_revoked") == 1 and types.count("work.owner_fenced") == 2
+    assert ExecutionLease.objects.get(id=lease).status == "revoked"
+    for item in (active, queued):
+        it = flow.item(item)
+        assert (it.state, it.owner_id) == ("queued", None)
+        flow.offer(item, agents=[flow.worker2])
+        flow.accept(item, flow.worker2)
+        assert flow.item(item).ownership_epoch == 2
