@@ -600,12 +600,16 @@ def _effects(
 # --- snapshots ----------------------------------------------------------------------
 
 
-def restore(document: dict[str, Any], state: dict[str, Any], *, me: str) -> tuple[GroupMeta, list[WorkRow]]:
-    """The rows of a verified snapshot (``missions/snapshots.py`` ``group_state``).
+def restore(
+    document: dict[str, Any], state: dict[str, Any], *, me: str
+) -> tuple[GroupMeta, list[WorkRow], list[CheckpointRow]]:
+    """The rows of a verified snapshot (``missions/snapshots.py`` ``group_state``):
+    the Group's row, its WorkItems' rows and each WorkItem's latest checkpoint.
 
-    What the snapshot does not carry is ``None``: Lease IDs, open offers,
-    ``needs_new_attempt``, ``retry_not_before``, child Mission links, the
-    parent link, redactions before it.
+    The snapshot carries each WorkItem's active lease, open offers, timers and
+    latest checkpoint; what it does not carry is ``None``: the parent link,
+    redactions before it, the child Mission's Group, an older snapshot's
+    missing members.
     """
     group, sequence = document["group"], document["sequence"]
     mission: dict[str, Any] | None = state["mission"] if isinstance(state.get("mission"), dict) else None
@@ -630,17 +634,29 @@ def restore(document: dict[str, Any], state: dict[str, Any], *, me: str) -> tupl
         server_snapshot_sequence=sequence, restored_snapshot_sequence=sequence, redacted=None, final_snapshot_at=None,
     )  # fmt: skip
     rows = []
+    checkpoints = []
     for item in state.get("workitems") or []:
+        lease = item.get("lease") if isinstance(item.get("lease"), dict) else None
+        offers = item.get("offers")
+        offers = [o for o in offers if isinstance(o, dict)] if isinstance(offers, list) else None
+        needs_new_attempt = item.get("needs_new_attempt")
         row = WorkRow(
             group_id=group, workitem=item["id"], state=item["state"], revision=item["revision"],
             contract_revision=item["contract_revision"],
             accepted_contract_revision=item.get("accepted_contract_revision"),
             approved_contract_revision=item.get("approved_contract_revision"), execution_approved=False,
             owner=item.get("owner"), ownership_epoch=item.get("ownership_epoch", 0), start_by=item.get("start_by"),
-            attempt=item.get("attempt", 0), needs_new_attempt=None, retry_not_before=None, lease_id=None,
-            lease_expires_at=None, checkpoint_count=item.get("checkpoint_count", 0),
+            attempt=item.get("attempt", 0),
+            needs_new_attempt=needs_new_attempt if isinstance(needs_new_attempt, bool) else None,
+            retry_not_before=item.get("retry_not_before"),
+            lease_id=lease.get("lease_id") if lease else None,
+            lease_expires_at=lease.get("expires_at") if lease else None,
+            checkpoint_count=item.get("checkpoint_count", 0),
             usage=text(item.get("usage") or {}),
-            offered_to=None, offer_expires_at=None, child_mission=None, child_group=None, child_failure_policy=None,
+            offered_to=text(sorted(str(o.get("agent")) for o in offers)) if offers is not None else None,
+            offer_expires_at=max((str(o.get("expires_at")) for o in offers), default=None) if offers else None,
+            child_mission=item.get("child_mission"), child_group=None,
+            child_failure_policy=item.get("child_failure_policy"),
             resolution_required=None, late_results=0, updated_sequence=sequence,
             **_contract_columns(item.get("contract")),
         )  # fmt: skip
@@ -649,5 +665,17 @@ def restore(document: dict[str, Any], state: dict[str, Any], *, me: str) -> tupl
         if isinstance(deps, list):
             row = replace(row, dependencies=text(sorted(deps, key=lambda d: str(d.get("workitem")))))
         rows.append(replace(row, execution_approved=_gate_open(row)))  # noqa: PERF401 (two steps read better)
+        latest = item.get("latest_checkpoint")
+        if isinstance(latest, dict) and isinstance(latest.get("number"), int):
+            checkpoints.append(
+                CheckpointRow(
+                    group_id=group, workitem=item["id"], number=latest["number"],
+                    ownership_epoch=int(latest.get("ownership_epoch") or 0), lease_id=latest.get("lease_id"),
+                    # The Event's sequence is not in the snapshot; 0 matches no redaction.
+                    sequence=0, occurred_at=str(latest.get("created_at") or ""),
+                    state=text(latest.get("state")), progress=text(latest.get("progress")), redacted=False,
+                )
+            )  # fmt: skip
     rows.sort(key=lambda r: r.workitem)
-    return meta, rows
+    checkpoints.sort(key=lambda c: c.workitem)
+    return meta, rows, checkpoints

@@ -676,10 +676,10 @@ class Store:
                 if head != cur.last_hash:
                     raise SnapshotRefused("head_hash", f"the snapshot's head at {seq} is not this Worker's chain")
                 return []  # already there, with more than the snapshot tells (Lease IDs, offers)
-            meta, rows = projection.restore(document, state, me=self.agent)
+            meta, rows, checkpoints = projection.restore(document, state, me=self.agent)
             self._forget()
             with self._transaction() as conn:
-                self._write_restored(conn, group, meta, rows)
+                self._write_restored(conn, group, meta, rows, checkpoints)
                 conn.execute(
                     "INSERT OR REPLACE INTO snapshot (group_id, sequence, head_hash, document) VALUES (?, ?, ?, ?)",
                     (group, seq, head, text(document)),
@@ -689,11 +689,18 @@ class Store:
             return self._drain(group, self._next_waiting(group))
 
     @staticmethod
-    def _write_restored(conn: sqlite3.Connection, group: str, meta: GroupMeta, rows: Iterable[WorkRow]) -> None:
+    def _write_restored(
+        conn: sqlite3.Connection,
+        group: str,
+        meta: GroupMeta,
+        rows: Iterable[WorkRow],
+        checkpoints: Iterable[CheckpointRow],
+    ) -> None:
         for table in ("group_meta", "group_queue", "checkpoint", "outbox"):
             conn.execute(f"DELETE FROM {table} WHERE group_id = ?", (group,))
         conn.execute(_SQL_META, _values(meta, _META_COLS))
         conn.executemany(_SQL_ROW, [_values(r, _ROW_COLS) for r in rows])
+        conn.executemany(_SQL_CHECKPOINT, [_values(c, _CHECKPOINT_COLS) for c in checkpoints])
 
     def rebuild(self) -> None:
         """Drop every projection table and rebuild it from the latest restored
@@ -768,9 +775,10 @@ class _Projection:
         self.processed: list[tuple[str, str, int]] = []
         self.cursors: dict[str, Cursor] = {}
 
-    def restore(self, meta: GroupMeta, rows: list[WorkRow]) -> None:
+    def restore(self, meta: GroupMeta, rows: list[WorkRow], checkpoints: list[CheckpointRow]) -> None:
         self.metas[meta.group_id] = meta
         self.rows.update({(r.group_id, r.workitem): r for r in rows})
+        self.checkpoints.update({(c.group_id, c.workitem, c.number): c for c in checkpoints})
 
     def fold(self, event: Event) -> None:
         group = event["group"]
