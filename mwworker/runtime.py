@@ -109,6 +109,11 @@ BUDGET_DIMENSIONS = ("financial", "tokens", "tool_calls", "compute_seconds", "wa
 # Refusals that mean "this lease is not yours any more": the slot stops, no further lease-bound Command.
 START_RETRY_SECONDS = 5.0  # a refused work.start is tried again after this, if its row did not change
 ACK_INTERVAL = 0.2  # seconds between ACK frames while a replay streams in
+# The critical extension of progress buffered while the Group service is
+# unreachable, and how long after its lease the Worker may go on buffering
+# (the Group Authority's MWP_OFFLINE_GRACE_SECONDS must be at least this).
+OFFLINE_EXTENSION = "urn:missionweaveprotocol:extension:bounded-offline-execution"
+OFFLINE_GRACE_SECONDS = 600.0
 LEASE_GONE = frozenset({"STALE_LEASE", "STALE_OWNERSHIP", "LEASE_EXPIRED", "STALE_SESSION", "INVALID_TRANSITION"})
 _DEP_SATISFIED = {
     "verified": frozenset({"verified"}),
@@ -678,6 +683,7 @@ class _Slot:
     lease_id: str | None = None
     token: str = ""
     lease_seconds: float = 0.0
+    lease_expires_at: datetime | None = None
     attempt: int = 0
     preempt: bool = False
     ctx: SlotContext | None = None
@@ -764,6 +770,7 @@ class Worker:
         server_public_key: str | None = None,
         renew_fraction: float = 0.5,
         reconnect: Callable[[], Iterator[float]] = backoff,
+        offline_grace_seconds: float = OFFLINE_GRACE_SECONDS,
     ):
         if slots < 1:
             raise ValueError("slots must be at least 1")
@@ -791,6 +798,12 @@ class Worker:
         self._send_lock = asyncio.Lock()
         self._pending: dict[str, tuple[dict[str, Any], asyncio.Future[dict[str, Any]]]] = {}
         self._connected = asyncio.Event()
+        # Buffered progress is reconciled before anything else is sent after a
+        # reconnect (spec 11.5); set while nothing waits to be reconciled.
+        self._reconciled = asyncio.Event()
+        self._reconciled.set()
+        self._disconnected_at: datetime | None = None
+        self.offline_grace = timedelta(seconds=offline_grace_seconds)
         self._wake = asyncio.Event()
         self._changed = asyncio.Event()
         self._stopping = False
@@ -970,7 +983,10 @@ class Worker:
         except ConnectionClosed:
             pass
         finally:
+            if self._connected.is_set():
+                self._disconnected_at = utcnow()
             self._connected.clear()
+            self._reconciled.clear()
             code = ws.close_code
             reason = ws.close_reason or ""
             with contextlib.suppress(Exception, TimeoutError):
@@ -1034,6 +1050,7 @@ class Worker:
             if not fut.done():
                 self._session.command(envelope)
         self._connected.set()
+        self._spawn(self._reconcile())
         self._spawn(self._after_welcome(self._session))
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
@@ -1166,11 +1183,15 @@ class Worker:
     ) -> dict[str, Any]:
         """Sign and send a Command over the agent socket; its receipt, or ``Refused``."""
         await self._connected.wait()
+        await self._reconciled.wait()
         assert self.session_epoch is not None
         envelope = make_envelope(
             type=type_, actor=self.me, group=group, body=body, session_epoch=self.session_epoch,
             private_key=self.identity.private_key, target=target, ownership_epoch=ownership_epoch, lease_id=lease_id,
         )  # fmt: skip
+        return await self._send(envelope)
+
+    async def _send(self, envelope: dict[str, Any]) -> dict[str, Any]:
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[envelope["action_id"]] = (envelope, fut)
         if self._session is not None and self._session.state != "closed":
@@ -1184,6 +1205,70 @@ class Worker:
             raise
         finally:
             self._pending.pop(envelope["action_id"], None)
+
+    # --- bounded offline execution (spec 11.5; MWP-WRK-020..022) ----------------------
+
+    @property
+    def connected(self) -> bool:
+        return self._connected.is_set()
+
+    def _offline_binding(self, slot: _Slot, usage: Mapping[str, float], now: datetime) -> dict[str, Any]:
+        """The critical bounded-offline-execution binding of progress made now,
+        while the Group service is unreachable; ``LeaseLost`` once the lease and
+        its grace are over (no progress may be buffered then)."""
+        if slot.lease_id is None or slot.lease_expires_at is None:
+            raise LeaseLost("offline without a lease")
+        grace_deadline = slot.lease_expires_at + self.offline_grace
+        if now > grace_deadline:
+            raise LeaseLost("offline past the lease's grace window")
+        assert self.session_epoch is not None
+        return {
+            "critical": True, "agent": self.me, "group": slot.group, "workitem": slot.workitem,
+            "session_epoch": self.session_epoch, "ownership_epoch": slot.ownership_epoch, "lease_id": slot.lease_id,
+            "disconnected_at": format_time(self._disconnected_at or now), "buffered_at": format_time(now),
+            "grace_deadline": format_time(grace_deadline), "lease_expires_at": format_time(slot.lease_expires_at),
+            "usage_delta": dict(usage),
+        }  # fmt: skip
+
+    async def _buffer_checkpoint(self, slot: _Slot, body: dict[str, Any]) -> None:
+        """Persist a checkpoint made offline with its binding (MWP-WRK-021).
+        The usage travels in the binding's delta, not in the body."""
+        usage = body.pop("usage", None) or {}
+        binding = self._offline_binding(slot, usage, utcnow())
+        assert self.session_epoch is not None
+        envelope = make_envelope(
+            type="work.checkpoint", actor=self.me, group=slot.group, body=body, session_epoch=self.session_epoch,
+            private_key=self.identity.private_key, target={"kind": "workitem", "id": slot.workitem},
+            ownership_epoch=slot.ownership_epoch, lease_id=slot.lease_id, extensions={OFFLINE_EXTENSION: binding},
+        )  # fmt: skip
+        await asyncio.to_thread(self.store.buffer_command, slot.group, slot.workitem, envelope, binding)
+        self.log.append(("buffered", slot.workitem, slot.lease_id or ""))
+
+    async def _reconcile(self) -> None:
+        """Send every buffered Command, rebased and re-signed under the current
+        session with its binding kept (MWP-WRK-021), before anything else; the
+        Group Authority charges the offline usage and applies the checkpoint
+        in one transaction (MWP-WRK-022). A refusal drops the Command (its
+        progress is not authoritative); a lost connection keeps it."""
+        buffered = await asyncio.to_thread(self.store.buffered_commands)
+        for command_id, old, _binding in buffered:
+            assert self.session_epoch is not None
+            fresh = {k: v for k, v in old.items() if k not in ("signature", "issued_at", "session_epoch")}
+            envelope = signed(self.identity.private_key, {
+                **fresh, "issued_at": format_time(utcnow()), "session_epoch": self.session_epoch,
+            })  # fmt: skip
+            try:
+                await self._send(envelope)
+                self.log.append(("reconciled", str(old["target"]["id"]), ""))
+            except Refused as exc:
+                if exc.code == "STALE_SESSION":
+                    return  # reconnecting under a new session; reconciled then
+                if exc.code != "ACTION_ID_COLLISION":  # a collision: an earlier send was accepted
+                    log.warning("buffered %s refused: %s", old["type"], exc)
+                    self.log.append(("reconcile.refused", str(old["target"]["id"]), exc.code))
+            await asyncio.to_thread(self.store.drop_buffered_command, command_id)
+        self._disconnected_at = None
+        self._reconciled.set()
 
     def _session_lost(self) -> None:
         """The server says this session is no longer current (another runtime of
@@ -1387,7 +1472,8 @@ class Worker:
         slot.lease_id = str(grants["lease_id"])
         slot.token = str(grants["capability_token"])
         accepted = parse_time(receipt["accepted_at"], "accepted_at")
-        slot.lease_seconds = (parse_time(grants["lease_expires_at"], "lease_expires_at") - accepted).total_seconds()
+        slot.lease_expires_at = parse_time(grants["lease_expires_at"], "lease_expires_at")
+        slot.lease_seconds = (slot.lease_expires_at - accepted).total_seconds()
         if slot.ctx is not None:
             slot.ctx._rebind(slot.lease_id, slot.token)
 
@@ -1589,6 +1675,14 @@ class Worker:
         if op == "effect.lookup":
             return await asyncio.to_thread(self.store.side_effect, args["key"])
         if op == "effect.intent":
+            if self._disconnected_at is not None:
+                # No externally visible action offline (spec 11.5): the effect
+                # waits for the reconnect and the reconciliation, and only
+                # goes ahead if the lease survived them.
+                await self._connected.wait()
+                await self._reconciled.wait()
+                if slot.lease_id is None or slot.stopped is not None:
+                    raise LeaseLost("the lease did not survive the disconnection")
             # The intent is durable before dispatch (persistence guide, "External side effects").
             return await asyncio.to_thread(
                 self.store.side_effect_intent, args["key"], group=slot.group, workitem=slot.workitem,
@@ -1611,6 +1705,14 @@ class Worker:
         body = {"checkpoint": args["state"], "progress": args["progress"]}
         if args["usage"]:
             body["usage"] = args["usage"]
+        if self._disconnected_at is not None and not self._connected.is_set():
+            # The Group service is unreachable: the progress is buffered with
+            # its binding and the slot pauses; no new lease is taken offline
+            # (spec 11.5). It is reconciled on reconnect.
+            async with slot.lock:
+                await self._buffer_checkpoint(slot, body)
+            slot.lease_id = None
+            return _PAUSED
         await self._lease_command(slot, "work.checkpoint", body)
         # The checkpoint released the lease (spec 10.2): the WorkItem is queued again.
         slot.lease_id = None

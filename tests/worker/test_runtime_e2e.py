@@ -588,3 +588,50 @@ def test_a_removed_membership_stops_the_slot_and_the_stream(portal: Portal, work
         gate.set()
 
     asyncio.run(running(w, body))
+
+
+def test_progress_made_while_the_portal_is_down_is_buffered_and_reconciled_MWP_WRK_020_MWP_WRK_021(
+    portal: Portal, worker: AgentKey, tmp_path: Path
+) -> None:
+    """Spec 11.5: with the Group service unreachable the Worker buffers its
+    checkpoint with the bounded-offline-execution binding (usage in its delta)
+    and starts nothing new; on reconnect it re-signs and sends it before
+    anything else, and resumes from it."""
+    from missions.models import GroupEvent
+    from workitems.offline import USAGE_RECORDED
+
+    w = portal.worker(worker, tmp_path / "w.sqlite3", slots=1)
+    gate = asyncio.Event()
+    resumed_from: list[Any] = []
+
+    @w.capability("summarize", "1.0")
+    async def offline_step(ctx: SlotContext) -> Result:
+        resumed_from.append(ctx.resume_state)
+        if ctx.resume_state is None:
+            await gate.wait()
+            ctx.charge(tokens=500)
+            await ctx.checkpoint({"step": 1}, phase="offline step")
+        return done_result(ctx)
+
+    async def body() -> None:
+        g = await in_db_thread(portal.mission, [worker])
+        item = await in_db_thread(portal.authorize_and_offer, g, [worker])
+        await w.until(lambda: w.lease_of(item) is not None)
+        lease = w.lease_of(item)
+        await asyncio.to_thread(portal.server.kill)
+        await w.until(lambda: not w.connected)
+        gate.set()
+        await w.until(lambda: ("buffered", item, lease) in w.log)
+        (_, envelope, binding) = w.store.buffered_commands()[0]
+        assert binding["lease_id"] == lease and binding["usage_delta"] == {"tokens": 500}
+        assert "usage" not in envelope["body"]
+        await asyncio.to_thread(portal.server.start)
+        await w.until(lambda: state_of(w, g, item) == "submitted", timeout=30)
+        assert w.store.buffered_commands() == []
+        checkpointed = await in_db_thread(lambda: GroupEvent.objects.get(group_id=g, type="work.checkpointed"))
+        assert checkpointed.body["offline"]["lease_id"] == lease
+        usage = await in_db_thread(lambda: GroupEvent.objects.get(group_id=g, type=USAGE_RECORDED))
+        assert usage.body["delta"] == {"tokens": 500}
+        assert resumed_from == [None, {"step": 1}]
+
+    asyncio.run(running(w, body))
