@@ -534,10 +534,15 @@ class SchedulerCore:
             grp.heap = []
             grp.live = 0
             if grp.active:
-                # Keep the Group's place in virtual time; only its weight changes.
                 grp.finish = max(grp.finish, grp.start)
             grp.active = False
-            grp.weight = self.policy.weight(grp.gid)
+            weight = self.policy.weight(grp.gid)
+            if grp.finish > self.vtime and weight != grp.weight:
+                # A lead over V of x items is x/w in virtual time: rescale it to the
+                # new weight, so the change shows from the next pick on (spec 11.3)
+                # and S <= V + c/w keeps holding (the bound's proof needs it).
+                grp.finish = self.vtime + (grp.finish - self.vtime) * grp.weight / weight
+            grp.weight = weight
             grp.cls = self.policy.group_class(grp.gid)
             grp.quota = self.policy.quota(grp.gid)
         for item in items:
@@ -828,24 +833,27 @@ def preemption_requests(
         demand[gid] = want if quota is None else min(quota, want)
         weights[gid] = core.policy.weight(gid)
     share = fair_slots(demand, weights, slots)
-    waiting = sorted(
-        (g for g in demand if (core._groups.get(g) is not None and core._groups[g].live > 0)),
-        key=lambda g: (held.get(g, 0) - share[g], g),
-    )
     victims = dict(held)
-    for gid in waiting:
-        if share[gid] - victims.get(gid, 0) < 1.0 - _EPS:
-            break
+    asked = {r.key for r in requests}
+    while True:
+        # The Group furthest below its share that has queued work, and the one furthest above.
+        under = max(
+            (g for g in demand if core._groups.get(g) is not None and core._groups[g].live > 0),
+            key=lambda g: (share[g] - victims.get(g, 0), g),
+            default=None,
+        )
         over = max(victims, key=lambda g: (victims[g] - share[g], g), default=None)
-        if over is None or over == gid or victims[over] - share[over] < 1.0 - _EPS:
+        if under is None or over is None or under == over:
             break
-        already = {r.key for r in requests}
-        candidates = [r for r in by_group[over] if r.key not in already]
+        if share[under] - victims.get(under, 0) < 1.0 - _EPS or victims[over] - share[over] < 1.0 - _EPS:
+            break
+        candidates = [r for r in by_group[over] if r.key not in asked]
         if not candidates:
             break
         requests.append(PreemptRequest(candidates[-1].key, over, "fair_share"))
+        asked.add(candidates[-1].key)
         victims[over] -= 1
-        victims[gid] = victims.get(gid, 0) + 1
+        victims[under] = victims.get(under, 0) + 1
     return requests
 
 
