@@ -229,7 +229,10 @@ def item_due(item: Item, aging_seconds: float) -> float:
 
 
 class _Entry:
-    """An item inside a Group's heap; ``alive`` is cleared instead of deleting."""
+    """An item inside a Group's heap; ``alive`` is cleared instead of deleting.
+
+    The heap holds ``(*key, entry)`` tuples: ``key`` ends in a unique arrival
+    number, so comparisons stay in C and never reach the entry."""
 
     __slots__ = ("alive", "item", "key")
 
@@ -237,9 +240,6 @@ class _Entry:
         self.item = item
         self.key = key
         self.alive = True
-
-    def __lt__(self, other: _Entry) -> bool:
-        return self.key < other.key
 
 
 class _Group:
@@ -254,7 +254,7 @@ class _Group:
         self.weight = 1.0
         self.cls = ""
         self.quota: int | None = None
-        self.heap: list[_Entry] = []
+        self.heap: list[tuple[float, int, float, int, _Entry]] = []
         self.live = 0  # alive entries in heap
         self.running = 0
         self.active = False  # schedulable and in one of the two Group heaps
@@ -264,9 +264,9 @@ class _Group:
 
     def head(self) -> _Entry | None:
         heap = self.heap
-        while heap and not heap[0].alive:
+        while heap and not heap[0][4].alive:
             heapq.heappop(heap)
-        return heap[0] if heap else None
+        return heap[0][4] if heap else None
 
     def schedulable(self) -> bool:
         return self.live > 0 and (self.quota is None or self.running < self.quota)
@@ -399,9 +399,13 @@ class SchedulerCore:
         """(Re-)enter an active Group into the heap with its current tags."""
         head = grp.head()
         assert head is not None
+        heap = self._heap
+        entry = (grp.start, head.key[0], grp.start + head.item.cost / grp.weight, grp.ordinal, grp.version + 1, grp)
+        if heap and heap[0][5] is grp and heap[0][4] == grp.version:
+            heapq.heapreplace(heap, entry)  # the usual case after a dispatch: one sift, not two
+        else:
+            heapq.heappush(heap, entry)
         grp.version += 1
-        finish = grp.start + head.item.cost / grp.weight
-        heapq.heappush(self._heap, (grp.start, head.key[0], finish, grp.ordinal, grp.version, grp))
 
     def _refresh(self, grp: _Group, *, rekey: bool = False) -> None:
         """Bring ``grp``'s membership of the heaps in line with ``schedulable()``."""
@@ -465,10 +469,10 @@ class SchedulerCore:
         entry = _Entry(item, (item_due(item, self.policy.aging_seconds), -item.level, item.enqueued_at, self._seq))
         self._items[item.key] = entry
         old_head = grp.head() if grp.active else None
-        heapq.heappush(grp.heap, entry)
+        heapq.heappush(grp.heap, (*entry.key, entry))
         grp.live += 1
         # A new head changes the Group's tie-break key and its F (cost): re-key it.
-        self._refresh(grp, rekey=grp.active and old_head is not None and grp.heap[0] is entry)
+        self._refresh(grp, rekey=grp.active and old_head is not None and grp.heap[0][4] is entry)
 
     def remove(self, key: str) -> Item:
         """Forget an item (started elsewhere, cancelled, no longer ours)."""
@@ -481,7 +485,7 @@ class SchedulerCore:
         held.alive = False
         grp = self._groups[held.item.group]
         grp.live -= 1
-        was_head = grp.active and grp.heap and grp.heap[0] is held
+        was_head = grp.active and grp.heap and grp.heap[0][4] is held
         self._refresh(grp, rekey=bool(was_head))
         return held.item
 
@@ -581,7 +585,9 @@ class SchedulerCore:
             raise SchedulerError(f"{key} is not an eligible queued item")
         item = held.item
         grp = self._groups[item.group]
-        top = self._top()
+        heap = self._heap
+        current = heap and heap[0][5] is grp and heap[0][4] == grp.version and grp.active
+        top = grp if current else self._top()
         if top is not None:
             # V is the start tag of the Group in service: the smallest active start
             # tag (taken from the heap top, so V never passes an active Group's S).
@@ -625,7 +631,7 @@ class SchedulerCore:
         grp = self._groups.get(group)
         if grp is None:
             return []
-        return [e.item for e in sorted(e for e in grp.heap if e.alive)]
+        return [t[4].item for t in sorted(t for t in grp.heap if t[4].alive)]
 
     def projected_order(self, limit: int | None = None) -> list[Item]:
         """The dispatch order if nothing arrived and no slot were released: a
@@ -664,10 +670,11 @@ class SchedulerCore:
             for name in ("weight", "cls", "quota", "running", "active", "start", "finish", "version", "live"):
                 setattr(g2, name, getattr(grp, name))
             g2.heap = []
-            for entry in grp.heap:
+            for t in grp.heap:
+                entry = t[4]
                 if entry.alive:
                     e2 = _Entry(entry.item, entry.key)
-                    g2.heap.append(e2)
+                    g2.heap.append((*e2.key, e2))
                     twin._items[entry.item.key] = e2
             heapq.heapify(g2.heap)
             twin._groups[gid] = g2
@@ -740,7 +747,7 @@ class SchedulerCore:
             ahead = grp.live
         else:
             assert isinstance(held, _Entry)
-            ahead = sum(1 for e in grp.heap if e.alive and e.key < held.key)
+            ahead = sum(1 for t in grp.heap if t[4].alive and t[4].key < held.key)
         cap = slots if grp.quota is None else min(slots, grp.quota)
         weight_total = max(self.total_weight, grp.weight) if grp.active else self.total_weight + grp.weight
         # Slots the Group is guaranteed when everyone is backlogged (never below one
