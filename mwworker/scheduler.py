@@ -41,7 +41,7 @@ not by priority, this is not highest-priority-first (MWP-WRK-010).
                   min(enqueued_at + aging_seconds * (6 - level),   # urgency with aging
                       deadline - service_estimate,                # latest start that meets the deadline
                       start_by))                                  # the ownership grant's start-by
-    order   = (due, -level, enqueued_at, arrival number)
+    order   = (due, -level, enqueued_at, arrival number)      (times to the millisecond)
 
 Aging needs no timer: every item's claim grows at the same rate, so ordering
 by the time at which an item would reach the top level is the same as ordering
@@ -228,17 +228,27 @@ def item_due(item: Item, aging_seconds: float) -> float:
     return max(item.enqueued_at, due)
 
 
-# An item in its Group's heap: ``[due, -level, enqueued_at, arrival number, Item, alive]``.
-# A list, not an object: comparisons run in C and stop at the unique arrival
-# number, and one object per item (not two) keeps a pick's cold memory reads
-# down. ``alive`` is cleared instead of deleting from the heap.
+# An item in its Group's queue is a *code*, one int that sorts like
+# ``(due, -level, enqueued_at, arrival number)`` (times at millisecond
+# resolution): the Group's heap is a list of ints, so a heap operation compares
+# ints, one object each, which keeps the cold memory a pick touches small at a
+# million queued items. ``entries`` maps a live code to ``[code, Item, Group]``;
+# a code whose entry is gone is dropped when it reaches the top of the heap.
 _Entry = list[Any]
-_ITEM, _ALIVE = 4, 5
+_CODE, _ITEM, _GROUP = 0, 1, 2
+_T_OFFSET = 1 << 45  # milliseconds (about 1,115 years): keeps codes positive for times after the year 855
+_SEQ_BITS, _TIME_BITS = 40, 48
+
+
+def _code(due: float, level: int, enqueued_at: float, seq: int) -> int:
+    due_ms = max(0, min((1 << _TIME_BITS) - 1, int(due * 1000) + _T_OFFSET))
+    enq_ms = max(0, min((1 << _TIME_BITS) - 1, int(enqueued_at * 1000) + _T_OFFSET))
+    return ((((due_ms << 3) | (MAX_LEVEL - level)) << _TIME_BITS | enq_ms) << _SEQ_BITS) | seq
 
 
 class _Group:
     __slots__ = (
-        "active", "cls", "finish", "gid", "heap", "live", "ordinal", "quota", "running", "start", "version",
+        "active", "cls", "entries", "finish", "gid", "heap", "live", "ordinal", "quota", "running", "start", "version",
         "weight",
     )  # fmt: skip
 
@@ -248,7 +258,8 @@ class _Group:
         self.weight = 1.0
         self.cls = ""
         self.quota: int | None = None
-        self.heap: list[_Entry] = []
+        self.heap: list[int] = []
+        self.entries: dict[int, _Entry] = {}
         self.live = 0  # alive entries in heap
         self.running = 0
         self.active = False  # schedulable and in one of the two Group heaps
@@ -257,10 +268,10 @@ class _Group:
         self.version = 0
 
     def head(self) -> _Entry | None:
-        heap = self.heap
-        while heap and not heap[0][_ALIVE]:
+        heap, entries = self.heap, self.entries
+        while heap and heap[0] not in entries:
             heapq.heappop(heap)
-        return heap[0] if heap else None
+        return entries[heap[0]] if heap else None
 
     def schedulable(self) -> bool:
         return self.live > 0 and (self.quota is None or self.running < self.quota)
@@ -367,9 +378,9 @@ class SchedulerCore:
         self._items: dict[str, _Entry | Item] = {}  # key -> heap entry (eligible) or Item (gated)
         self._gated: dict[str, Item] = {}
         self._timers: list[tuple[float, str, Item]] = []  # (not_before, key, item) for backoff gates
-        # Active Groups by (S, head item's due, F, arrival ordinal); stale entries
+        # Active Groups by (S, head item code, F, arrival ordinal); stale entries
         # (version changed, or inactive) are dropped when they reach the top.
-        self._heap: list[tuple[float, float, float, int, int, _Group]] = []
+        self._heap: list[tuple[float, int, float, int, int, _Group]] = []
         self._busy: set[_Group] = set()  # Groups with slots in use
         self._selected: tuple[_Group, _Entry] | None = None  # what select() last returned
         self._seq = 0
@@ -461,13 +472,15 @@ class SchedulerCore:
                 heapq.heappush(self._timers, (item.not_before, item.key, item))
             return
         self._seq += 1
-        entry = [item_due(item, self.policy.aging_seconds), -item.level, item.enqueued_at, self._seq, item, True]
+        code = _code(item_due(item, self.policy.aging_seconds), item.level, item.enqueued_at, self._seq)
+        entry = [code, item, grp]
         self._items[item.key] = entry
         old_head = grp.head() if grp.active else None
-        heapq.heappush(grp.heap, entry)
+        heapq.heappush(grp.heap, code)
+        grp.entries[code] = entry
         grp.live += 1
         # A new head changes the Group's tie-break key and its F (cost): re-key it.
-        self._refresh(grp, rekey=grp.active and old_head is not None and grp.heap[0] is entry)
+        self._refresh(grp, rekey=grp.active and old_head is not None and grp.heap[0] == code)
 
     def remove(self, key: str) -> Item:
         """Forget an item (started elsewhere, cancelled, no longer ours)."""
@@ -477,11 +490,11 @@ class SchedulerCore:
         if isinstance(held, Item):
             del self._gated[key]
             return held
-        held[_ALIVE] = False
         self._selected = None
-        grp = self._groups[held[_ITEM].group]
+        grp = held[_GROUP]
+        del grp.entries[held[_CODE]]
         grp.live -= 1
-        was_head = grp.active and grp.heap and grp.heap[0] is held
+        was_head = grp.active and grp.heap and grp.heap[0] == held[_CODE]
         self._refresh(grp, rekey=bool(was_head))
         return held[_ITEM]  # type: ignore[no-any-return]
 
@@ -533,6 +546,7 @@ class SchedulerCore:
         self.total_weight = 0.0
         for grp in self._groups.values():
             grp.heap = []
+            grp.entries = {}
             grp.live = 0
             if grp.active:
                 grp.finish = max(grp.finish, grp.start)
@@ -579,14 +593,14 @@ class SchedulerCore:
     def dispatch(self, key: str, now: float) -> Item:
         """``key`` started in a slot: charge its Group, take the item off the queue."""
         selected = self._selected
-        if selected is not None and selected[1][_ITEM].key == key and selected[1][_ALIVE]:
+        if selected is not None and selected[1][_ITEM].key == key and selected[1][_CODE] in selected[0].entries:
             grp, held = selected  # the usual case: what select() just returned, no lookups
         else:
             found = self._items.get(key)
             if not isinstance(found, list):
                 raise SchedulerError(f"{key} is not an eligible queued item")
             held = found
-            grp = self._groups[held[_ITEM].group]
+            grp = held[_GROUP]
         self._selected = None
         item: Item = held[_ITEM]
         heap = self._heap
@@ -602,7 +616,7 @@ class SchedulerCore:
             grp.finish = max(self.vtime, grp.finish) + item.cost / grp.weight
         self.dispatches += 1
         del self._items[key]
-        held[_ALIVE] = False
+        del grp.entries[held[_CODE]]
         grp.live -= 1
         grp.running += 1
         self._busy.add(grp)
@@ -635,7 +649,7 @@ class SchedulerCore:
         grp = self._groups.get(group)
         if grp is None:
             return []
-        return [e[_ITEM] for e in sorted(e for e in grp.heap if e[_ALIVE])]
+        return [grp.entries[code][_ITEM] for code in sorted(grp.entries)]
 
     def projected_order(self, limit: int | None = None) -> list[Item]:
         """The dispatch order if nothing arrived and no slot were released: a
@@ -673,13 +687,12 @@ class SchedulerCore:
             g2 = _Group(gid, grp.ordinal)
             for name in ("weight", "cls", "quota", "running", "active", "start", "finish", "version", "live"):
                 setattr(g2, name, getattr(grp, name))
-            g2.heap = []
-            for entry in grp.heap:
-                if entry[_ALIVE]:
-                    e2 = list(entry)
-                    g2.heap.append(e2)
-                    twin._items[entry[_ITEM].key] = e2
-            heapq.heapify(g2.heap)
+            g2.heap = sorted(grp.entries)  # a sorted list is a heap
+            g2.entries = {}
+            for code, entry in grp.entries.items():
+                e2 = [code, entry[_ITEM], g2]
+                g2.entries[code] = e2
+                twin._items[entry[_ITEM].key] = e2
             twin._groups[gid] = g2
         twin._busy = {twin._groups[g.gid] for g in self._busy}
         twin._selected = None
@@ -751,7 +764,7 @@ class SchedulerCore:
             ahead = grp.live
         else:
             assert isinstance(held, list)
-            ahead = sum(1 for e in grp.heap if e[_ALIVE] and e[:4] < held[:4])
+            ahead = sum(1 for code in grp.entries if code < held[_CODE])
         cap = slots if grp.quota is None else min(slots, grp.quota)
         weight_total = max(self.total_weight, grp.weight) if grp.active else self.total_weight + grp.weight
         # Slots the Group is guaranteed when everyone is backlogged (never below one
