@@ -941,13 +941,18 @@ def item_from_row(row: WorkRow, *, enqueued_at: float, service_estimate: float =
     )
 
 
+def _stamp(row: WorkRow) -> tuple[int, int, bool, str | None]:
+    return (row.updated_sequence, row.revision, row.execution_approved, row.retry_not_before)
+
+
 @dataclass
 class FairScheduler:
     """The runtime's ``Picker``: a ``SchedulerCore`` fed by diffing the candidates.
 
-    ``pick`` reads each candidate's ``(updated_sequence, revision,
-    execution_approved)`` and re-keys only the rows that changed (a dict
-    lookup per row; the choice itself is O(log n)). ``enqueued_at`` is when
+    ``pick`` looks each candidate up by WorkItem ID and re-keys only the rows
+    that changed (same object: skipped; else compared on ``(updated_sequence,
+    revision, execution_approved, retry_not_before)``): one dict lookup per
+    candidate, then the core's O(log n) choice. ``enqueued_at`` is when
     this Scheduler first saw the row (the projection does not record when an
     item was queued), so age restarts with the process.
     """
@@ -956,7 +961,6 @@ class FairScheduler:
     risk_ceiling: int | None = None
     service_estimate: float = 0.0
     core: SchedulerCore = field(init=False)
-    _seen: dict[str, tuple[int, int, bool, str | None]] = field(init=False, default_factory=dict)
     _first_seen: dict[str, float] = field(init=False, default_factory=dict)
     _rows: dict[str, WorkRow] = field(init=False, default_factory=dict)
 
@@ -971,22 +975,27 @@ class FairScheduler:
         core = self.core
         if core.capabilities != capabilities:
             core.set_capabilities(capabilities)
-        seen = self._seen
-        present: set[str] = set()
+        rows = self._rows
+        before = len(rows)
+        still_there = 0
         for row in candidates:
             key = row.workitem
-            present.add(key)
-            stamp = (row.updated_sequence, row.revision, row.execution_approved, row.retry_not_before)
-            if seen.get(key) == stamp:
+            known = rows.get(key)
+            if known is row:  # the runtime passed the same row object: nothing to look at
+                still_there += 1
                 continue
-            seen[key] = stamp
-            self._rows[key] = row
+            if known is not None:
+                still_there += 1
+                if _stamp(known) == _stamp(row):
+                    rows[key] = row
+                    continue
+            rows[key] = row
             first = self._first_seen.setdefault(key, now)
             core.upsert(item_from_row(row, enqueued_at=first, service_estimate=self.service_estimate), now)
-        if len(present) != len(seen):
-            for key in [k for k in seen if k not in present]:
-                del seen[key]
-                del self._rows[key]
+        if still_there < before:  # some rows left the candidates (started elsewhere, cancelled, ...)
+            present = {row.workitem for row in candidates}
+            for key in [k for k in rows if k not in present]:
+                del rows[key]
                 self._first_seen.pop(key, None)
                 if key in core:
                     core.remove(key)
@@ -1012,7 +1021,6 @@ class FairScheduler:
             self.core.dispatch(key, now.timestamp())
         elif key in self.core:
             self.core.remove(key)
-        self._seen.pop(key, None)
         self._rows.pop(key, None)
         self._first_seen.pop(key, None)
 
