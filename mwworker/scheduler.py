@@ -29,7 +29,7 @@ up share and burst past the others later.
 
 Only weights and tags decide which Group is next. A Coordinator's urgency,
 deadline and business impact never enter the cross-Group choice except as the
-tie-break between Groups whose finish tags are equal, so flooding
+tie-break between Groups whose start tags are equal, so flooding
 ``critical`` items cannot move a Group ahead of unrelated Groups beyond its
 weight (MWP-WRK-009); and since the cross-Group choice is by virtual time,
 not by priority, this is not highest-priority-first (MWP-WRK-010).
@@ -89,8 +89,14 @@ it). Shares: over any span in which a set of Groups stays schedulable, the
 normalised services ``n_g/w_g`` of two of them differ by at most
 ``c/w_g + c/w_h`` (the SFQ fairness bound).
 
-Preemption and disclosure
-=========================
+Reordering, preemption and disclosure
+=====================================
+
+A new item revision (``upsert``), a new policy (``set_policy``: weights,
+classes, quotas, aging) or new capabilities re-key the queues at once, so the
+next ``select`` reflects them (spec 11.3). On a weight change a Group's lead
+over ``V`` (``x`` items is ``x/w`` of virtual time) is rescaled to the new
+weight, which keeps (ii) of the bound's proof true.
 
 ``preemption_requests()`` says which running items should be *asked* to
 preempt (cooperatively, at their next checkpoint; spec 11.3): those of Groups
@@ -748,7 +754,7 @@ class SchedulerCore:
         weight, quota and slots in use, the Worker's slot count, and the total
         weight of the currently schedulable Groups (an aggregate). The window
         runs from "every other Group goes idle" (the Group gets all the slots
-        its quota allows) to "every Group the Worker serves is backlogged" (it
+        its quota allows) to "every Group with work now stays backlogged" (it
         gets its guaranteed weighted share), rounded outward to a one-minute
         grid, so no other Group's count or exact position can be read back.
         """

@@ -17,7 +17,7 @@ from .helpers import GapLog, weighted
 WEIGHTS = st.sampled_from([0.5, 1, 1, 2, 3, 4, 8, 100])
 
 # One step: ("arrive", group, urgency, impact, deadline offset, gated?), ("finish", index),
-# ("approve", index), ("tick",)
+# ("approve", index), ("tick",), ("policy", new weights)
 step = st.one_of(
     st.tuples(
         st.just("arrive"),
@@ -30,6 +30,7 @@ step = st.one_of(
     st.tuples(st.just("finish"), st.integers(0, 1000)),
     st.tuples(st.just("approve"), st.integers(0, 1000)),
     st.tuples(st.just("tick")),
+    st.tuples(st.just("policy"), st.lists(WEIGHTS, min_size=12, max_size=12)),
 )
 
 
@@ -69,6 +70,12 @@ def replay(workload: dict[str, Any]) -> tuple[SchedulerCore, GapLog]:
                 gated.append(item)
         elif op[0] == "finish" and running:
             core.finished(running.pop(op[1] % len(running)))
+        elif op[0] == "policy":
+            # New weights (quotas kept): the bound is stated for spans without a
+            # policy change, so the spans restart; the invariants must hold throughout.
+            weights = dict(zip(groups, op[1], strict=False))
+            core.set_policy(weighted(weights, workload["quotas"]))
+            log.spans.clear()
         elif op[0] == "approve" and gated:
             item = gated.pop(op[1] % len(gated))
             if item.key in core:
