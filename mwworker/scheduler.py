@@ -20,7 +20,8 @@ Organization policy's class weight (``classes[groups[g].class or
 default_class]``, ``missions/policy.py``), a virtual start tag ``S_g`` and
 finish tag ``F_g = S_g + c/w_g`` (``c``: the cost of one dispatch, 1). The
 next dispatch goes to the schedulable Group with the smallest ``S_g`` (ties:
-the earlier effective due of its head item, then the smaller ``F_g``, then
+the smaller ``F_g``, i.e. the heavier Group, which keeps the lag behind the
+weighted share lower, then the earlier effective due of its head item, then
 the Group's arrival order); the system virtual time ``V`` becomes that start
 tag, and the Group's next start tag is its finish tag. A Group that becomes
 schedulable (new work, a slot freed under its quota, a gate opened) gets
@@ -384,9 +385,9 @@ class SchedulerCore:
         self._items: dict[str, _Entry | Item] = {}  # key -> heap entry (eligible) or Item (gated)
         self._gated: dict[str, Item] = {}
         self._timers: list[tuple[float, str, Item]] = []  # (not_before, key, item) for backoff gates
-        # Active Groups by (S, head item code, F, arrival ordinal); stale entries
+        # Active Groups by (S, F, head item code, arrival ordinal); stale entries
         # (version changed, or inactive) are dropped when they reach the top.
-        self._heap: list[tuple[float, int, float, int, int, _Group]] = []
+        self._heap: list[tuple[float, float, int, int, int, _Group]] = []
         self._busy: set[_Group] = set()  # Groups with slots in use
         self._selected: tuple[_Group, _Entry] | None = None  # what select() last returned
         self._seq = 0
@@ -412,7 +413,7 @@ class SchedulerCore:
         head = grp.head()
         assert head is not None
         heap = self._heap
-        entry = (grp.start, head[0], grp.start + head[_ITEM].cost / grp.weight, grp.ordinal, grp.version + 1, grp)
+        entry = (grp.start, grp.start + head[_ITEM].cost / grp.weight, head[0], grp.ordinal, grp.version + 1, grp)
         if heap and heap[0][5] is grp and heap[0][4] == grp.version:
             heapq.heapreplace(heap, entry)  # the usual case after a dispatch: one sift, not two
         else:

@@ -36,8 +36,8 @@ def test_a_dry_run_changes_nothing() -> None:
     before = ([core.group_state(g) for g in ("a", "b")], core.vtime, len(core))
     order = [i.key for i in core.projected_order()]
     assert ([core.group_state(g) for g in ("a", "b")], core.vtime, len(core)) == before
-    # Quota 1 and no slot released: one item of "b", then "a" alone.
-    assert order == ["a0", "b0", "a1", "a2", "a3", "a4"]
+    # Equal start tags: the heavier "b" first; quota 1 and no slot released: then "a" alone.
+    assert order == ["b0", "a0", "a1", "a2", "a3", "a4"]
     # The dry run predicts what the live core then does.
     live = []
     while (item := core.select(0.0)) is not None:
