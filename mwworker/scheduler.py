@@ -95,14 +95,15 @@ Reordering, preemption and disclosure
 
 A new item revision (``upsert``), a new policy (``set_policy``: weights,
 classes, quotas, aging) or new capabilities re-key the queues at once, so the
-next ``select`` reflects them (spec 11.3). On a weight change a Group's lead
-over ``V`` (``x`` items is ``x/w`` of virtual time) is rescaled to the new
-weight, which keeps (ii) of the bound's proof true.
+next ``select`` reflects them (spec 11.3; MWP-WRK-015). On a weight change a
+Group's lead over ``V`` (``x`` items is ``x/w`` of virtual time) is rescaled
+to the new weight, which keeps (ii) of the bound's proof true.
 
 ``preemption_requests()`` says which running items should be *asked* to
-preempt (cooperatively, at their next checkpoint; spec 11.3): those of Groups
-holding more slots than their weighted max-min fair share while a Group with
-eligible queued work holds fewer, and those above a Group's (lowered) quota.
+preempt (cooperatively, at their next checkpoint; spec 11.3, MWP-WRK-015):
+those of Groups holding more slots than their weighted max-min fair share
+while a Group with eligible queued work holds fewer, and those above a
+Group's (lowered) quota.
 ``SchedulerCore.disclose()`` estimates one item's start window and completion
 (MWP-WRK-012) from its own Group's queue and the share its weight guarantees,
 rounded outward, so it carries no other Group's identity, content,

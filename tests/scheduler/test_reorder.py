@@ -8,7 +8,7 @@ from mwworker.scheduler import Item, RunningItem, SchedulerCore, fair_slots, pre
 from .helpers import policy, weighted
 
 
-def test_a_policy_change_reorders_the_next_pick() -> None:
+def test_a_policy_change_reorders_the_next_pick_MWP_WRK_015() -> None:
     classes = {"low": 1, "high": 8}
     core = SchedulerCore(policy(classes, {"b": {"class": "low"}, "a": {"class": "low"}}))
     for g in "ba":  # "b" arrives first: it wins ties
@@ -55,7 +55,7 @@ def test_fair_slots_water_fills_by_weight_and_demand() -> None:
     assert abs(share["a"] - 7 / 4) < 1e-9 and abs(share["b"] - 21 / 4) < 1e-9
 
 
-def test_preemption_is_requested_from_the_group_above_its_share() -> None:
+def test_preemption_is_requested_from_the_group_above_its_share_MWP_WRK_015() -> None:
     core = SchedulerCore(weighted({"hog": 1, "late": 1}))
     running = [RunningItem(f"h{i}", "hog", float(i)) for i in range(4)]
     core.set_running("hog", 4)
@@ -74,7 +74,7 @@ def test_preemption_is_not_requested_while_a_slot_is_free() -> None:
     assert preemption_requests(core, running, slots=4, now=10.0) == []
 
 
-def test_a_lowered_quota_asks_the_excess_to_preempt() -> None:
+def test_a_lowered_quota_asks_the_excess_to_preempt_MWP_WRK_015() -> None:
     core = SchedulerCore(weighted({"g": 1}, quotas={"g": 1}))
     running = [RunningItem("first", "g", 1.0), RunningItem("second", "g", 2.0)]
     asks = preemption_requests(core, running, slots=8, now=10.0)
