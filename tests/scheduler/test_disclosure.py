@@ -17,7 +17,8 @@ from .helpers import T0, row, weighted
 
 ME = "0000aaaa-0000-4000-8000-000000000001"
 OTHER_IDS = st.uuids().map(str)
-TITLES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz ", min_size=3, max_size=30)
+# Distinctive titles: a leak must not be confused with a JSON key that happens to contain "a".
+TITLES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=4, max_size=24).map(lambda t: f"secret-{t}")
 
 
 def disclose(others: list[tuple[str, str, int]], mine: int, slots: int) -> tuple[str, dict[str, object]]:
@@ -49,7 +50,7 @@ def test_a_disclosure_carries_nothing_of_another_group_MWP_WRK_012(
     }  # fmt: skip
     for gid, title, _ in others:
         assert gid not in text and gid[:8] not in text
-        assert title.strip() not in text
+        assert title not in text
     # The only number is the confidence: no count, rank or position of any Group.
     numbers = [v for v in re.findall(r"(?<![\d:T-])-?\d+(?:\.\d+)?(?![\d:Z-])", text)]
     assert numbers == [str(body["confidence"])]
