@@ -39,10 +39,10 @@ def contract(**overrides: Any) -> dict[str, Any]:
 
 def row(group: str, workitem: str, *, seq: int = 1, **c: Any) -> WorkRow:
     """A queued ``WorkRow`` as the projection folds it from ``work.offer_accepted``."""
+    approved = c.pop("approved", None)  # approval.execution_granted already folded in
     con = contract(**c)
     risk = con["risk"]
     requires = bool(risk.get("requires_execution_approval"))
-    approved = c.pop("_approved", None)
     return WorkRow(
         group_id=group, workitem=workitem, state="queued", revision=seq, contract=json.dumps(con, sort_keys=True),
         contract_revision=1, accepted_contract_revision=1, approved_contract_revision=1 if approved else None,
