@@ -128,6 +128,17 @@ MWP_ONLINE_REPLAY_EVENTS = int(os.environ.get("MWP_ONLINE_REPLAY_EVENTS", "10000
 MWP_SESSION_REQUEST_MAX_SKEW_SECONDS = 300
 MWP_ARTIFACT_ROOT = os.environ.get("MWP_ARTIFACT_ROOT", str(VAR_DIR / "artifacts"))
 MWP_ARTIFACT_MAX_BYTES = int(os.environ.get("MWP_ARTIFACT_MAX_BYTES", str(2 * 1024**3)))
+# The storage class of Artifact bytes (dotted path; empty: a FileSystemStorage
+# under MWP_ARTIFACT_ROOT).
+MWP_ARTIFACT_STORAGE = os.environ.get("MWP_ARTIFACT_STORAGE", "")
+# The review pipeline (spec 13.2) after each work.submit: "celery" enqueues it
+# after commit, "inline" runs it after commit in the same process, "off" leaves
+# it to `mwp review WORKITEM_ID` or the review task.
+MWP_REVIEW_ON_SUBMIT = os.environ.get("MWP_REVIEW_ON_SUBMIT", "celery")
+# How long the offer of a review WorkItem to the Group's reviewers stays open.
+MWP_REVIEW_OFFER_SECONDS = int(os.environ.get("MWP_REVIEW_OFFER_SECONDS", "86400"))
+# The largest output a json_schema check parses (bytes).
+MWP_REVIEW_JSON_MAX_BYTES = int(os.environ.get("MWP_REVIEW_JSON_MAX_BYTES", str(16 * 1024**2)))
 # WorkItem timing (spec 10.3/11.3): how long an owner has to start after
 # acceptance or a checkpoint, how long an Execution Lease lasts before it must
 # be renewed, and how long a blocked owner keeps ownership.

@@ -52,6 +52,9 @@ from .models import BUDGET_DIMENSIONS, Checkpoint, ExecutionLease, Offer, Submis
 from .models import WorkProposal as Proposal
 
 COORDINATING = ("coordinator", "owner")
+# Who executes under offers and leases: workers, and reviewers for the review
+# WorkItems the review pipeline offers them (spec 13.2). The offer is the gate.
+EXECUTING = ("worker", "reviewer")
 
 
 # --- shared pieces -------------------------------------------------------------
@@ -389,7 +392,7 @@ def _my_open_offer(ctx: HandlerContext, item: WorkItem) -> Offer:
     return offer_row
 
 
-@command("work.accept_offer", group_roles=("worker",), cas=True)
+@command("work.accept_offer", group_roles=EXECUTING, cas=True)
 def accept_offer(ctx: HandlerContext) -> Decision:
     """The first valid acceptance wins a new Ownership Epoch; every other offer
     is withdrawn in the same transaction (spec 10.3). Compare-and-set on the
@@ -425,7 +428,7 @@ def accept_offer(ctx: HandlerContext) -> Decision:
     return Decision([Emit("work.offer_accepted", item_ref(item), body)], item_ref(item))
 
 
-@command("work.decline_offer", group_roles=("worker",))
+@command("work.decline_offer", group_roles=EXECUTING)
 def decline_offer(ctx: HandlerContext) -> Decision:
     """A structured decline (spec 10.3). It changes only the offer, so the
     WorkItem revision stays and other candidates' compare-and-set still holds."""
@@ -502,7 +505,7 @@ def check_retry_allowed(item: WorkItem, now: datetime) -> None:
         raise refuse(ErrorCode.BUDGET_EXCEEDED, "the retry cost limit is reached", dimension="max_cost")
 
 
-@command("work.start", group_roles=("worker",), cas=True)
+@command("work.start", group_roles=EXECUTING, cas=True)
 def start(ctx: HandlerContext) -> Decision:
     """Start under a new Execution Lease bound to Agent, Session Epoch,
     WorkItem and Ownership Epoch (MWP-WRK-013). The capability token is in the
@@ -559,7 +562,7 @@ def start(ctx: HandlerContext) -> Decision:
     return Decision([Emit("work.started", item_ref(item), body)], item_ref(item), grants=grants)
 
 
-@command("work.renew_lease", group_roles=("worker",))
+@command("work.renew_lease", group_roles=EXECUTING)
 def renew_lease(ctx: HandlerContext) -> Decision:
     """Extend the current lease (compare-and-set on its Lease ID) and rotate
     its capability token, which again expires with the lease."""
@@ -611,7 +614,7 @@ def _release_with_checkpoint(
     }
 
 
-@command("work.checkpoint", group_roles=("worker",))
+@command("work.checkpoint", group_roles=EXECUTING)
 def checkpoint(ctx: HandlerContext) -> Decision:
     """Durable progress releases execution while the owner keeps a bounded
     ownership lease (spec 10.2): the WorkItem returns to ``queued``."""
@@ -628,7 +631,7 @@ def checkpoint(ctx: HandlerContext) -> Decision:
     return Decision([Emit("work.checkpointed", item_ref(item), body)], item_ref(item))
 
 
-@command("work.block", group_roles=("worker",))
+@command("work.block", group_roles=EXECUTING)
 def block(ctx: HandlerContext) -> Decision:
     """Checkpoint, record the required resolution, release the lease; the
     owner keeps a bounded blocked lease (spec 11.4; MWP-WRK-017)."""
@@ -690,7 +693,7 @@ def _late_result_record(ctx: HandlerContext, item: WorkItem, error: ProtocolErro
     return RefusedWithRecord(error, record)
 
 
-@command("work.submit", group_roles=("worker",))
+@command("work.submit", group_roles=EXECUTING)
 def submit(ctx: HandlerContext) -> Decision:
     """Artifacts and Evidence mapped to every acceptance criterion (spec 13.2)."""
     item = load_item(ctx)
@@ -706,7 +709,7 @@ def submit(ctx: HandlerContext) -> Decision:
     artifacts, evidence = check_submission(ctx.body, item)
     usage = charge_usage(ctx, item, check_usage(ctx.body.get("usage")))
     end_lease(lease, "released", "submitted", ctx.now)
-    Submission.objects.create(
+    submission = Submission.objects.create(
         workitem=item,
         agent_id=ctx.actor.id,
         ownership_epoch=item.ownership_epoch,
@@ -719,6 +722,13 @@ def submit(ctx: HandlerContext) -> Decision:
     item.state = sm.SUBMITTED
     item.owner_expires_at = None
     save(item, ctx.now)
+    from artifacts.handlers import record_evidence
+    from artifacts.review import review_after_commit
+
+    record_evidence(ctx, item, evidence, "submission", submission=submission)
+    # The review pipeline (spec 13.2) reads the Artifacts' bytes: slow I/O,
+    # so it runs after commit and records its results through accept().
+    review_after_commit(str(item.id))
     body = {"lease_id": str(lease.id), "artifacts": artifacts, "evidence": evidence, "usage": usage}
     return Decision([Emit("work.submitted", item_ref(item), body)], item_ref(item))
 
@@ -732,8 +742,13 @@ def check_submission(body: dict[str, Any], item: WorkItem) -> tuple[list[str], l
     for i, sha in enumerate(artifacts):
         check_sha256(sha, f"body.artifacts.{i}")
     evidence = check_evidence_list(body["evidence"], "body.evidence", required=True)
+    known = criteria_ids(item.contract)
+    for i, record in enumerate(evidence):
+        for c in record["criteria"]:
+            if c not in known:
+                raise malformed(f"body.evidence.{i}.criteria", f"{c!r} is not an acceptance criterion of the contract")
     covered = {c for record in evidence for c in record["criteria"]}
-    missing = [c for c in criteria_ids(item.contract) if c not in covered]
+    missing = [c for c in known if c not in covered]
     if missing:
         raise refuse(
             ErrorCode.EVIDENCE_REQUIRED, f"no Evidence for acceptance criteria {', '.join(missing)}", criteria=missing
@@ -782,6 +797,9 @@ def accept_result(ctx: HandlerContext) -> Decision:
     evidence = check_evidence_list(ctx.body["evidence"], "body.evidence", required=True)
     item.state = sm.VERIFIED
     save(item, ctx.now)
+    from artifacts.handlers import record_evidence
+
+    record_evidence(ctx, item, evidence, "coordinator")
     return Decision([Emit("work.result_accepted", item_ref(item), {"evidence": evidence})], item_ref(item))
 
 
@@ -829,6 +847,9 @@ def fail(ctx: HandlerContext) -> Decision:
             return _schedule_retry(ctx, item, evidence, "failure reported")
     _end(item, sm.FAILED, ctx.now, "failure")
     save(item, ctx.now)
+    from artifacts.handlers import record_evidence
+
+    record_evidence(ctx, item, evidence, "failure")
     return Decision([Emit("work.failed", item_ref(item), body)], item_ref(item))
 
 
