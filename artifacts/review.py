@@ -86,7 +86,13 @@ def run_review(workitem_id: str) -> dict[str, Any] | None:
     digest = hashlib.sha256(canonicalize({"results": results, "request_review": wanted})).hexdigest()
     receipt = accept(
         system_command(
-            "review.record", str(item.group_id), body, action_id=system_action_id("review", submission.id, digest)
+            "review.record",
+            str(item.group_id),
+            body,
+            action_id=system_action_id("review", submission.id, digest),
+            # Deterministic with the action ID: the same findings are the
+            # same Command, replayed rather than appended again.
+            issued_at=submission.created_at,
         )
     )
     request = ReviewRequest.objects.filter(review_workitem=item).first()

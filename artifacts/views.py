@@ -161,6 +161,9 @@ class ArtifactProvenanceView(APIView):
             seen |= new_up | new_down
             if not frontier_up and not frontier_down:
                 break
+        # Every edge between the nodes found (a derived Artifact's other sources too).
+        among = ArtifactSource.objects.filter(artifact__in=visible.filter(sha256__in=seen), source_sha256__in=seen)
+        edges.update(among.values_list("source_sha256", "artifact__sha256"))
         for artifact in visible.filter(sha256__in=seen).order_by("id"):
             nodes.setdefault(artifact.sha256, []).append(artifact)
         return Response(

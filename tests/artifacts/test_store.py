@@ -1,0 +1,79 @@
+"""POST/GET /api/v1/artifacts (spec 13.1): streaming, content addressed, hash checked on every read."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from django.conf import settings
+
+from artifacts.models import Blob
+from artifacts.store import blob_name
+from tests.api.support import error_of
+from tests.artifacts.conftest import Artifacts
+from tests.conftest import AgentKey
+
+
+def stored_path(sha: str) -> Path:
+    return Path(settings.MWP_ARTIFACT_ROOT) / blob_name(sha)
+
+
+def test_upload_names_the_bytes_by_their_sha256_and_download_returns_them_13_1(art: Artifacts) -> None:
+    content = b"x" * (3 * 1024 * 1024 + 17)  # more than one chunk
+    sha = art.upload(content, "application/octet-stream")
+    assert sha == hashlib.sha256(content).hexdigest()
+    response = art.download(sha, art.coordinator)
+    assert response.status_code == 200
+    assert b"".join(response.streaming_content) == content
+    assert response["ETag"] == f'"{sha}"'
+    assert response["Content-Length"] == str(len(content))
+    assert Blob.objects.get(sha256=sha).integrity == "verified"
+
+
+def test_storing_the_same_bytes_twice_is_one_blob(art: Artifacts) -> None:
+    assert art.upload(b"same") == art.upload(b"same", agent=art.coordinator)
+    assert Blob.objects.filter(sha256=hashlib.sha256(b"same").hexdigest()).count() == 1
+
+
+def test_a_corrupted_blob_is_never_served_and_the_mismatch_is_recorded_13_1(art: Artifacts, caplog) -> None:  # type: ignore[no-untyped-def]
+    sha = art.upload(b"the original bytes")
+    path = stored_path(sha)
+    path.write_bytes(b"the 0riginal bytes")  # one byte changed on disk
+    response = art.download(sha, art.coordinator)
+    error = error_of(response, 409, "ARTIFACT_HASH_MISMATCH")
+    assert error["details"]["sha256"] == sha
+    assert b"0riginal" not in response.content
+    # Recorded where the portal reads it, and logged.
+    assert Blob.objects.get(sha256=sha).integrity == "mismatch"
+    assert any(sha in r.getMessage() for r in caplog.records)
+    # Re-uploading the true bytes heals the stored copy.
+    art.upload(b"the original bytes")
+    assert art.download(sha).status_code == 200
+    assert Blob.objects.get(sha256=sha).integrity == "verified"
+
+
+def test_a_vanished_blob_is_refused_not_crashed(art: Artifacts) -> None:
+    sha = art.upload(b"soon gone")
+    stored_path(sha).unlink()
+    error_of(art.download(sha), 409, "ARTIFACT_HASH_MISMATCH")
+    assert Blob.objects.get(sha256=sha).integrity == "missing"
+
+
+def test_non_members_cannot_download_and_unknown_hashes_are_404(art: Artifacts, outsider: AgentKey) -> None:
+    sha = art.upload(b"members only")
+    error_of(art.download(sha, outsider), 403, "NOT_A_MEMBER")
+    error_of(art.download("0" * 64, art.coordinator), 404, "NOT_FOUND")
+    error_of(art.download("not-a-hash", art.coordinator), 400, "MALFORMED")
+
+
+def test_a_blob_of_group_b_is_not_readable_by_a_member_of_group_a_only(art: Artifacts, other: dict[str, str]) -> None:
+    # Carl uploads to B; Wanda is a member of A only, Walt of both.
+    sha = art.upload(b"mission B content", agent=art.coordinator, group=other["group"])
+    error_of(art.download(sha, art.worker), 403, "NOT_A_MEMBER")
+    assert art.download(sha, art.worker2).status_code == 200
+
+
+def test_upload_needs_group_membership(art: Artifacts, outsider: AgentKey) -> None:
+    client, auth = art.client(outsider)
+    response = client.post(f"/api/v1/artifacts?group={art.group}", data=b"x", content_type="text/plain", **auth)
+    error_of(response, 403, "NOT_A_MEMBER")
