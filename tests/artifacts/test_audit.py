@@ -80,8 +80,9 @@ def test_an_exported_bundle_verifies_and_holds_everything(
     assert report.evidence >= 4 and report.artifacts_checked == 2
     with tarfile.open(bundle) as tar:
         names = set(tar.getnames())
-    assert {"events.jsonl", "snapshots.jsonl", "manifests.jsonl", "evidence.jsonl", "context_packages.jsonl",
-            "keys.json", "index.json", f"artifacts/{history['raw']}", f"artifacts/{history['report']}"} <= names  # fmt: skip
+    expected = {"events.jsonl", "snapshots.jsonl", "manifests.jsonl", "evidence.jsonl", "context_packages.jsonl",
+                "keys.json", "index.json", f"artifacts/{history['raw']}", f"artifacts/{history['report']}"}  # fmt: skip
+    assert expected <= names
     out = io.StringIO()
     call_command("mwp", "verify-audit", str(bundle), stdout=out)
     assert out.getvalue().strip().endswith("OK")
