@@ -13,11 +13,14 @@ Nothing is ever held whole in memory: every loop moves ``CHUNK`` bytes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
+import queue
 import re
 import tempfile
+import threading
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
 from functools import cache
@@ -86,12 +89,13 @@ def store_stream(stream: BinaryIO, media_type: str, group: Group, agent: Agent, 
     fd, tmp_path = tempfile.mkstemp(dir=_spool_dir())
     try:
         with os.fdopen(fd, "wb") as out:
-            while chunk := stream.read(CHUNK):
+            for chunk in _read_ahead(stream):
                 size += len(chunk)
                 if size > max_bytes:
                     raise ProtocolError(
                         ErrorCode.MALFORMED, f"body: an Artifact is at most {max_bytes} bytes", {"field": "body"}
                     )
+                # Both release the GIL, so they overlap the next read.
                 digest.update(chunk)
                 out.write(chunk)
             out.flush()
@@ -120,6 +124,43 @@ def store_stream(stream: BinaryIO, media_type: str, group: Group, agent: Agent, 
         except IntegrityError:
             pass  # already linked to this Group
     return blob
+
+
+READ_AHEAD = 4  # chunks in flight between the reading thread and the hashing/writing one
+
+
+def _read_ahead(stream: BinaryIO) -> Iterator[bytes]:
+    """The chunks of ``stream``, read by a helper thread at most ``READ_AHEAD``
+    chunks ahead: receiving overlaps hashing and writing, and memory stays
+    bounded (``READ_AHEAD + 2`` chunks) whatever the size."""
+    chunks: queue.Queue[bytes | BaseException | None] = queue.Queue(maxsize=READ_AHEAD)
+    stop = threading.Event()
+
+    def reader() -> None:
+        try:
+            while not stop.is_set():
+                chunk = stream.read(CHUNK)
+                if not chunk:
+                    break
+                chunks.put(chunk)
+        except BaseException as exc:  # handed to the consumer, which raises it
+            chunks.put(exc)
+            return
+        chunks.put(None)
+
+    thread = threading.Thread(target=reader, name="artifact-upload-reader", daemon=True)
+    thread.start()
+    try:
+        while (item := chunks.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a reader waiting on a full queue
+            with contextlib.suppress(queue.Empty):
+                chunks.get(timeout=0.05)
+        thread.join()
 
 
 def _put(sha: str, tmp_path: str) -> None:
