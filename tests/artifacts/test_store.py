@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import pytest
 from django.conf import settings
 
 from artifacts.models import Blob
@@ -77,3 +78,29 @@ def test_upload_needs_group_membership(art: Artifacts, outsider: AgentKey) -> No
     client, auth = art.client(outsider)
     response = client.post(f"/api/v1/artifacts?group={art.group}", data=b"x", content_type="text/plain", **auth)
     error_of(response, 403, "NOT_A_MEMBER")
+
+
+@pytest.mark.django_db(transaction=True)  # the ASGI handler's thread reads committed rows
+def test_under_asgi_the_bytes_stream_from_an_async_iterator_after_the_check(art: Artifacts) -> None:
+    """Django collects a synchronous iterator into one list under ASGI; the
+    view hands daphne an async one instead (a 1 GiB Artifact never in memory)."""
+    from asgiref.sync import async_to_sync
+    from django.test import AsyncClient
+
+    content = b"y" * (2 * 1024 * 1024 + 5)
+    sha = art.upload(content)
+    auth = {"Authorization": f"Bearer {art.coordinator.extra['token']}"}
+
+    async def fetch() -> tuple[int, bool, bytes]:
+        response = await AsyncClient().get(f"/api/v1/artifacts/{sha}", headers=auth)
+        if response.status_code != 200:
+            return response.status_code, False, response.content
+        body = b"".join([chunk async for chunk in response.streaming_content])
+        return response.status_code, response.is_async, body
+
+    status, is_async, body = async_to_sync(fetch)()
+    assert (status, is_async) == (200, True), body[:300]
+    assert body == content
+    stored_path(sha).write_bytes(content[:-1] + b"z")
+    status, _, body = async_to_sync(fetch)()
+    assert status == 409 and b"ARTIFACT_HASH_MISMATCH" in body
