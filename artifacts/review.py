@@ -58,9 +58,18 @@ def review_after_commit(workitem_id: str) -> None:
     if mode == "inline":
         transaction.on_commit(lambda: run_review_quietly(workitem_id))
     elif mode == "celery":
-        from .tasks import review_submission
+        transaction.on_commit(lambda: _enqueue(workitem_id))
 
-        transaction.on_commit(lambda: review_submission.delay(workitem_id))
+
+def _enqueue(workitem_id: str) -> None:
+    """Hand the review to Celery; an unreachable broker must not turn the
+    committed submission into an error (``mwp review`` runs it later)."""
+    from .tasks import review_submission
+
+    try:
+        review_submission.delay(workitem_id)
+    except Exception:  # the broker's errors are not ours to classify
+        log.exception("could not enqueue the review of WorkItem %s; run: mwp review %s", workitem_id, workitem_id)
 
 
 def run_review_quietly(workitem_id: str) -> None:

@@ -258,3 +258,46 @@ def test_a_reviewer_only_member_cannot_take_ordinary_offers(art: Artifacts, owne
     add_member(owner, art.group, rita, ["reviewer"])
     item = art.authorize()
     refused(ErrorCode.MALFORMED, art.offer, item, [rita])
+
+
+def test_the_pipeline_runs_after_the_submission_commits(
+    art: Artifacts, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    settings.MWP_REVIEW_ON_SUBMIT = "inline"
+    item = art.active_item(checked_contract())
+    sha = art.produce(item, REPORT, "application/json")
+    with django_capture_on_commit_callbacks(execute=True):
+        art.submit_with(item, {"complete": [sha], "accurate": []}, [sha])
+    assert GroupEvent.objects.filter(type="review.recorded").count() == 1
+    assert outcomes(item)["complete"] == "pass"
+
+
+def test_an_unreachable_broker_does_not_fail_a_committed_submission(
+    art: Artifacts, settings: Any, django_capture_on_commit_callbacks: Any, monkeypatch: Any, caplog: Any
+) -> None:
+    from artifacts import tasks
+
+    def down(*args: Any) -> None:
+        raise ConnectionError("broker down")
+
+    settings.MWP_REVIEW_ON_SUBMIT = "celery"
+    monkeypatch.setattr(tasks.review_submission, "delay", down)
+    item = art.active_item(checked_contract())
+    sha = art.produce(item, REPORT, "application/json")
+    with django_capture_on_commit_callbacks(execute=True):
+        art.submit_with(item, {"complete": [sha], "accurate": []}, [sha])
+    assert WorkItem.objects.get(id=item).state == "submitted"
+    assert "mwp review" in caplog.text
+
+
+def test_mwp_review_runs_the_pipeline_and_prints_the_outcomes(art: Artifacts) -> None:
+    import io
+
+    from django.core.management import CommandError, call_command
+
+    item, _ = submitted(art)
+    out = io.StringIO()
+    call_command("mwp", "review", item, stdout=out)
+    assert out.getvalue().splitlines() == ["complete: pass", "accurate: pending", "overall: pending"]
+    with pytest.raises(CommandError, match="no submission"):
+        call_command("mwp", "review", art.authorize())
