@@ -37,6 +37,7 @@ from mwportal.protocol.documents import (
     verify_document,
 )
 from workitems import state_machine as sm
+from workitems.contract import check_contract
 from workitems.handlers import check_lease, item_ref, load_item
 from workitems.models import Offer, Submission, WorkItem
 
@@ -319,8 +320,8 @@ def _open_review(ctx: HandlerContext, item: WorkItem, submission: Submission, wa
         "budgets": dict.fromkeys(item.contract["budgets"]),
         "retry": {"max_attempts": 1, "backoff_seconds": 0, "backoff_multiplier": 1, "deadline": None, "max_cost": None},
         "risk": {"class": "low", "requires_execution_approval": False},
-        "revision": 1,
     }
+    contract = {**check_contract(contract), "revision": 1}  # the same rules as any authorized contract
     mission = Mission.objects.get(group_id=ctx.group.id)
     review = WorkItem.objects.create(
         id=review_id, group_id=ctx.group.id, mission=mission, state=sm.OFFERED, contract=contract,
