@@ -90,6 +90,8 @@ def export_audit(group_id: str, out: Path, *, include_bytes: bool = True) -> Exp
         head = {"sequence": event.sequence, "hash": event.hash}
         body = event.body if isinstance(event.body, dict) else {}
         hashes.update(h for h in body.get("artifacts", []) if isinstance(h, str))
+        if event.type == "artifact.uploaded" and isinstance(body.get("sha256"), str):
+            hashes.add(body["sha256"])
         summary.events += 1
     for snap in GroupSnapshot.objects.filter(group=group).order_by("sequence"):
         spools["snapshots"].line(snap.document)

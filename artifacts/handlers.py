@@ -42,6 +42,7 @@ from workitems.handlers import check_lease, item_ref, load_item
 from workitems.models import Offer, Submission, WorkItem
 
 from .models import Artifact, ArtifactSource, Blob, BlobGroup, ContextForward, ContextPackage, Evidence, ReviewRequest
+from .store import check_sha256
 
 # Who executes a WorkItem under a lease: workers, and reviewers for the
 # review WorkItems the pipeline offers them.
@@ -83,6 +84,25 @@ def check_signed_by_actor(ctx: HandlerContext, document: dict[str, Any], what: s
 
 
 # --- Artifacts (spec 13.1) ---------------------------------------------------------
+
+
+@command("artifact.upload", scope="any")
+def upload_artifact(ctx: HandlerContext) -> Decision:
+    """Record that this Group holds the stored bytes ``sha256`` (its members may
+    read them). The bytes stay outside the log (spec 13.1); the Event names
+    them by hash, size and media type only. Issued by the upload view after
+    the bytes are stored."""
+    check_members(ctx.body, ["sha256"])
+    sha = check_sha256(ctx.body["sha256"], "body.sha256")
+    blob = Blob.objects.filter(sha256=sha).first()
+    if blob is None:
+        raise refuse(ErrorCode.NOT_FOUND, f"no stored bytes {sha}", sha256=sha)
+    if BlobGroup.objects.filter(blob=blob, group_id=ctx.group.id).exists():
+        raise refuse(ErrorCode.INVALID_TRANSITION, f"this Group already holds {sha}")
+    BlobGroup.objects.create(blob=blob, group_id=ctx.group.id, uploaded_by_id=ctx.actor.id, created_at=ctx.now)
+    ref = AggregateRef("blob", sha, 1)
+    body = {"sha256": sha, "size": blob.size, "media_type": blob.media_type, "agent": ctx.actor.id}
+    return Decision([Emit("artifact.uploaded", ref, body)], ref)
 
 
 @command("artifact.publish", group_roles=EXECUTING)

@@ -30,12 +30,11 @@ from typing import BinaryIO
 from django.conf import settings
 from django.core.files import File
 from django.core.files.storage import FileSystemStorage, Storage
-from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from missions.models import Agent, Group
-from mwportal.protocol import ErrorCode, ProtocolError
+from mwportal.protocol import ErrorCode, ProtocolError, make_envelope, parse_envelope
 
 from .models import Blob, BlobGroup
 
@@ -76,13 +75,24 @@ def _spool_dir() -> Path:
 
 
 def store_stream(stream: BinaryIO, media_type: str, group: Group, agent: Agent, max_bytes: int) -> Blob:
-    """Store the bytes of ``stream`` under their SHA-256; storing the same bytes twice is harmless.
+    """Store the bytes of ``stream`` under their SHA-256 and record that
+    ``group`` holds them; storing the same bytes twice is harmless.
+
+    The bytes are content (``store_bytes``); that the Group holds them is a
+    fact of its log, accepted as ``artifact.upload`` (``link_to_group``).
+    Publishing the Artifact (its signed manifest) is ``artifact.publish``.
+    """
+    blob = store_bytes(stream, media_type, max_bytes)
+    link_to_group(blob, group, agent)
+    return blob
+
+
+def store_bytes(stream: BinaryIO, media_type: str, max_bytes: int) -> Blob:
+    """Write the bytes under their hash and keep the ``Blob`` index row.
 
     The bytes are hashed while they are spooled to a temporary file next to
     the store, then moved (filesystem) or streamed (other storages) under
-    their hash. The ``BlobGroup`` row lets the uploading Group's members read
-    them; publishing the Artifact (its signed manifest) is the
-    ``artifact.publish`` Command.
+    their hash.
     """
     digest = hashlib.sha256()
     size = 0
@@ -106,24 +116,42 @@ def store_stream(stream: BinaryIO, media_type: str, group: Group, agent: Agent, 
         if os.path.exists(tmp_path):
             os.unlink(tmp_path)
     now = timezone.now()
-    with transaction.atomic():
-        blob, created = Blob.objects.get_or_create(
-            sha256=sha,
-            defaults={
-                "size": size, "media_type": media_type, "created_at": now,
-                "integrity": "verified", "integrity_checked_at": now,
-            },
-        )  # fmt: skip
-        if not created and blob.integrity != "verified":
-            # The same bytes arrived again and were just written under their
-            # hash: the stored copy is whole again.
-            _record(sha, "verified", now)
-        try:
-            with transaction.atomic():
-                BlobGroup.objects.create(blob=blob, group=group, uploaded_by=agent, created_at=now)
-        except IntegrityError:
-            pass  # already linked to this Group
+    blob, created = Blob.objects.get_or_create(
+        sha256=sha,
+        defaults={
+            "size": size, "media_type": media_type, "created_at": now,
+            "integrity": "verified", "integrity_checked_at": now,
+        },
+    )  # fmt: skip
+    if not created and blob.integrity != "verified":
+        # The same bytes arrived again and were just written under their
+        # hash: the stored copy is whole again.
+        _record(sha, "verified", now)
+        blob.integrity = "verified"
     return blob
+
+
+def link_to_group(blob: Blob, group: Group, agent: Agent) -> None:
+    """Record through ``accept()`` that ``group`` holds ``blob`` (``artifact.upload``),
+    unless it already does. The agent was authenticated by the caller (a
+    bearer token or a portal session), so the Command is a portal one."""
+    if BlobGroup.objects.filter(blob=blob, group=group).exists():
+        return
+    from missions.authority import Auth, Command, accept
+
+    envelope = make_envelope(
+        type="artifact.upload",
+        actor=str(agent.id),
+        group=str(group.id),
+        body={"sha256": blob.sha256},
+        session_epoch=agent.session_epoch,
+    )
+    try:
+        accept(Command(parse_envelope(envelope, require_signature=False), Auth.PORTAL))
+    except ProtocolError:
+        # A concurrent upload of the same bytes to the same Group won: fine.
+        if not BlobGroup.objects.filter(blob=blob, group=group).exists():
+            raise
 
 
 READ_AHEAD = 4  # chunks in flight between the reading thread and the hashing/writing one

@@ -734,6 +734,7 @@ def submit(ctx: HandlerContext) -> Decision:
 
 
 def check_submission(body: dict[str, Any], item: WorkItem) -> tuple[list[str], list[dict[str, Any]]]:
+    from artifacts.handlers import in_group
     from artifacts.store import check_sha256, missing_blobs
 
     artifacts = body["artifacts"]
@@ -754,9 +755,11 @@ def check_submission(body: dict[str, Any], item: WorkItem) -> tuple[list[str], l
             ErrorCode.EVIDENCE_REQUIRED, f"no Evidence for acceptance criteria {', '.join(missing)}", criteria=missing
         )
     cited = sorted({sha for record in evidence for sha in record["artifacts"]} | set(artifacts))
-    absent = missing_blobs(cited)
+    # In the store, and held by this Group: another Mission's content never
+    # enters this one by default (spec 13.3).
+    absent = sorted(set(missing_blobs(cited)) | (set(cited) - in_group(str(item.group_id), cited))) if cited else []
     if absent:
-        raise refuse(ErrorCode.NOT_FOUND, f"Artifacts not in the store: {', '.join(absent)}", artifacts=absent)
+        raise refuse(ErrorCode.NOT_FOUND, f"Artifacts not held by this Group: {', '.join(absent)}", artifacts=absent)
     return artifacts, evidence
 
 

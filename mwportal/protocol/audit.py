@@ -243,6 +243,11 @@ def _verify(tar: tarfile.TarFile, pinned: str | None) -> AuditReport:
     for manifest in manifests:
         if manifest["content_hash"] not in listed:
             raise AuditFailure(f"artifact {manifest['content_hash']}", "a manifest names it; the index does not")
+    # Every Artifact of the bundle is one the log says the Group holds.
+    held = {e["body"].get("sha256") for e in events.values() if e["type"] == "artifact.uploaded"}
+    held |= {e["body"]["manifest"].get("content_hash") for e in events.values() if e["type"] == "artifact.published"}
+    for sha in sorted(set(listed) - held):
+        raise AuditFailure(f"artifact {sha}", "no artifact.uploaded or artifact.published Event names it")
 
     # 7. The index: file hashes and the server's signature.
     files = index.get("files") or {}

@@ -301,3 +301,10 @@ def test_mwp_review_runs_the_pipeline_and_prints_the_outcomes(art: Artifacts) ->
     assert out.getvalue().splitlines() == ["complete: pass", "accurate: pending", "overall: pending"]
     with pytest.raises(CommandError, match="no submission"):
         call_command("mwp", "review", art.authorize())
+
+
+def test_a_submission_cannot_cite_another_groups_artifact_13_3(art: Artifacts, other: dict[str, str]) -> None:
+    item = art.active_item()
+    foreign = art.upload(b"B's deliverable", agent=art.worker2, group=other["group"])
+    err = refused(ErrorCode.NOT_FOUND, art.submit_with, item, {"complete": [foreign], "accurate": []}, [foreign])
+    assert err.details["artifacts"] == [foreign]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,20 @@ def test_under_asgi_the_bytes_stream_from_an_async_iterator_after_the_check(art:
     stored_path(sha).write_bytes(content[:-1] + b"z")
     status, _, body = async_to_sync(fetch)()
     assert status == 409 and b"ARTIFACT_HASH_MISMATCH" in body
+
+
+def test_a_group_holding_an_upload_is_an_event_of_its_log_without_the_bytes_13_1(
+    art: Artifacts, other: dict[str, str]
+) -> None:
+    from missions.models import GroupEvent
+
+    content = b"secret payload bytes"
+    sha = art.upload(content)
+    (event,) = GroupEvent.objects.filter(group_id=art.group, type="artifact.uploaded")
+    assert event.body == {"sha256": sha, "size": len(content), "media_type": "text/markdown", "agent": art.worker.id}
+    assert event.actor == art.worker.id
+    assert content not in json.dumps(event.as_wire()).encode()
+    art.upload(content)  # the same bytes again: harmless, nothing new
+    assert GroupEvent.objects.filter(type="artifact.uploaded").count() == 1
+    art.upload(content, agent=art.worker2, group=other["group"])
+    assert GroupEvent.objects.filter(group_id=other["group"], type="artifact.uploaded").count() == 1
