@@ -64,10 +64,13 @@ def review_after_commit(workitem_id: str) -> None:
 def _enqueue(workitem_id: str) -> None:
     """Hand the review to Celery; an unreachable broker must not turn the
     committed submission into an error (``mwp review`` runs it later)."""
-    from .tasks import review_submission
+    # The project's Celery app, explicitly: web processes do not import it
+    # otherwise, and a bare shared_task would fall back to Celery's default
+    # broker.
+    from mwportal.celery import app
 
     try:
-        review_submission.delay(workitem_id)
+        app.send_task("artifacts.review_submission", args=[workitem_id])
     except Exception:  # the broker's errors are not ours to classify
         log.exception("could not enqueue the review of WorkItem %s; run: mwp review %s", workitem_id, workitem_id)
 

@@ -275,17 +275,21 @@ def test_the_pipeline_runs_after_the_submission_commits(
 def test_an_unreachable_broker_does_not_fail_a_committed_submission(
     art: Artifacts, settings: Any, django_capture_on_commit_callbacks: Any, monkeypatch: Any, caplog: Any
 ) -> None:
-    from artifacts import tasks
+    from mwportal.celery import app
 
-    def down(*args: Any) -> None:
+    sent: list[Any] = []
+
+    def down(name: str, args: list[Any]) -> None:
+        sent.append((name, args))
         raise ConnectionError("broker down")
 
     settings.MWP_REVIEW_ON_SUBMIT = "celery"
-    monkeypatch.setattr(tasks.review_submission, "delay", down)
+    monkeypatch.setattr(app, "send_task", down)
     item = art.active_item(checked_contract())
     sha = art.produce(item, REPORT, "application/json")
     with django_capture_on_commit_callbacks(execute=True):
         art.submit_with(item, {"complete": [sha], "accurate": []}, [sha])
+    assert sent == [("artifacts.review_submission", [item])]
     assert WorkItem.objects.get(id=item).state == "submitted"
     assert "mwp review" in caplog.text
 
@@ -308,3 +312,14 @@ def test_a_submission_cannot_cite_another_groups_artifact_13_3(art: Artifacts, o
     foreign = art.upload(b"B's deliverable", agent=art.worker2, group=other["group"])
     err = refused(ErrorCode.NOT_FOUND, art.submit_with, item, {"complete": [foreign], "accurate": []}, [foreign])
     assert err.details["artifacts"] == [foreign]
+
+
+def test_the_celery_task_is_registered_and_records_once(art: Artifacts) -> None:
+    from artifacts.tasks import review_submission
+    from mwportal.celery import app
+
+    app.loader.import_default_modules()
+    assert "artifacts.review_submission" in app.tasks
+    item, _ = submitted(art)
+    assert review_submission(item) is True
+    assert GroupEvent.objects.filter(type="review.recorded").count() == 1
