@@ -14,7 +14,6 @@ anyone else gets 403 NOT_A_MEMBER (or 404 when the thing is not in that Group).
 
 from __future__ import annotations
 
-import uuid
 from typing import Any, BinaryIO, cast
 
 from django.conf import settings
@@ -28,12 +27,12 @@ from rest_framework.views import APIView
 
 from missions.access import access_group
 from missions.auth import request_agent
-from missions.models import Agent, GroupEvent, Membership
+from missions.models import GroupEvent
 from missions.views import ERRORS
-from mwportal.protocol import ErrorCode, ProtocolError, malformed, parse_uuid
-from workitems.models import WorkItem
+from mwportal.protocol import malformed, parse_uuid
 
-from .models import Artifact, ArtifactSource, Blob, BlobGroup, ContextForward, ContextPackage
+from .access import access_blob, access_context_package, access_workitem, member_groups
+from .models import Artifact, ArtifactSource, ContextForward, ContextPackage
 from .review import review_summary
 from .store import achunks, check_served, check_sha256, open_verified, store_stream
 
@@ -45,10 +44,6 @@ class _RawParser(BaseParser):
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
         return stream
-
-
-def _member_groups(agent: Agent) -> set[str]:
-    return {str(g) for g in Membership.objects.filter(agent=agent, active=True).values_list("group_id", flat=True)}
 
 
 class ArtifactUploadView(APIView):
@@ -72,18 +67,6 @@ class ArtifactUploadView(APIView):
         return Response({"sha256": blob.sha256, "size": blob.size, "media_type": blob.media_type}, status=201)
 
 
-def _readable_blob(agent: Agent, sha256: str) -> Blob:
-    """The blob if the agent is a member of a Group that holds it (uploaded or published there)."""
-    blob = Blob.objects.filter(sha256=sha256).first()
-    if blob is None:
-        raise ProtocolError(ErrorCode.NOT_FOUND, f"no Artifact {sha256}", {"sha256": sha256})
-    groups = {str(g) for g in BlobGroup.objects.filter(blob=blob).values_list("group_id", flat=True)}
-    groups |= {str(g) for g in Artifact.objects.filter(sha256=sha256).values_list("group_id", flat=True)}
-    if not groups & _member_groups(agent):
-        raise ProtocolError(ErrorCode.NOT_A_MEMBER, "not a member of a Group this Artifact belongs to")
-    return blob
-
-
 class ArtifactDownloadView(APIView):
     @extend_schema(
         responses={
@@ -95,7 +78,7 @@ class ArtifactDownloadView(APIView):
     def get(self, request: Request, sha256: str) -> StreamingHttpResponse:
         agent = request_agent(request)
         sha256 = check_sha256(sha256)
-        blob = _readable_blob(agent, sha256)
+        blob = access_blob(agent, sha256)
         # The hash is checked before the first byte leaves (a streamed
         # response cannot take back bytes already sent). Under ASGI the bytes
         # stream from an async iterator: Django would collect a synchronous
@@ -134,11 +117,11 @@ class ArtifactProvenanceView(APIView):
     def get(self, request: Request, sha256: str) -> Response:
         agent = request_agent(request)
         sha256 = check_sha256(sha256)
-        _readable_blob(agent, sha256)
+        access_blob(agent, sha256)
         raw_depth = request.query_params.get("depth", "10")
         if not raw_depth.isdigit() or not 1 <= int(raw_depth) <= 50:
             raise malformed("depth", "must be an integer from 1 to 50")
-        groups = _member_groups(agent)
+        groups = member_groups(agent)
         visible = Artifact.objects.filter(group_id__in=groups)
         nodes: dict[str, list[Artifact]] = {}
         edges: set[tuple[str, str]] = set()
@@ -182,25 +165,7 @@ class WorkItemReviewView(APIView):
     @extend_schema(responses={200: OpenApiResponse(description="artifacts.review.review_summary()"), **ERRORS})
     def get(self, request: Request, workitem_id: str) -> Response:
         agent = request_agent(request)
-        item = WorkItem.objects.filter(id=parse_uuid(workitem_id, "workitem")).first()
-        if item is None:
-            raise ProtocolError(ErrorCode.NOT_FOUND, f"no WorkItem {workitem_id}")
-        access_group(agent, str(item.group_id))
-        return Response(review_summary(item))
-
-
-def _package_in(group_id: str, package_id: str, version: int | None) -> tuple[ContextPackage, bool]:
-    """The package version readable through ``group_id``: its own, or one
-    forwarded to it (spec 13.3); ``(package, forwarded)``, else NOT_FOUND."""
-    rows = ContextPackage.objects.filter(package=package_id)
-    own = rows.filter(group_id=group_id)
-    forwarded = rows.filter(forwards__to_group_id=uuid.UUID(group_id))
-    for query, is_forwarded in ((own, False), (forwarded, True)):
-        chosen = query.filter(version=version) if version is not None else query
-        found = chosen.order_by("-version").first()
-        if found is not None:
-            return found, is_forwarded
-    raise ProtocolError(ErrorCode.NOT_FOUND, f"no Context Package {package_id} readable in this Group")
+        return Response(review_summary(access_workitem(agent, parse_uuid(workitem_id, "workitem"))))
 
 
 def _version(request: Request) -> int | None:
@@ -244,7 +209,7 @@ class ContextPackageView(APIView):
     )  # fmt: skip
     def get(self, request: Request, group_id: str, package_id: str) -> Response:
         group = access_group(request_agent(request), parse_uuid(group_id, "group"))
-        package, forwarded = _package_in(str(group.id), parse_uuid(package_id, "package"), _version(request))
+        package, forwarded = access_context_package(group, parse_uuid(package_id, "package"), _version(request))
         return Response(_package_view(package, forwarded))
 
 
@@ -258,7 +223,7 @@ class ContextPackageEventsView(APIView):
     def get(self, request: Request, group_id: str, package_id: str) -> Response:
         agent = request_agent(request)
         group = access_group(agent, parse_uuid(group_id, "group"))
-        package, _ = _package_in(str(group.id), parse_uuid(package_id, "package"), _version(request))
+        package, _ = access_context_package(group, parse_uuid(package_id, "package"), _version(request))
         # A forwarded package does not open its source Group's log: the
         # cited Events need a Membership there (spec 13.3).
         access_group(agent, str(package.group_id))
