@@ -239,3 +239,29 @@ def test_verification_needs_neither_django_nor_a_database(
 def test_export_without_bytes_lists_hashes(art: Artifacts, history: dict[str, Any], tmp_path: Path) -> None:
     report = verify_bundle(str(export(art, tmp_path, "--no-bytes")))
     assert sorted(report.artifacts_hash_only) == sorted([history["raw"], history["report"]])
+
+
+def test_a_dropped_tail_event_or_a_changed_evidence_record_is_named(
+    art: Artifacts, history: dict[str, Any], tmp_path: Path
+) -> None:
+    bundle = export(art, tmp_path)
+    truncated = rewrite(bundle, "events.jsonl", lambda data: b"".join(data.splitlines(keepends=True)[:-1]))
+    assert failure(truncated).where == "events: head"
+
+    def flip_evidence(data: bytes) -> bytes:
+        lines = data.splitlines(keepends=True)
+        entry = json.loads(lines[0])
+        entry["record"]["result"] = "fail" if entry["record"]["result"] != "fail" else "pass"
+        lines[0] = json.dumps(entry).encode() + b"\n"
+        return b"".join(lines)
+
+    err = failure(rewrite(bundle, "evidence.jsonl", flip_evidence))
+    assert err.where == "evidence.jsonl line 1"
+
+    def resign_package(data: bytes) -> bytes:
+        doc = json.loads(data)
+        doc["decisions"] = ["a decision nobody took"]
+        return json.dumps(doc).encode() + b"\n"
+
+    err = failure(rewrite(bundle, "context_packages.jsonl", resign_package))
+    assert err.where.startswith("context package ") and err.where.endswith(": signature")
