@@ -30,13 +30,14 @@ and the server process's peak RSS above its idle RSS during the transfers,
 sampled from ``/proc/<pid>/status`` every 5 ms (target < 100 MiB: a 1 GiB
 Artifact never sits in memory).
 
-**daphne buffers whole bodies.** daphne 4.2 queues every chunk of a request
-body for the application without backpressure (``http_protocol.py``:
-``put_nowait`` per chunk) and Twisted buffers a response the application
-writes faster than the socket drains, so under daphne the server's memory
-grows with the Artifact whatever the view does (the view streams: its
-in-process footprint is flat). ``--server daphne`` shows that; large
-Artifacts belong behind a WSGI server or an ASGI server with flow control.
+**daphne buffers whole request bodies.** daphne 4.2 queues every chunk of a
+request body for the application at once, without backpressure
+(``http_protocol.py``: ``put_nowait`` per chunk), so under daphne an upload
+costs the server the Artifact's size in memory whatever the view does (the
+view itself streams: under WSGI the footprint is flat). Downloads under
+daphne stay flat: the view's async iterator yields 64 KiB slices and gives
+the event loop a turn after each, so Twisted's send buffer drains as fast as
+it fills (``artifacts/store.py: achunks``). ``--server daphne`` shows both.
 
 The server runs on a scratch SQLite database and artifact root in a
 temporary directory (``MWP_VAR_DIR``), with ``MWP_DEBUG=0``; the fixtures
