@@ -162,13 +162,16 @@ if MWP_REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     _celery_dir = VAR_DIR / "celery"
-    for _sub in ("out", "processed"):
+    for _sub in ("out", "processed", "control"):
         (_celery_dir / _sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_celery_dir / "out"),
         "data_folder_out": str(_celery_dir / "out"),
         "processed_folder": str(_celery_dir / "processed"),
+        # Broadcast/control state too, instead of a "control" folder in the
+        # current directory.
+        "control_folder": str(_celery_dir / "control"),
         "store_processed": False,
     }
 CELERY_TASK_IGNORE_RESULT = True
