@@ -74,7 +74,9 @@ def _spool_dir() -> Path:
     return spool
 
 
-def store_stream(stream: BinaryIO, media_type: str, group: Group, agent: Agent, max_bytes: int) -> Blob:
+def store_stream(
+    stream: BinaryIO, media_type: str, group: Group, agent: Agent, max_bytes: int, expected_size: int | None = None
+) -> Blob:
     """Store the bytes of ``stream`` under their SHA-256 and record that
     ``group`` holds them; storing the same bytes twice is harmless.
 
@@ -82,17 +84,19 @@ def store_stream(stream: BinaryIO, media_type: str, group: Group, agent: Agent, 
     fact of its log, accepted as ``artifact.upload`` (``link_to_group``).
     Publishing the Artifact (its signed manifest) is ``artifact.publish``.
     """
-    blob = store_bytes(stream, media_type, max_bytes)
+    blob = store_bytes(stream, media_type, max_bytes, expected_size)
     link_to_group(blob, group, agent)
     return blob
 
 
-def store_bytes(stream: BinaryIO, media_type: str, max_bytes: int) -> Blob:
+def store_bytes(stream: BinaryIO, media_type: str, max_bytes: int, expected_size: int | None = None) -> Blob:
     """Write the bytes under their hash and keep the ``Blob`` index row.
 
     The bytes are hashed while they are spooled to a temporary file next to
     the store, then moved (filesystem) or streamed (other storages) under
-    their hash.
+    their hash. A body that ends before ``expected_size`` (the declared
+    Content-Length: the client went away) is refused, never stored as the
+    shorter content it happens to be.
     """
     digest = hashlib.sha256()
     size = 0
@@ -109,6 +113,12 @@ def store_bytes(stream: BinaryIO, media_type: str, max_bytes: int) -> Blob:
                 digest.update(chunk)
                 out.write(chunk)
             out.flush()
+            if expected_size is not None and size != expected_size:
+                raise ProtocolError(
+                    ErrorCode.MALFORMED,
+                    f"body: ended after {size} of the {expected_size} bytes declared",
+                    {"field": "body"},
+                )
             os.fsync(out.fileno())
         sha = digest.hexdigest()
         _put(sha, tmp_path)

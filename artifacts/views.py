@@ -63,7 +63,11 @@ class ArtifactUploadView(APIView):
         # The Django request is a file-like stream of the body: read in
         # chunks, never whole (a 1 GiB Artifact never sits in memory).
         stream = cast(BinaryIO, request._request)
-        blob = store_stream(stream, media_type, group, agent, settings.MWP_ARTIFACT_MAX_BYTES)
+        declared = request._request.META.get("CONTENT_LENGTH") or ""
+        blob = store_stream(
+            stream, media_type, group, agent, settings.MWP_ARTIFACT_MAX_BYTES,
+            int(declared) if declared.isdigit() else None,
+        )  # fmt: skip
         return Response({"sha256": blob.sha256, "size": blob.size, "media_type": blob.media_type}, status=201)
 
 

@@ -122,3 +122,20 @@ def test_a_group_holding_an_upload_is_an_event_of_its_log_without_the_bytes_13_1
     assert GroupEvent.objects.filter(type="artifact.uploaded").count() == 1
     art.upload(content, agent=art.worker2, group=other["group"])
     assert GroupEvent.objects.filter(group_id=other["group"], type="artifact.uploaded").count() == 1
+
+
+def test_a_body_shorter_than_its_content_length_is_refused_not_stored(art: Artifacts) -> None:
+    import io
+
+    from artifacts.store import store_stream
+    from missions.models import Agent, Group
+    from mwportal.protocol import ErrorCode, ProtocolError
+
+    with pytest.raises(ProtocolError) as info:
+        store_stream(
+            io.BytesIO(b"cut sh"), "text/plain", Group.objects.get(id=art.group), Agent.objects.get(id=art.worker.id),
+            1000, expected_size=12,
+        )  # fmt: skip
+    assert info.value.code == ErrorCode.MALFORMED
+    assert not Blob.objects.filter(sha256=hashlib.sha256(b"cut sh").hexdigest()).exists()
+    assert not list((Path(settings.MWP_ARTIFACT_ROOT) / "tmp").iterdir())
