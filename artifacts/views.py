@@ -6,6 +6,11 @@
 - ``GET /api/v1/workitems/{id}/review`` the review summary (``artifacts.review``);
 - ``GET /api/v1/groups/{id}/context-packages[/{package}[/events]]``.
 
+The upload and download stream in ``CHUNK``-sized pieces under WSGI and
+ASGI alike. Under daphne, though, an upload's body is queued whole by daphne
+itself before the view runs (daphne 4.2 has no request backpressure), so the
+server holds it in memory; WSGI servers do not (bench/artifacts.py).
+
 Reads only: the signed manifest arrives with ``artifact.publish``, Context
 Packages with ``context.publish``/``context.forward``, through
 ``POST /api/v1/commands``. Everything is for members of the Group concerned;
