@@ -877,6 +877,9 @@ def _schedule_retry(ctx: HandlerContext, item: WorkItem, evidence: list[Any], re
         "start_by": format_time(item.start_by),
         "reason": reason,
     }
+    from artifacts.handlers import record_evidence
+
+    record_evidence(ctx, item, evidence, "failure")
     return Decision([Emit("work.attempt_failed", item_ref(item), body)], item_ref(item))
 
 
@@ -934,6 +937,9 @@ def expire_lease(ctx: HandlerContext) -> Decision:
         _end(item, sm.FAILED, ctx.now, "lease timeout")
         save(item, ctx.now)
         evidence = [_system_evidence(ctx, item, f"lease expired; {exhausted.message}")]
+        from artifacts.handlers import record_evidence
+
+        record_evidence(ctx, item, evidence, "failure")
         return Decision(
             [
                 Emit(

@@ -323,3 +323,17 @@ def test_the_celery_task_is_registered_and_records_once(art: Artifacts) -> None:
     item, _ = submitted(art)
     assert review_submission(item) is True
     assert GroupEvent.objects.filter(type="review.recorded").count() == 1
+
+
+def test_failure_evidence_is_kept_as_records_of_the_event_that_carried_it_13_2(art: Artifacts) -> None:
+    item = art.active_item()
+    evidence = art.evidence(item, art.worker)
+    art.lease_command("work.fail", item, {"evidence": evidence, "retryable": True})  # an attempt fails
+    retried = GroupEvent.objects.get(type="work.attempt_failed")
+    art.fail(item)  # the Coordinator ends it
+    failed = GroupEvent.objects.get(type="work.failed")
+    rows = list(Evidence.objects.filter(workitem_id=item, origin="failure").order_by("sequence"))
+    assert [(r.sequence, r.as_record()) for r in rows] == [
+        (retried.sequence, retried.body["evidence"][0]),
+        (failed.sequence, failed.body["evidence"][0]),
+    ]
