@@ -4,3 +4,7 @@ from django.apps import AppConfig
 class ArtifactsConfig(AppConfig):
     name = "artifacts"
     verbose_name = "Artifacts and Evidence"
+
+    def ready(self) -> None:
+        # Handlers register themselves per command type on import.
+        from . import handlers  # noqa: F401

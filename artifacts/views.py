@@ -1,10 +1,28 @@
-"""``POST /api/v1/artifacts?group=`` and ``GET /api/v1/artifacts/{sha256}`` (DESIGN §4)."""
+"""REST views of Artifacts, reviews and Context Packages (DESIGN §4; spec 13).
+
+- ``POST /api/v1/artifacts?group=`` stores a blob (streaming);
+- ``GET /api/v1/artifacts/{sha256}`` streams it back after checking its hash;
+- ``GET /api/v1/artifacts/{sha256}/provenance`` the provenance graph around it;
+- ``GET /api/v1/workitems/{id}/review`` the review summary (``artifacts.review``);
+- ``GET /api/v1/groups/{id}/context-packages[/{package}[/events]]``.
+
+The upload and download stream in ``CHUNK``-sized pieces under WSGI and
+ASGI alike. Under daphne, though, an upload's body is queued whole by daphne
+itself before the view runs (daphne 4.2 has no request backpressure), so the
+server holds it in memory; WSGI servers do not (bench/artifacts.py).
+
+Reads only: the signed manifest arrives with ``artifact.publish``, Context
+Packages with ``context.publish``/``context.forward``, through
+``POST /api/v1/commands``. Everything is for members of the Group concerned;
+anyone else gets 403 NOT_A_MEMBER (or 404 when the thing is not in that Group).
+"""
 
 from __future__ import annotations
 
 from typing import Any, BinaryIO, cast
 
 from django.conf import settings
+from django.core.handlers.asgi import ASGIRequest
 from django.http import StreamingHttpResponse
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.parsers import BaseParser
@@ -14,12 +32,14 @@ from rest_framework.views import APIView
 
 from missions.access import access_group
 from missions.auth import request_agent
-from missions.models import Membership
+from missions.models import GroupEvent
 from missions.views import ERRORS
-from mwportal.protocol import ErrorCode, ProtocolError, malformed, parse_uuid
+from mwportal.protocol import malformed, parse_uuid
 
-from .models import Blob, BlobGroup
-from .store import check_sha256, open_verified, store_stream
+from .access import access_blob, access_context_package, access_workitem, member_groups
+from .models import Artifact, ArtifactSource, ContextForward, ContextPackage
+from .review import review_summary
+from .store import achunks, check_served, check_sha256, open_verified, store_stream
 
 
 class _RawParser(BaseParser):
@@ -48,22 +68,176 @@ class ArtifactUploadView(APIView):
         # The Django request is a file-like stream of the body: read in
         # chunks, never whole (a 1 GiB Artifact never sits in memory).
         stream = cast(BinaryIO, request._request)
-        blob = store_stream(stream, media_type, group, agent, settings.MWP_ARTIFACT_MAX_BYTES)
+        declared = request._request.META.get("CONTENT_LENGTH") or ""
+        blob = store_stream(
+            stream, media_type, group, agent, settings.MWP_ARTIFACT_MAX_BYTES,
+            int(declared) if declared.isdigit() else None,
+        )  # fmt: skip
         return Response({"sha256": blob.sha256, "size": blob.size, "media_type": blob.media_type}, status=201)
 
 
 class ArtifactDownloadView(APIView):
-    @extend_schema(responses={200: OpenApiResponse(description="the Artifact's bytes"), **ERRORS})
+    @extend_schema(
+        responses={
+            200: OpenApiResponse(description="the Artifact's bytes, after their SHA-256 was checked"),
+            **ERRORS,
+            409: OpenApiResponse(description="ARTIFACT_HASH_MISMATCH: the stored bytes no longer match their hash"),
+        }
+    )
     def get(self, request: Request, sha256: str) -> StreamingHttpResponse:
         agent = request_agent(request)
         sha256 = check_sha256(sha256)
-        blob = Blob.objects.filter(sha256=sha256).first()
-        if blob is None:
-            raise ProtocolError(ErrorCode.NOT_FOUND, f"no Artifact {sha256}", {"sha256": sha256})
-        groups = BlobGroup.objects.filter(blob=blob).values_list("group_id", flat=True)
-        if not Membership.objects.filter(agent=agent, group_id__in=list(groups), active=True).exists():
-            raise ProtocolError(ErrorCode.NOT_A_MEMBER, "not a member of a Group this Artifact belongs to")
-        response = StreamingHttpResponse(open_verified(sha256), content_type=blob.media_type)
+        blob = access_blob(agent, sha256)
+        # The hash is checked before the first byte leaves (a streamed
+        # response cannot take back bytes already sent). Under ASGI the bytes
+        # stream from an async iterator: Django would collect a synchronous
+        # one into a list first (a 1 GiB Artifact in memory).
+        if isinstance(request._request, ASGIRequest):
+            check_served(sha256)
+            response = StreamingHttpResponse(achunks(sha256), content_type=blob.media_type)
+        else:
+            response = StreamingHttpResponse(open_verified(sha256), content_type=blob.media_type)
         response["Content-Length"] = str(blob.size)
         response["ETag"] = f'"{sha256}"'
         return response
+
+
+def _node(artifacts: list[Artifact]) -> list[dict[str, Any]]:
+    return [
+        {"group": str(a.group_id), "workitem": str(a.workitem_id), "producer": str(a.producer_id),
+         "manifest_hash": a.manifest_hash, "media_type": a.media_type, "size": a.size,
+         "classification": a.classification, "created_at": a.manifest["created_at"], "manifest": a.manifest}
+        for a in artifacts
+    ]  # fmt: skip
+
+
+class ArtifactProvenanceView(APIView):
+    """The provenance graph around an Artifact (spec 13.1), within the caller's Groups."""
+
+    @extend_schema(
+        parameters=[OpenApiParameter("depth", int, description="how many derivation steps to walk each way (1-50)")],
+        responses={
+            200: OpenApiResponse(
+                description='{"artifact", "nodes": [{"sha256", "manifests": [...]}], "edges": [{"source", "derived"}]}'
+            ),
+            **ERRORS,
+        },
+    )
+    def get(self, request: Request, sha256: str) -> Response:
+        agent = request_agent(request)
+        sha256 = check_sha256(sha256)
+        access_blob(agent, sha256)
+        raw_depth = request.query_params.get("depth", "10")
+        if not raw_depth.isdigit() or not 1 <= int(raw_depth) <= 50:
+            raise malformed("depth", "must be an integer from 1 to 50")
+        groups = member_groups(agent)
+        visible = Artifact.objects.filter(group_id__in=groups)
+        nodes: dict[str, list[Artifact]] = {}
+        edges: set[tuple[str, str]] = set()
+        frontier_up, frontier_down = {sha256}, {sha256}
+        seen = {sha256}
+        for _ in range(int(raw_depth)):
+            # Up: the sources named by the manifests of the frontier.
+            ups = ArtifactSource.objects.filter(artifact__in=visible.filter(sha256__in=frontier_up))
+            new_up = set()
+            for source, derived in ups.values_list("source_sha256", "artifact__sha256"):
+                edges.add((source, derived))
+                new_up.add(source)
+            # Down: manifests that name the frontier as a source.
+            downs = ArtifactSource.objects.filter(source_sha256__in=frontier_down, artifact__in=visible)
+            new_down = set()
+            for source, derived in downs.values_list("source_sha256", "artifact__sha256"):
+                edges.add((source, derived))
+                new_down.add(derived)
+            frontier_up, frontier_down = new_up - seen, new_down - seen
+            seen |= new_up | new_down
+            if not frontier_up and not frontier_down:
+                break
+        # Every edge between the nodes found (a derived Artifact's other sources too).
+        among = ArtifactSource.objects.filter(artifact__in=visible.filter(sha256__in=seen), source_sha256__in=seen)
+        edges.update(among.values_list("source_sha256", "artifact__sha256"))
+        for artifact in visible.filter(sha256__in=seen).order_by("id"):
+            nodes.setdefault(artifact.sha256, []).append(artifact)
+        return Response(
+            {
+                "artifact": sha256,
+                "nodes": [{"sha256": s, "manifests": _node(nodes.get(s, []))} for s in sorted(seen)],
+                "edges": [{"source": s, "derived": d} for s, d in sorted(edges)],
+            }
+        )
+
+
+class WorkItemReviewView(APIView):
+    """The review of a WorkItem's submission: criteria beside their Evidence,
+    Artifact integrity and the pipeline's check results (spec 13.2)."""
+
+    @extend_schema(responses={200: OpenApiResponse(description="artifacts.review.review_summary()"), **ERRORS})
+    def get(self, request: Request, workitem_id: str) -> Response:
+        agent = request_agent(request)
+        return Response(review_summary(access_workitem(agent, parse_uuid(workitem_id, "workitem"))))
+
+
+def _version(request: Request) -> int | None:
+    raw = request.query_params.get("version")
+    if raw is None:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise malformed("version", "must be a positive integer")
+    return int(raw)
+
+
+def _package_view(package: ContextPackage, forwarded: bool) -> dict[str, Any]:
+    return {
+        "package": str(package.package),
+        "version": package.version,
+        "group": str(package.group_id),
+        "forwarded": forwarded,
+        "document_hash": package.document_hash,
+        "document": package.document,
+    }
+
+
+class ContextPackageListView(APIView):
+    @extend_schema(responses={200: OpenApiResponse(description='{"packages": [...]}'), **ERRORS})
+    def get(self, request: Request, group_id: str) -> Response:
+        group = access_group(request_agent(request), parse_uuid(group_id, "group"))
+        own = ContextPackage.objects.filter(group=group).order_by("package", "version")
+        forwarded = ContextPackage.objects.filter(
+            id__in=ContextForward.objects.filter(to_group=group).values("package_id")
+        ).order_by("package", "version")
+        return Response(
+            {"packages": [_package_view(p, False) for p in own] + [_package_view(p, True) for p in forwarded]}
+        )
+
+
+class ContextPackageView(APIView):
+    @extend_schema(
+        parameters=[OpenApiParameter("version", int, description="a version (default: the latest)")],
+        responses={200: OpenApiResponse(description='{"package", "version", "group", "forwarded", "document"}'),
+                   **ERRORS},
+    )  # fmt: skip
+    def get(self, request: Request, group_id: str, package_id: str) -> Response:
+        group = access_group(request_agent(request), parse_uuid(group_id, "group"))
+        package, forwarded = access_context_package(group, parse_uuid(package_id, "package"), _version(request))
+        return Response(_package_view(package, forwarded))
+
+
+class ContextPackageEventsView(APIView):
+    """The Events a Context Package cites; only for members of its source Group."""
+
+    @extend_schema(
+        parameters=[OpenApiParameter("version", int, description="a version (default: the latest)")],
+        responses={200: OpenApiResponse(description='{"events": [...]}'), **ERRORS},
+    )
+    def get(self, request: Request, group_id: str, package_id: str) -> Response:
+        agent = request_agent(request)
+        group = access_group(agent, parse_uuid(group_id, "group"))
+        package, _ = access_context_package(group, parse_uuid(package_id, "package"), _version(request))
+        # A forwarded package does not open its source Group's log: the
+        # cited Events need a Membership there (spec 13.3).
+        access_group(agent, str(package.group_id))
+        limit = 1000
+        events = GroupEvent.objects.filter(
+            group_id=package.group_id, sequence__gte=package.from_sequence, sequence__lte=package.to_sequence
+        ).order_by("sequence")[:limit]
+        return Response({"group": str(package.group_id), "events": [e.as_wire() for e in events]})

@@ -134,6 +134,17 @@ MWP_ONLINE_REPLAY_EVENTS = int(os.environ.get("MWP_ONLINE_REPLAY_EVENTS", "10000
 MWP_SESSION_REQUEST_MAX_SKEW_SECONDS = 300
 MWP_ARTIFACT_ROOT = os.environ.get("MWP_ARTIFACT_ROOT", str(VAR_DIR / "artifacts"))
 MWP_ARTIFACT_MAX_BYTES = int(os.environ.get("MWP_ARTIFACT_MAX_BYTES", str(2 * 1024**3)))
+# The storage class of Artifact bytes (dotted path; empty: a FileSystemStorage
+# under MWP_ARTIFACT_ROOT).
+MWP_ARTIFACT_STORAGE = os.environ.get("MWP_ARTIFACT_STORAGE", "")
+# The review pipeline (spec 13.2) after each work.submit: "celery" enqueues it
+# after commit, "inline" runs it after commit in the same process, "off" leaves
+# it to `mwp review WORKITEM_ID` or the review task.
+MWP_REVIEW_ON_SUBMIT = os.environ.get("MWP_REVIEW_ON_SUBMIT", "celery")
+# How long the offer of a review WorkItem to the Group's reviewers stays open.
+MWP_REVIEW_OFFER_SECONDS = int(os.environ.get("MWP_REVIEW_OFFER_SECONDS", "86400"))
+# The largest output a json_schema check parses (bytes).
+MWP_REVIEW_JSON_MAX_BYTES = int(os.environ.get("MWP_REVIEW_JSON_MAX_BYTES", str(16 * 1024**2)))
 # WorkItem timing (spec 10.3/11.3): how long an owner has to start after
 # acceptance or a checkpoint, how long an Execution Lease lasts before it must
 # be renewed, and how long a blocked owner keeps ownership.
@@ -160,13 +171,16 @@ if MWP_REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     _celery_dir = VAR_DIR / "celery"
-    for _sub in ("out", "processed"):
+    for _sub in ("out", "processed", "control"):
         (_celery_dir / _sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_celery_dir / "out"),
         "data_folder_out": str(_celery_dir / "out"),
         "processed_folder": str(_celery_dir / "processed"),
+        # Broadcast/control state too, instead of a "control" folder in the
+        # current directory.
+        "control_folder": str(_celery_dir / "control"),
         "store_processed": False,
     }
 CELERY_TASK_IGNORE_RESULT = True

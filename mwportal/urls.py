@@ -9,5 +9,6 @@ urlpatterns = [
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/v1/schema/work-contract.json", work_contract_schema, name="work-contract-schema"),
     path("api/v1/", include("missions.urls")),
+    path("api/v1/", include("artifacts.urls")),
     path("", include("portal.urls")),
 ]

@@ -63,6 +63,13 @@ CONTRACT_SCHEMA: dict[str, Any] = {
                     "id": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$"},
                     "description": _TEXT,
                     "evidence_methods": {"type": "array", "minItems": 1, "items": {"enum": list(EVIDENCE_METHODS)}},
+                    # Deterministic checks the review pipeline runs for this
+                    # criterion (spec 13.2); kinds: artifacts/checks.py.
+                    "checks": {
+                        "type": "array",
+                        "maxItems": 20,
+                        "items": {"type": "object", "required": ["kind"], "properties": {"kind": {"type": "string"}}},
+                    },
                 },
             },
         },
@@ -160,7 +167,22 @@ def check_contract(contract: Any) -> dict[str, Any]:
             "contract.acceptance_criteria: ids must be distinct",
             {"field": "contract.acceptance_criteria"},
         )
+    _check_declared_checks(contract)
     return {k: v for k, v in contract.items() if k != "revision"}
+
+
+def _check_declared_checks(contract: dict[str, Any]) -> None:
+    """Each declared check is a registered kind with a valid declaration."""
+    from artifacts.checks import CheckInvalid, check_spec, validate_declared
+
+    for i, criterion in enumerate(contract["acceptance_criteria"]):
+        for j, spec in enumerate(criterion.get("checks", [])):
+            where = f"contract.acceptance_criteria.{i}.checks.{j}"
+            try:
+                check_spec(spec, where)
+                validate_declared(spec, where)
+            except CheckInvalid as exc:
+                raise ProtocolError(ErrorCode.CONTRACT_INVALID, str(exc), {"field": exc.field}) from None
 
 
 def is_material_change(old: dict[str, Any], new: dict[str, Any]) -> bool:

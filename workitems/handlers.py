@@ -54,6 +54,9 @@ from .models import WorkProposal as Proposal
 from .offline import OFFLINE_EXTENSION, USAGE_RECORDED, OfflineBinding, check_binding, parse_binding
 
 COORDINATING = ("coordinator", "owner")
+# Who executes under offers and leases: workers, and reviewers for the review
+# WorkItems the review pipeline offers them (spec 13.2). The offer is the gate.
+EXECUTING = ("worker", "reviewer")
 
 
 # --- shared pieces -------------------------------------------------------------
@@ -391,7 +394,7 @@ def _my_open_offer(ctx: HandlerContext, item: WorkItem) -> Offer:
     return offer_row
 
 
-@command("work.accept_offer", group_roles=("worker",), cas=True)
+@command("work.accept_offer", group_roles=EXECUTING, cas=True)
 def accept_offer(ctx: HandlerContext) -> Decision:
     """The first valid acceptance wins a new Ownership Epoch; every other offer
     is withdrawn in the same transaction (spec 10.3). Compare-and-set on the
@@ -427,7 +430,7 @@ def accept_offer(ctx: HandlerContext) -> Decision:
     return Decision([Emit("work.offer_accepted", item_ref(item), body)], item_ref(item))
 
 
-@command("work.decline_offer", group_roles=("worker",))
+@command("work.decline_offer", group_roles=EXECUTING)
 def decline_offer(ctx: HandlerContext) -> Decision:
     """A structured decline (spec 10.3). It changes only the offer, so the
     WorkItem revision stays and other candidates' compare-and-set still holds."""
@@ -447,7 +450,7 @@ def decline_offer(ctx: HandlerContext) -> Decision:
     return Decision([Emit("work.offer_declined", item_ref(item), body)], item_ref(item))
 
 
-@command("work.raise_ambiguity", group_roles=("worker",))
+@command("work.raise_ambiguity", group_roles=EXECUTING)
 def raise_ambiguity(ctx: HandlerContext) -> Decision:
     """An offered Worker raises an essential ambiguity in the WorkItem
     Conversation before acceptance (spec 10.1). Its offer closes, so it
@@ -538,7 +541,7 @@ def check_retry_allowed(item: WorkItem, now: datetime) -> None:
         raise refuse(ErrorCode.BUDGET_EXCEEDED, "the retry cost limit is reached", dimension="max_cost")
 
 
-@command("work.start", group_roles=("worker",), cas=True)
+@command("work.start", group_roles=EXECUTING, cas=True)
 def start(ctx: HandlerContext) -> Decision:
     """Start under a new Execution Lease bound to Agent, Session Epoch,
     WorkItem and Ownership Epoch (MWP-WRK-013). The capability token is in the
@@ -595,7 +598,7 @@ def start(ctx: HandlerContext) -> Decision:
     return Decision([Emit("work.started", item_ref(item), body)], item_ref(item), grants=grants)
 
 
-@command("work.renew_lease", group_roles=("worker",))
+@command("work.renew_lease", group_roles=EXECUTING)
 def renew_lease(ctx: HandlerContext) -> Decision:
     """Extend the current lease (compare-and-set on its Lease ID) and rotate
     its capability token, which again expires with the lease."""
@@ -655,7 +658,7 @@ def _record_checkpoint(
     }
 
 
-@command("work.checkpoint", group_roles=("worker",), extensions=(OFFLINE_EXTENSION,))
+@command("work.checkpoint", group_roles=EXECUTING, extensions=(OFFLINE_EXTENSION,))
 def checkpoint(ctx: HandlerContext) -> Decision:
     """Durable progress releases execution while the owner keeps a bounded
     ownership lease (spec 10.2): the WorkItem returns to ``queued``.
@@ -722,7 +725,7 @@ def _reconcile_offline_checkpoint(ctx: HandlerContext, item: WorkItem, binding: 
     return Decision(emits, item_ref(item))
 
 
-@command("work.block", group_roles=("worker",))
+@command("work.block", group_roles=EXECUTING)
 def block(ctx: HandlerContext) -> Decision:
     """Checkpoint, record the required resolution, release the lease; the
     owner keeps a bounded blocked lease (spec 11.4; MWP-WRK-017)."""
@@ -784,7 +787,7 @@ def _late_result_record(ctx: HandlerContext, item: WorkItem, error: ProtocolErro
     return RefusedWithRecord(error, record)
 
 
-@command("work.submit", group_roles=("worker",))
+@command("work.submit", group_roles=EXECUTING)
 def submit(ctx: HandlerContext) -> Decision:
     """Artifacts and Evidence mapped to every acceptance criterion (spec 13.2)."""
     item = load_item(ctx)
@@ -800,7 +803,7 @@ def submit(ctx: HandlerContext) -> Decision:
     artifacts, evidence = check_submission(ctx.body, item)
     usage = charge_usage(ctx, item, check_usage(ctx.body.get("usage")))
     end_lease(lease, "released", "submitted", ctx.now)
-    Submission.objects.create(
+    submission = Submission.objects.create(
         workitem=item,
         agent_id=ctx.actor.id,
         ownership_epoch=item.ownership_epoch,
@@ -813,11 +816,19 @@ def submit(ctx: HandlerContext) -> Decision:
     item.state = sm.SUBMITTED
     item.owner_expires_at = None
     save(item, ctx.now)
+    from artifacts.handlers import record_evidence
+    from artifacts.review import review_after_commit
+
+    record_evidence(ctx, item, evidence, "submission", submission=submission)
+    # The review pipeline (spec 13.2) reads the Artifacts' bytes: slow I/O,
+    # so it runs after commit and records its results through accept().
+    review_after_commit(str(item.id))
     body = {"lease_id": str(lease.id), "artifacts": artifacts, "evidence": evidence, "usage": usage}
     return Decision([Emit("work.submitted", item_ref(item), body)], item_ref(item))
 
 
 def check_submission(body: dict[str, Any], item: WorkItem) -> tuple[list[str], list[dict[str, Any]]]:
+    from artifacts.handlers import in_group
     from artifacts.store import check_sha256, missing_blobs
 
     artifacts = body["artifacts"]
@@ -826,16 +837,23 @@ def check_submission(body: dict[str, Any], item: WorkItem) -> tuple[list[str], l
     for i, sha in enumerate(artifacts):
         check_sha256(sha, f"body.artifacts.{i}")
     evidence = check_evidence_list(body["evidence"], "body.evidence", required=True)
+    known = criteria_ids(item.contract)
+    for i, record in enumerate(evidence):
+        for c in record["criteria"]:
+            if c not in known:
+                raise malformed(f"body.evidence.{i}.criteria", f"{c!r} is not an acceptance criterion of the contract")
     covered = {c for record in evidence for c in record["criteria"]}
-    missing = [c for c in criteria_ids(item.contract) if c not in covered]
+    missing = [c for c in known if c not in covered]
     if missing:
         raise refuse(
             ErrorCode.EVIDENCE_REQUIRED, f"no Evidence for acceptance criteria {', '.join(missing)}", criteria=missing
         )
     cited = sorted({sha for record in evidence for sha in record["artifacts"]} | set(artifacts))
-    absent = missing_blobs(cited)
+    # In the store, and held by this Group: another Mission's content never
+    # enters this one by default (spec 13.3).
+    absent = sorted(set(missing_blobs(cited)) | (set(cited) - in_group(str(item.group_id), cited))) if cited else []
     if absent:
-        raise refuse(ErrorCode.NOT_FOUND, f"Artifacts not in the store: {', '.join(absent)}", artifacts=absent)
+        raise refuse(ErrorCode.NOT_FOUND, f"Artifacts not held by this Group: {', '.join(absent)}", artifacts=absent)
     return artifacts, evidence
 
 
@@ -876,6 +894,9 @@ def accept_result(ctx: HandlerContext) -> Decision:
     evidence = check_evidence_list(ctx.body["evidence"], "body.evidence", required=True)
     item.state = sm.VERIFIED
     save(item, ctx.now)
+    from artifacts.handlers import record_evidence
+
+    record_evidence(ctx, item, evidence, "coordinator")
     return Decision([Emit("work.result_accepted", item_ref(item), {"evidence": evidence})], item_ref(item))
 
 
@@ -923,6 +944,9 @@ def fail(ctx: HandlerContext) -> Decision:
             return _schedule_retry(ctx, item, evidence, "failure reported")
     _end(item, sm.FAILED, ctx.now, "failure")
     save(item, ctx.now)
+    from artifacts.handlers import record_evidence
+
+    record_evidence(ctx, item, evidence, "failure")
     return Decision([Emit("work.failed", item_ref(item), body)], item_ref(item))
 
 
@@ -947,6 +971,9 @@ def _schedule_retry(ctx: HandlerContext, item: WorkItem, evidence: list[Any], re
         "start_by": format_time(item.start_by),
         "reason": reason,
     }
+    from artifacts.handlers import record_evidence
+
+    record_evidence(ctx, item, evidence, "failure")
     return Decision([Emit("work.attempt_failed", item_ref(item), body)], item_ref(item))
 
 
@@ -1004,6 +1031,9 @@ def expire_lease(ctx: HandlerContext) -> Decision:
         _end(item, sm.FAILED, ctx.now, "lease timeout")
         save(item, ctx.now)
         evidence = [_system_evidence(ctx, item, f"lease expired; {exhausted.message}")]
+        from artifacts.handlers import record_evidence
+
+        record_evidence(ctx, item, evidence, "failure")
         return Decision(
             [
                 Emit(

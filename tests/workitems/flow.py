@@ -194,6 +194,9 @@ class Flow:
     def drive_to(self, state: str) -> str:
         """A new WorkItem in ``state`` through legal Commands only."""
         item_id = self.authorize()
+        # The deliverable submit() cites is uploaded up front: its upload is
+        # an Event of its own (artifact.uploaded), not part of the submission.
+        self.blob()
         if state == "open":
             return item_id
         self.offer(item_id)

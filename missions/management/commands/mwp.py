@@ -3,6 +3,9 @@
     mwp create-org SLUG [--name NAME]
     mwp create-agent --org SLUG --name NAME --roles r1,r2 --out key.json [--kind agent|person] [--user U]
     mwp verify-log GROUP_ID
+    mwp export-audit GROUP_ID --out FILE [--no-bytes]   a Group's audit bundle (artifacts/audit.py)
+    mwp verify-audit FILE [--server-key KEY]            check a bundle offline, no database
+    mwp review WORKITEM_ID        run the review pipeline of a WorkItem's latest submission
     mwp demo [--password PW]      the demo Organization: MissionOwner and Coordinator logins, Missions
 
 Every change goes through ``accept()`` as the system actor.
@@ -44,7 +47,9 @@ def write_key_file(path: Path, content: dict[str, Any]) -> None:
 
 
 class Command(BaseCommand):
-    help = "MissionWeave administration: create-org, create-agent, verify-log, demo."
+    help = (
+        "MissionWeave administration: create-org, create-agent, verify-log, export-audit, verify-audit, review, demo."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="sub", required=True, parser_class=ArgumentParser)
@@ -60,6 +65,15 @@ class Command(BaseCommand):
         agent.add_argument("--user", default=None, help="link a person Agent to this Django user")
         verify = sub.add_parser("verify-log", help="recompute a Group's sequences and hash chain")
         verify.add_argument("group_id")
+        export = sub.add_parser("export-audit", help="write a Group's audit bundle")
+        export.add_argument("group_id")
+        export.add_argument("--out", required=True, type=Path)
+        export.add_argument("--no-bytes", action="store_true", help="list Artifacts by hash only")
+        check = sub.add_parser("verify-audit", help="verify an audit bundle without a database")
+        check.add_argument("file", type=Path)
+        check.add_argument("--server-key", default=None, help="pin the server's public key (base64url)")
+        review = sub.add_parser("review", help="run the review pipeline of a WorkItem's latest submission")
+        review.add_argument("workitem_id")
         demo = sub.add_parser("demo", help="create the demo Organization, its logins and Missions")
         demo.add_argument("--password", default="missionweave")
 
@@ -102,6 +116,46 @@ class Command(BaseCommand):
             sequence, reason = broken
             raise CommandError(f"Group {group_id}: first bad sequence {sequence}: {reason}")
         self.stdout.write(f"Group {group_id}: {count} events, sequences 1..{count} and hash chain verified")
+
+    def do_export_audit(self, options: dict[str, Any]) -> None:
+        from artifacts.audit import export_audit
+
+        group_id = parse_uuid(options["group_id"], "GROUP_ID")
+        if not Group.objects.filter(id=group_id).exists():
+            raise CommandError(f"no Group {group_id}")
+        out: Path = options["out"]
+        summary = export_audit(group_id, out, include_bytes=not options["no_bytes"])
+        for sha in summary.unavailable:
+            self.stderr.write(f"Artifact {sha}: stored bytes do not match their hash; listed by hash only")
+        self.stdout.write(
+            f"{out}: {summary.events} events, {summary.artifacts_included} Artifacts with their bytes,"
+            f" {len(summary.artifacts_hash_only)} by hash only"
+        )
+
+    def do_verify_audit(self, options: dict[str, Any]) -> None:
+        # Django-free and database-free: the verifier is the protocol kernel's.
+        from mwportal.protocol.audit import AuditFailure, verify_bundle
+
+        try:
+            report = verify_bundle(str(options["file"]), server_key=options["server_key"])
+        except AuditFailure as exc:
+            raise CommandError(f"audit bundle FAILED at {exc.where}: {exc.message}") from None
+        for line in report.lines():
+            self.stdout.write(line)
+        self.stdout.write("OK")
+
+    def do_review(self, options: dict[str, Any]) -> None:
+        from artifacts.review import review_summary, run_review
+        from workitems.models import WorkItem
+
+        item_id = parse_uuid(options["workitem_id"], "WORKITEM_ID")
+        receipt = run_review(item_id)
+        if receipt is None:
+            raise CommandError(f"WorkItem {item_id} has no submission to review")
+        summary = review_summary(WorkItem.objects.get(id=item_id))
+        for row in summary["criteria"]:
+            self.stdout.write(f"{row['id']}: {row['outcome']}")
+        self.stdout.write(f"overall: {summary['review']['outcome']}")
 
     def do_demo(self, options: dict[str, Any]) -> None:
         from portal.demo import seed

@@ -1,0 +1,141 @@
+"""POST/GET /api/v1/artifacts (spec 13.1): streaming, content addressed, hash checked on every read."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from artifacts.models import Blob
+from artifacts.store import blob_name
+from tests.api.support import error_of
+from tests.artifacts.conftest import Artifacts
+from tests.conftest import AgentKey
+
+
+def stored_path(sha: str) -> Path:
+    return Path(settings.MWP_ARTIFACT_ROOT) / blob_name(sha)
+
+
+def test_upload_names_the_bytes_by_their_sha256_and_download_returns_them_13_1(art: Artifacts) -> None:
+    content = b"x" * (3 * 1024 * 1024 + 17)  # more than one chunk
+    sha = art.upload(content, "application/octet-stream")
+    assert sha == hashlib.sha256(content).hexdigest()
+    response = art.download(sha, art.coordinator)
+    assert response.status_code == 200
+    assert b"".join(response.streaming_content) == content
+    assert response["ETag"] == f'"{sha}"'
+    assert response["Content-Length"] == str(len(content))
+    assert Blob.objects.get(sha256=sha).integrity == "verified"
+
+
+def test_storing_the_same_bytes_twice_is_one_blob(art: Artifacts) -> None:
+    assert art.upload(b"same") == art.upload(b"same", agent=art.coordinator)
+    assert Blob.objects.filter(sha256=hashlib.sha256(b"same").hexdigest()).count() == 1
+
+
+def test_a_corrupted_blob_is_never_served_and_the_mismatch_is_recorded_13_1(art: Artifacts, caplog) -> None:  # type: ignore[no-untyped-def]
+    sha = art.upload(b"the original bytes")
+    path = stored_path(sha)
+    path.write_bytes(b"the 0riginal bytes")  # one byte changed on disk
+    response = art.download(sha, art.coordinator)
+    error = error_of(response, 409, "ARTIFACT_HASH_MISMATCH")
+    assert error["details"]["sha256"] == sha
+    assert b"0riginal" not in response.content
+    # Recorded where the portal reads it, and logged.
+    assert Blob.objects.get(sha256=sha).integrity == "mismatch"
+    assert any(sha in r.getMessage() for r in caplog.records)
+    # Re-uploading the true bytes heals the stored copy.
+    art.upload(b"the original bytes")
+    assert art.download(sha).status_code == 200
+    assert Blob.objects.get(sha256=sha).integrity == "verified"
+
+
+def test_a_vanished_blob_is_refused_not_crashed(art: Artifacts) -> None:
+    sha = art.upload(b"soon gone")
+    stored_path(sha).unlink()
+    error_of(art.download(sha), 409, "ARTIFACT_HASH_MISMATCH")
+    assert Blob.objects.get(sha256=sha).integrity == "missing"
+
+
+def test_non_members_cannot_download_and_unknown_hashes_are_404(art: Artifacts, outsider: AgentKey) -> None:
+    sha = art.upload(b"members only")
+    error_of(art.download(sha, outsider), 403, "NOT_A_MEMBER")
+    error_of(art.download("0" * 64, art.coordinator), 404, "NOT_FOUND")
+    error_of(art.download("not-a-hash", art.coordinator), 400, "MALFORMED")
+
+
+def test_a_blob_of_group_b_is_not_readable_by_a_member_of_group_a_only(art: Artifacts, other: dict[str, str]) -> None:
+    # Carl uploads to B; Wanda is a member of A only, Walt of both.
+    sha = art.upload(b"mission B content", agent=art.coordinator, group=other["group"])
+    error_of(art.download(sha, art.worker), 403, "NOT_A_MEMBER")
+    assert art.download(sha, art.worker2).status_code == 200
+
+
+def test_upload_needs_group_membership(art: Artifacts, outsider: AgentKey) -> None:
+    client, auth = art.client(outsider)
+    response = client.post(f"/api/v1/artifacts?group={art.group}", data=b"x", content_type="text/plain", **auth)
+    error_of(response, 403, "NOT_A_MEMBER")
+
+
+@pytest.mark.django_db(transaction=True)  # the ASGI handler's thread reads committed rows
+def test_under_asgi_the_bytes_stream_from_an_async_iterator_after_the_check(art: Artifacts) -> None:
+    """Django collects a synchronous iterator into one list under ASGI; the
+    view hands daphne an async one instead (a 1 GiB Artifact never in memory)."""
+    from asgiref.sync import async_to_sync
+    from django.test import AsyncClient
+
+    content = b"y" * (2 * 1024 * 1024 + 5)
+    sha = art.upload(content)
+    auth = {"Authorization": f"Bearer {art.coordinator.extra['token']}"}
+
+    async def fetch() -> tuple[int, bool, bytes]:
+        response = await AsyncClient().get(f"/api/v1/artifacts/{sha}", headers=auth)
+        if response.status_code != 200:
+            return response.status_code, False, response.content
+        body = b"".join([chunk async for chunk in response.streaming_content])
+        return response.status_code, response.is_async, body
+
+    status, is_async, body = async_to_sync(fetch)()
+    assert (status, is_async) == (200, True), body[:300]
+    assert body == content
+    stored_path(sha).write_bytes(content[:-1] + b"z")
+    status, _, body = async_to_sync(fetch)()
+    assert status == 409 and b"ARTIFACT_HASH_MISMATCH" in body
+
+
+def test_a_group_holding_an_upload_is_an_event_of_its_log_without_the_bytes_13_1(
+    art: Artifacts, other: dict[str, str]
+) -> None:
+    from missions.models import GroupEvent
+
+    content = b"secret payload bytes"
+    sha = art.upload(content)
+    (event,) = GroupEvent.objects.filter(group_id=art.group, type="artifact.uploaded")
+    assert event.body == {"sha256": sha, "size": len(content), "media_type": "text/markdown", "agent": art.worker.id}
+    assert event.actor == art.worker.id
+    assert content not in json.dumps(event.as_wire()).encode()
+    art.upload(content)  # the same bytes again: harmless, nothing new
+    assert GroupEvent.objects.filter(type="artifact.uploaded").count() == 1
+    art.upload(content, agent=art.worker2, group=other["group"])
+    assert GroupEvent.objects.filter(group_id=other["group"], type="artifact.uploaded").count() == 1
+
+
+def test_a_body_shorter_than_its_content_length_is_refused_not_stored(art: Artifacts) -> None:
+    import io
+
+    from artifacts.store import store_stream
+    from missions.models import Agent, Group
+    from mwportal.protocol import ErrorCode, ProtocolError
+
+    with pytest.raises(ProtocolError) as info:
+        store_stream(
+            io.BytesIO(b"cut sh"), "text/plain", Group.objects.get(id=art.group), Agent.objects.get(id=art.worker.id),
+            1000, expected_size=12,
+        )  # fmt: skip
+    assert info.value.code == ErrorCode.MALFORMED
+    assert not Blob.objects.filter(sha256=hashlib.sha256(b"cut sh").hexdigest()).exists()
+    assert not list((Path(settings.MWP_ARTIFACT_ROOT) / "tmp").iterdir())
