@@ -6,6 +6,8 @@
     python -m mwworker rebuild --config worker.toml drop the projection, rebuild it from snapshot + inbox
     python -m mwworker status --config worker.toml  Groups, Cursors, queue depths, slots and leases
     python -m mwworker demo --portal URL --key K    run the demo capabilities (``mwworker.demo``)
+    python -m mwworker explain --config worker.toml why each queued item waits: every factor of its
+                                                    order and its projected rank (``mwworker.explain``)
 
 Exit status: 0 done, 1 refused or failed, 2 usage.
 """
@@ -176,6 +178,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_explain(args: argparse.Namespace) -> int:
+    from . import explain
+
+    config = WorkerConfig.load(args.config)
+    identity = Identity.from_key_file(config.key_file)
+    argv = ["--store", str(config.store), "--agent", identity.agent_id]
+    argv += ["--json"] if args.json else []
+    argv += ["--limit", str(args.limit)] if args.limit else []
+    argv += [arg for cap in args.capability for arg in ("--capability", cap)]
+    argv += ["--now", args.now] if args.now else []
+    return explain.main(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mwworker", description="The MissionWeave Worker runtime")
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -189,6 +204,12 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--config", required=True, type=Path)
         if name == "status":
             p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    explain = sub.add_parser("explain", help="why each queued item waits (its factors and rank)")
+    explain.add_argument("--config", required=True, type=Path)
+    explain.add_argument("--json", action="store_true", help="print the rows as JSON lines")
+    explain.add_argument("--limit", type=int, help="show the first N rows")
+    explain.add_argument("--capability", action="append", default=[], help="ID@VERSION this Worker has (repeat)")
+    explain.add_argument("--now", help="RFC 3339 time to explain at (default: the clock)")
     demo = sub.add_parser("demo", help="run the demo capabilities against a portal")
     demo.add_argument("--portal", required=True, help="e.g. http://127.0.0.1:8000")
     demo.add_argument("--key", required=True, type=Path, help="the key file of mwp create-agent")
@@ -201,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
         handlers=[RichHandler(console=console, show_path=False)],
         format="%(message)s",
     )
-    handlers = {"run": cmd_run, "rebuild": cmd_rebuild, "status": cmd_status, "demo": cmd_demo}
+    handlers = {"run": cmd_run, "rebuild": cmd_rebuild, "status": cmd_status, "demo": cmd_demo,
+                "explain": cmd_explain}  # fmt: skip
     try:
         return handlers[args.command](args)
     except StoreLocked as exc:

@@ -100,6 +100,7 @@ from .protocol import (
     SubscriptionRefused,
     Welcome,
 )
+from .scheduler import FairScheduler
 from .store import Store
 
 log = logging.getLogger("mwworker")
@@ -779,7 +780,8 @@ class Worker:
         self.me = identity.agent_id
         self.store = store if isinstance(store, Store) else Store(store, agent=identity.agent_id)
         self.slots = slots
-        self.picker: Picker = picker if picker is not None else FifoPicker()
+        # The cross-Group Scheduler (weighted fair, anti-starvation; spec 11.1).
+        self.picker: Picker = picker if picker is not None else FairScheduler()
         self.queue_limit = queue_limit if queue_limit is not None else 4 * slots
         self.renew_fraction = renew_fraction
         self._server_key = server_public_key

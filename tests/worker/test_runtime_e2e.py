@@ -564,6 +564,11 @@ def test_the_cli_demo_works_offered_items_and_status_and_rebuild_read_its_store(
     assert g[:8] in capsys.readouterr().out
     assert main(["rebuild", "--config", str(config)]) == 0
     assert "identical" in capsys.readouterr().err
+    # explain reads the same store (its rows are tested in tests/scheduler/test_explain.py):
+    # the submitted item no longer waits, so no row names it.
+    assert main(["explain", "--config", str(config), "--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert all(item not in json.dumps(row) for row in lines)
 
 
 def test_a_removed_membership_stops_the_slot_and_the_stream(portal: Portal, worker: AgentKey, tmp_path: Path) -> None:
