@@ -1,7 +1,9 @@
 """Demo capabilities: what ``mwworker demo`` runs, and a model for real ones.
 
 ``register(worker)`` registers ``summarize`` 1.0 (the capability of the
-portal's example Work Contract) and ``demo.echo`` 1.0. Each handler works in
+portal's example Work Contract), ``demo.echo`` 1.0, and ``analysis`` 1.0 and
+``mailing`` 1.0, the capabilities of the portal's demo Missions (``mwp demo``;
+slower, so a person watching the Mission page sees each checkpoint arrive). Each handler works in
 steps, checkpoints after each (so preemption and crashes resume from the
 last one), stores its output as an Artifact, records the delivery as an
 external side effect under its idempotency key, and returns Evidence mapped
@@ -70,3 +72,11 @@ def register(worker: Worker) -> None:
     @worker.capability("demo.echo", "1.0", duration_seconds=0.5)
     async def echo(ctx: SlotContext) -> Result:
         return await _work(ctx, steps=1, pause=0.05)
+
+    @worker.capability("analysis", "1.0", estimate={"compute_seconds": STEPS * 2.0}, duration_seconds=6.0)
+    async def analysis(ctx: SlotContext) -> Result:
+        return await _work(ctx, pause=2.0)
+
+    @worker.capability("mailing", "1.0", estimate={"compute_seconds": 2.0}, duration_seconds=2.0)
+    async def mailing(ctx: SlotContext) -> Result:
+        return await _work(ctx, steps=1, pause=2.0)
