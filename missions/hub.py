@@ -61,6 +61,13 @@ def _read_after(group_id: str, after: int, limit: int) -> list[Event]:
     return events
 
 
+# The live path's reads run on a small pool of their own rather than on the
+# one thread that every synchronous call of this process shares (commands,
+# the agent check, replays): a burst of those never delays the read that all
+# subscribers of a Group wait for. Each pool thread keeps its own connection.
+_read_live = database_sync_to_async(_read_after, thread_sensitive=False)
+
+
 def _heads(group_ids: list[str]) -> dict[str, int]:
     return {str(g): s for g, s in Group.objects.filter(id__in=group_ids).values_list("id", "last_sequence")}
 
@@ -127,6 +134,7 @@ class Hub:
         self.layer = get_channel_layer()
         self.channel: str | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._pending: set[asyncio.Future[None]] = set()
 
     async def start(self) -> None:
         register_serving_loop(asyncio.get_running_loop())
@@ -244,7 +252,7 @@ class Hub:
             # Read the new Events once for every local subscriber.
             while feed.head < sequence:
                 after = feed.cache[-1]["sequence"] if feed.cache else feed.head
-                rows = await database_sync_to_async(_read_after)(group_id, after, REPLAY_BATCH)
+                rows = await _read_live(group_id, after, REPLAY_BATCH)
                 if not rows:
                     break
                 feed.cache.extend(rows)
@@ -264,7 +272,16 @@ class Hub:
                 await asyncio.sleep(1)
                 continue
             if message.get("type") == "group.head":
-                await self.head_moved(str(message["group"]), int(message["sequence"]))
+                # Each Group's read runs on its own (the feed's lock keeps one
+                # Group's reads in order), so the next notice is received
+                # while this one is read: notices of many Groups do not queue
+                # behind each other's reads.
+                self._spawn(self.head_moved(str(message["group"]), int(message["sequence"])))
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
 
     async def _poll(self) -> None:
         interval = settings.MWP_HEAD_POLL_SECONDS
