@@ -46,7 +46,11 @@ async def _work(ctx: SlotContext, *, steps: int = STEPS, pause: float = 0.2) -> 
         # idempotency key; the demo's receipt is derived from it.
         return {"delivered": sha, "receipt": hashlib.sha256(key.encode()).hexdigest()[:16]}
 
-    await ctx.side_effect("deliver-summary", deliver)
+    # A side effect only where the contract's budget allows one (a contract
+    # may allow none): a real capability would skip or ask, not overspend.
+    left = ctx.budget_left("side_effects")
+    if left is None or left >= 1:
+        await ctx.side_effect("deliver-summary", deliver)
     evidence = []
     for criterion in ctx.contract.get("acceptance_criteria") or []:
         methods = criterion.get("evidence_methods") or ["other"]
