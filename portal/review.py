@@ -96,7 +96,7 @@ def describe(details: dict[str, Any]) -> str:
     """A check's structured details in a line: empty members left out, hashes shortened."""
     parts = []
     for key, value in details.items():
-        if value in (None, "", [], {}):
+        if key == "kind" or value in (None, "", [], {}):  # the kind is shown beside it
             continue
         if isinstance(value, dict):
             inner = "; ".join(f"{_short(str(k))}: {v}" for k, v in value.items())
