@@ -1,211 +1,112 @@
-"""What a Coordinator reviews for a submitted WorkItem (spec 13.2), gathered in one place.
+"""What the Coordinator review page and the final Approval page show (issue 7, spec 13.2).
 
-``review_summary(item)`` is the only function the review page and the final
-Approval page read: the latest authoritative submission, each acceptance
-criterion beside the Evidence mapped to it, the integrity of every Artifact
-(its bytes re-hashed through ``artifacts.store``), and the deterministic
-checks the portal runs itself. When the Artifact review pipeline
-(``artifacts.review``) lands, this function is the one place to point at it.
+The review logic is the Artifact review pipeline's (``artifacts.review``):
+integrity and signed manifests, the contract's schema and deterministic
+checks, reviewer-Agent Evidence and the combined evaluation, recorded by
+``review.record``. ``review_summary(item)`` reads its summary
+(``artifacts.review.review_summary``) and only arranges it for the pages; it
+runs no check of its own, so there is one review logic.
+
+The one thing the page adds is ``recheck=True`` (the review page): the stored
+bytes of every Artifact are hashed again through the store
+(``artifacts.store.blob_integrity``), which records the outcome on the
+``Blob`` row, so a blob corrupted after the pipeline ran shows as failed
+(issue 8) and the criteria citing it say that the recorded review predates
+the damage. The download refuses such bytes on its own (``open_verified``).
+The final page shows the last recorded check with its time instead of
+hashing every Artifact of the Mission on each view.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from django.conf import settings
-
-from artifacts.models import Blob, BlobGroup
-from artifacts.store import blob_name, verify_blob
+from artifacts.review import review_summary as pipeline_summary
+from artifacts.store import blob_integrity
 from workitems.models import Submission, WorkItem
 
-# Methods whose results are mechanical, not judgement (spec 13.2 step 2).
-DETERMINISTIC_METHODS = frozenset({"artifact_integrity", "schema", "deterministic_check", "test"})
-_JSON_TYPES = ("application/json", "application/ld+json")
+# The pipeline's stages in spec 13.2 order, as the pages name them.
+STAGES = {
+    "integrity": "Integrity",
+    "schema": "Schema",
+    "deterministic": "Checks",
+    "reviewer": "Reviewer",
+}
+# Evidence origins (artifacts.models.Evidence.ORIGINS) as the final page names them.
+ORIGINS = {
+    "submission": "Worker",
+    "review": "Review pipeline",
+    "reviewer": "Reviewer Agent",
+    "coordinator": "Coordinator decision",
+    "failure": "Failure",
+}
 
 
-@dataclass(slots=True)
-class ArtifactCheck:
-    sha256: str
-    known: bool
-    verified: bool
-    media_type: str
-    size: int | None
-    in_group: bool
+def review_summary(item: WorkItem, *, recheck: bool = False) -> dict[str, Any]:
+    """The pipeline's summary of ``item`` arranged for the portal (reads only,
+    except that ``recheck`` records each blob's integrity through the store).
 
-    @property
-    def short(self) -> str:
-        return f"{self.sha256[:12]}…"
-
-
-@dataclass(slots=True)
-class CriterionReview:
-    id: str
-    description: str
-    evidence_methods: list[str]
-    evidence: list[dict[str, Any]]
-    submitted: bool = True
-
-    @property
-    def result(self) -> str:
-        """pass when every mapped record passes; fail when one fails; else inconclusive,
-        missing (submitted without it) or awaiting (nothing submitted yet)."""
-        results = {e["result"] for e in self.evidence}
-        if not results:
-            return "missing" if self.submitted else "awaiting"
-        if "fail" in results:
-            return "fail"
-        return "pass" if results == {"pass"} else "inconclusive"
-
-
-@dataclass(slots=True)
-class Check:
-    name: str
-    passed: bool
-    detail: str
-
-
-@dataclass(slots=True)
-class ReviewSummary:
-    item: WorkItem
-    submission: Submission | None
-    criteria: list[CriterionReview]
-    artifacts: list[ArtifactCheck]
-    checks: list[Check]
-    worker_checks: list[dict[str, Any]]
-    late_results: int = 0
-    decisions: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def all_checks_pass(self) -> bool:
-        return all(c.passed for c in self.checks)
-
-    def check_evidence(self, producer: str, timestamp: str) -> dict[str, Any]:
-        """The deterministic checks as one Evidence record, retained for final Approval."""
-        failed = [c.name for c in self.checks if not c.passed]
-        summary = "all deterministic checks passed" if not failed else "failed: " + "; ".join(failed)
-        return {
-            "subject": str(self.item.id),
-            "criteria": [c.id for c in self.criteria],
-            "method": "deterministic_check",
-            "result": "pass" if not failed else "fail",
-            "producer": producer,
-            "timestamp": timestamp,
-            "artifacts": [a.sha256 for a in self.artifacts],
-            "summary": summary[:2000],
+    Adds to ``artifacts.review.review_summary``: per criterion ``steps`` (each
+    pipeline result with a label and a short ``why``, in stage order, plus a
+    ``pending`` reviewer step), ``failed`` (the results that failed) and
+    ``stale_artifacts`` (cited Artifacts failing integrity now though the
+    recorded review passed them); per Artifact ``short``, ``ok`` and
+    ``fresh`` (re-hashed on this view); ``retained_by_origin``;
+    ``late_results``. The caller must have checked that the viewer may read
+    the WorkItem's Group (``portal.access.access_mission``).
+    """
+    summary = pipeline_summary(item)
+    fresh = set()
+    if recheck:
+        for a in summary["artifacts"]:
+            if a["media_type"] is not None:  # a Blob row exists: hash its stored bytes again
+                a["integrity"] = blob_integrity(a["sha256"])
+                fresh.add(a["sha256"])
+    failing_now = {a["sha256"] for a in summary["artifacts"] if a["integrity"] in ("mismatch", "missing")}
+    for a in summary["artifacts"]:
+        a["short"] = a["sha256"][:12] + "…"
+        a["ok"] = a["integrity"] == "verified"
+        a["fresh"] = a["sha256"] in fresh
+    pending_review = {c for r in summary["review"]["requests"] for c in r["criteria"]}
+    for c in summary["criteria"]:
+        steps = [
+            {**r, "label": STAGES.get(r["stage"], r["stage"]), "why": describe(r["details"])} for r in c["results"]
+        ]
+        if c["outcome"] == "pending" or (c["id"] in pending_review and not c["reviewer_evidence"]):
+            steps.append({"stage": "reviewer", "label": STAGES["reviewer"], "kind": "reviewer_evidence",
+                          "result": "pending", "artifacts": [], "details": {},
+                          "why": "awaiting a reviewer Agent's Evidence"})  # fmt: skip
+        c["steps"] = steps
+        c["failed"] = [s for s in steps if s["result"] == "fail"]
+        recorded_ok = {
+            sha for s in steps if s["stage"] == "integrity" and s["result"] != "fail" for sha in s["artifacts"]
         }
+        c["stale_artifacts"] = sorted(recorded_ok & failing_now)
+    by_origin: dict[str, list[dict[str, Any]]] = {}
+    for record in summary["retained"]:
+        by_origin.setdefault(record["origin"], []).append(record)
+    summary["retained_by_origin"] = [(ORIGINS.get(o, o), o, by_origin[o]) for o in ORIGINS if o in by_origin]
+    summary["integrity_failures"] = sorted(failing_now)
+    # Results of fenced owners are kept for audit but never reviewed (MWP-WRK-013).
+    summary["late_results"] = Submission.objects.filter(workitem=item, authoritative=False).count()
+    return summary
 
 
-def review_summary(item: WorkItem) -> ReviewSummary:
-    """Gather everything the review of ``item`` shows (reads only)."""
-    submission = Submission.objects.filter(workitem=item, authoritative=True).order_by("-created_at", "-id").first()
-    evidence: list[dict[str, Any]] = list(submission.evidence) if submission else []
-    criteria = [
-        CriterionReview(
-            id=c["id"],
-            description=c["description"],
-            evidence_methods=list(c["evidence_methods"]),
-            evidence=[e for e in evidence if c["id"] in e["criteria"]],
-            submitted=submission is not None,
-        )
-        for c in item.contract["acceptance_criteria"]
-    ]
-    hashes: list[str] = []
-    for sha in (submission.artifacts if submission else []) + [s for e in evidence for s in e["artifacts"]]:
-        if sha not in hashes:
-            hashes.append(sha)
-    artifacts = [_artifact_check(sha, str(item.group_id)) for sha in hashes]
-    checks = _deterministic_checks(item, criteria, artifacts, evidence)
-    return ReviewSummary(
-        item=item,
-        submission=submission,
-        criteria=criteria,
-        artifacts=artifacts,
-        checks=checks,
-        worker_checks=[e for e in evidence if e["method"] in DETERMINISTIC_METHODS],
-        late_results=Submission.objects.filter(workitem=item, authoritative=False).count(),
-        decisions=_decisions(item),
-    )
+def describe(details: dict[str, Any]) -> str:
+    """A check's structured details in a line: empty members left out, hashes shortened."""
+    parts = []
+    for key, value in details.items():
+        if key == "kind" or value in (None, "", [], {}):  # the kind is shown beside it
+            continue
+        if isinstance(value, dict):
+            inner = "; ".join(f"{_short(str(k))}: {v}" for k, v in value.items())
+            parts.append(f"{key} {inner}")
+        elif isinstance(value, list):
+            parts.append(f"{key}: {', '.join(_short(str(v)) for v in value)}")
+        else:
+            parts.append(f"{key}: {_short(str(value))}")
+    return " · ".join(parts)[:600]
 
 
-def _artifact_check(sha: str, group_id: str) -> ArtifactCheck:
-    blob = Blob.objects.filter(sha256=sha).first()
-    if blob is None:
-        return ArtifactCheck(sha, False, False, "", None, False)
-    return ArtifactCheck(
-        sha256=sha,
-        known=True,
-        verified=verify_blob(sha),
-        media_type=blob.media_type,
-        size=blob.size,
-        in_group=BlobGroup.objects.filter(blob=blob, group_id=group_id).exists(),
-    )
-
-
-def _deterministic_checks(
-    item: WorkItem, criteria: list[CriterionReview], artifacts: list[ArtifactCheck], evidence: list[dict[str, Any]]
-) -> list[Check]:
-    uncovered = [c.id for c in criteria if not c.evidence]
-    broken = [a.short for a in artifacts if not a.verified]
-    foreign = [e["subject"] for e in evidence if e["subject"] != str(item.id)]
-    checks = [
-        Check(
-            "Evidence for every acceptance criterion",
-            not uncovered,
-            "all criteria covered" if not uncovered else "missing: " + ", ".join(uncovered),
-        ),
-        Check(
-            "Artifact bytes match their SHA-256",
-            bool(artifacts) and not broken,
-            f"{len(artifacts)} verified"
-            if not broken and artifacts
-            else ("no Artifacts" if not artifacts else "mismatch: " + ", ".join(broken)),
-        ),
-        Check(
-            "Evidence is about this WorkItem",
-            not foreign,
-            "every record names this WorkItem" if not foreign else "other subjects: " + ", ".join(foreign),
-        ),
-        Check(
-            "No Evidence reports a failure",
-            all(e["result"] != "fail" for e in evidence),
-            ", ".join(f"{e['method']}: {e['result']}" for e in evidence) or "no Evidence",
-        ),
-    ]
-    checks.extend(_json_check(a) for a in artifacts if a.verified and a.media_type in _JSON_TYPES)
-    return checks
-
-
-def _json_check(artifact: ArtifactCheck) -> Check:
-    """A JSON Artifact must parse (its declared media type is its output schema here)."""
-    path = Path(settings.MWP_ARTIFACT_ROOT) / blob_name(artifact.sha256)
-    try:
-        with open(path, "rb") as fh:
-            json.load(fh)
-    except (OSError, ValueError) as exc:
-        return Check(f"{artifact.short} is valid JSON", False, str(exc)[:200])
-    return Check(f"{artifact.short} is valid JSON", True, artifact.media_type)
-
-
-def _decisions(item: WorkItem) -> list[dict[str, Any]]:
-    """The review decisions recorded for this WorkItem: accepted or failed results with their Evidence."""
-    from missions.models import GroupEvent
-
-    rows = GroupEvent.objects.filter(
-        group_id=item.group_id,
-        aggregate_kind="workitem",
-        aggregate_id=str(item.id),
-        type__in=("work.result_accepted", "work.failed", "work.child_approved"),
-    ).order_by("sequence")
-    return [
-        {
-            "type": e.type,
-            "sequence": e.sequence,
-            "actor": e.actor,
-            "at": e.occurred_at,
-            "evidence": e.body.get("evidence", []),
-        }
-        for e in rows
-    ]
+def _short(value: str) -> str:
+    return value[:12] + "…" if len(value) == 64 and all(ch in "0123456789abcdef" for ch in value) else value

@@ -293,7 +293,9 @@ def deny(request: HttpRequest, group_id: str, item_id: str) -> HttpResponse:
 def _review_page(
     request: HttpRequest, agent: Agent, access: MissionAccess, item: WorkItem, *, error: str = "", status: int = 200
 ) -> HttpResponse:
-    ctx = {"access": access, "item": item, "review": review_summary(item), "error": error,
+    # The review page hashes the Artifacts' stored bytes again (through the
+    # store), so a blob damaged after the pipeline ran shows as failed.
+    ctx = {"access": access, "item": item, "review": review_summary(item, recheck=True), "error": error,
            "colour": visuals.STATE_COLOURS.get(item.state, "#94a3b8")}  # fmt: skip
     return _page(request, agent, "portal/review.html", ctx, status)
 
@@ -308,19 +310,20 @@ def review(request: HttpRequest, group_id: str, item_id: str) -> HttpResponse:
 @login_required
 @require_POST
 def accept_result(request: HttpRequest, group_id: str, item_id: str) -> HttpResponse:
-    """Accept the result with the review retained as Evidence: the deterministic
-    checks and the Coordinator's own judgement (spec 13.2: retain all results
-    for final human Approval)."""
+    """Accept the result with the Coordinator's judgement retained as Evidence.
+
+    The review pipeline's results (integrity, schema and deterministic
+    checks, reviewer Evidence, combined evaluation) were already retained by
+    ``review.record`` as Evidence of this submission (spec 13.2: retain all
+    results for final human Approval), so the decision carries only the
+    person's own record, citing the Artifacts the review covered.
+    """
     agent, access, item = _item_command(request, group_id, item_id)
     summary = review_summary(item)
     note = (request.POST.get("note") or "").strip() or "reviewed the Evidence of every criterion"
-    now = format_time(datetime.now(UTC))
-    evidence = [
-        summary.check_evidence(str(agent.id), now),
-        human_evidence(str(item.id), [c.id for c in summary.criteria], str(agent.id), "pass", note,
-                       [a.sha256 for a in summary.artifacts]),
-    ]  # fmt: skip
-    outcome = issue(agent, "work.accept_result", str(access.group.id), {"evidence": evidence},
+    evidence = human_evidence(str(item.id), criteria_ids(item.contract), str(agent.id), "pass", note,
+                              [a["sha256"] for a in summary["artifacts"]])  # fmt: skip
+    outcome = issue(agent, "work.accept_result", str(access.group.id), {"evidence": [evidence]},
                     target=workitem_target(item.id, _revision(request)))  # fmt: skip
     if not outcome.ok:
         return _review_page(request, agent, access, item, error=outcome.message, status=outcome.status)
@@ -337,7 +340,7 @@ def fail_result(request: HttpRequest, group_id: str, item_id: str) -> HttpRespon
         return _review_page(request, agent, access, item, error="Say why the result fails.", status=400)
     summary = review_summary(item)
     evidence = human_evidence(str(item.id), criteria_ids(item.contract), str(agent.id), "fail", reason,
-                              [a.sha256 for a in summary.artifacts])  # fmt: skip
+                              [a["sha256"] for a in summary["artifacts"]])  # fmt: skip
     outcome = issue(agent, "work.fail", str(access.group.id), {"evidence": [evidence]},
                     target=workitem_target(item.id, _revision(request)))  # fmt: skip
     if not outcome.ok:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Browser
 
+from artifacts.review import run_review
 from tests.browser.conftest import SHOTS, base_url, shot, sign_in
 from tests.delivery.conftest import Daphne
 from tests.portal.conftest import Person, approval_contract
@@ -53,11 +54,17 @@ def test_a_coordinator_reviews_evidence_and_accepts_the_result(
     server: Daphne, browser: Browser, flow: Flow, cora: Person
 ) -> None:
     item = flow.drive_to("submitted")
+    run_review(item)  # the review pipeline (spec 13.2), synchronously
     page = sign_in(browser, server, "cora")
     page.goto(f"{base_url(server)}/missions/{flow.group}/")
     page.click("text=Review Evidence")
     page.wait_for_selector('[data-criterion="complete"]')
     assert "checked" in page.inner_text('[data-criterion="complete"]')
+    # The pipeline's stages beside the Evidence: integrity ran; an Artifact
+    # without a signed manifest leaves it inconclusive; the reviewer is awaited.
+    integrity = page.locator('[data-criterion="complete"] [data-stage="integrity"]')
+    assert integrity.get_attribute("data-result") == "inconclusive"
+    assert page.get_attribute('[data-criterion="accurate"]', "data-outcome") == "pending"
     assert "hash verified" in (page.text_content(".artifact") or "")
     assert "text/markdown" in page.inner_text(".artifact")
     with page.expect_download() as download:

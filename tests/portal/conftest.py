@@ -7,7 +7,12 @@ is driven by its signed-in Agents through ``Flow``:
 - ``cora``: a person Coordinator (org role ``coordinator``), a ``coordinator`` member;
 - ``wes``: a person with the ``worker`` Group role only;
 - ``nick``: a MissionOwner of the same Organization who owns another Mission
-  (``other_mission``) and is no member of ``mission``.
+  (``other_mission``) and is no member of ``mission``;
+- ``rita``: a reviewer Agent (``reviewer`` member), who receives the review
+  WorkItems the pipeline opens;
+- ``art``: the WorkItem driver with uploads and signed manifests, whose
+  submissions the tests review with ``art.review(item)`` (the pipeline runs
+  synchronously; ``MWP_REVIEW_ON_SUBMIT`` is off).
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from django.test import Client
 from missions.commands import register_agent
 from missions.models import Agent, Group
 from portal.actions import issue
-from tests.conftest import AgentKey, group_revision
+from tests.artifacts.conftest import Artifacts
+from tests.conftest import AgentKey, group_revision, make_agent
 from tests.workitems.flow import Flow, contract
 
 
@@ -54,6 +60,26 @@ def add_member(owner: AgentKey, group: str, agent: Agent, roles: list[str]) -> N
 @pytest.fixture(autouse=True)
 def _artifact_root(settings: Any, tmp_path: Any) -> None:
     settings.MWP_ARTIFACT_ROOT = str(tmp_path / "artifacts")
+    settings.MWP_REVIEW_ON_SUBMIT = "off"  # the tests run the review pipeline themselves
+
+
+@pytest.fixture
+def art(
+    mission: dict[str, str], owner: AgentKey, coordinator: AgentKey, worker: AgentKey, worker2: AgentKey
+) -> Artifacts:
+    return Artifacts(mission, owner, coordinator, worker, worker2)
+
+
+@pytest.fixture
+def rita(mission: dict[str, str], owner: AgentKey) -> AgentKey:
+    agent = make_agent("acme", "Rita Reviewer", ["worker"])
+    owner.send(
+        "membership.add",
+        mission["group"],
+        {"agent": agent.id, "roles": ["reviewer"]},
+        target={"kind": "group", "id": mission["group"], "revision": group_revision(mission["group"])},
+    )
+    return agent
 
 
 @pytest.fixture

@@ -3,20 +3,37 @@
 from __future__ import annotations
 
 from missions.models import Mission
+from tests.artifacts.conftest import Artifacts
 from tests.conftest import group_revision, nothing_written
 from tests.portal.conftest import Person, add_member, events_of, make_person
+from tests.portal.test_review import submitted
 from tests.workitems.flow import Flow
 
 
-def test_the_final_page_shows_every_retained_review_result_spec_13_2(flow: Flow, pat: Person, cora: Person) -> None:
-    item = flow.drive_to("submitted")
-    cora.client.post(f"/missions/{flow.group}/workitems/{item}/accept",
-                     {"revision": flow.item(item).revision, "note": "matches the survey"})  # fmt: skip
-    html = pat.client.get(f"/missions/{flow.group}/final/").content.decode()
-    assert "work.result_accepted" in html
-    assert "matches the survey" in html
-    assert "all deterministic checks passed" in html
+def test_the_final_page_shows_every_retained_review_result_spec_13_2(art: Artifacts, pat: Person, cora: Person) -> None:
+    item, sha = submitted(art)
+    cora.client.post(f"/missions/{art.group}/workitems/{item}/accept",
+                     {"revision": art.item(item).revision, "note": "matches the survey"})  # fmt: skip
+    html = pat.client.get(f"/missions/{art.group}/final/").content.decode()
+    card = html[html.index('<section class="card result"') :]
+    assert 'data-outcome="pending"' in card  # accurate still awaits a reviewer
+    assert 'data-stage="schema" data-kind="json_schema"' in card
+    assert f"{sha[:12]}… verified" in card
+    coordinator = card[card.index('data-origin="coordinator"') :]
+    assert "matches the survey" in coordinator[:800]
+    pipeline = card[card.index('data-origin="review"') :]
+    assert "schema: json_schema pass" in pipeline[:3000] and "combined: combined_evaluation" in pipeline[:3000]
+    assert 'data-origin="submission"' in card
     assert 'id="approve-mission"' in html
+
+
+def test_a_failed_check_shows_as_failed_on_the_final_page_13_2(art: Artifacts, pat: Person) -> None:
+    item, _ = submitted(art, b'{"title": "no rows"}')
+    html = pat.client.get(f"/missions/{art.group}/final/").content.decode()
+    card = html[html.index('<section class="card result"') :]
+    assert 'data-outcome="fail"' in card
+    complete = card[card.index('data-criterion="complete"') : card.index('data-criterion="accurate"')]
+    assert "✘ Schema: json_schema" in complete and "required property" in complete
 
 
 def test_approve_issues_mission_approve(flow: Flow, pat: Person) -> None:
