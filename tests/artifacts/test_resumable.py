@@ -237,3 +237,48 @@ def test_the_part_file_is_never_left_half_appended(art: Artifacts) -> None:
     with pytest.raises(ProtocolError):
         append_chunk(upload, Agent.objects.get(id=art.worker.id), 0, io.BytesIO(b"short"), 50)
     assert os.path.getsize(uploads_dir() / f"{upload}.part") == 0
+
+
+class _ClientHttp:
+    """``mwworker``'s ``_Http`` with its wire replaced by Django's test client;
+    ``lose`` names PATCH offsets whose answer is lost once (the chunk arrives)."""
+
+    def __new__(cls, art: Artifacts, lose: set[int]) -> Any:
+        from mwworker.runtime import _Http
+
+        class Http(_Http):
+            calls: list[tuple[str, str, int]] = []
+
+            def _call(self, method, path, token, body, data, content_type, headers=None):  # type: ignore[no-untyped-def]
+                client, auth = art.client(art.worker)
+                extra = {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in (headers or {}).items()}
+                response = client.generic(method, path, data=data or b"", content_type=content_type, **auth, **extra)
+                self.calls.append((method, path.split("?")[0], len(data or b"")))
+                offset = int((headers or {}).get("Upload-Offset", -1))
+                if method == "PATCH" and offset in lose:
+                    lose.discard(offset)
+                    raise ConnectionResetError("answer lost")
+                return response.status_code, json.loads(response.content or b"null")
+
+        return Http("http://portal")
+
+
+def test_the_worker_runtime_uploads_past_chunk_max_in_chunks_and_resumes(art: Artifacts) -> None:
+    http = _ClientHttp(art, lose={CHUNK_MAX})
+    content = content_of(20 * CHUNK_MAX + 5)  # past the 1 MiB a Worker sends in one request
+    sha = http.put_artifact_blocking(art.worker.extra["token"], art.group, content, "text/csv")
+    assert sha == hashlib.sha256(content).hexdigest()
+    assert Blob.objects.get(sha256=sha).size == len(content)
+    patches = [c for c in http.calls if c[0] == "PATCH"]
+    assert len(patches) == 21 and max(size for _, _, size in patches) == CHUNK_MAX
+    # The lost answer: the runtime asked where to resume (the chunk had arrived: not resent).
+    assert [c[0] for c in http.calls].count("GET") == 1
+    assert http.chunk_max == CHUNK_MAX
+    # Now that the portal's chunk_max is known, a small Artifact still takes one request,
+    # and one over chunk_max (but under 1 MiB) takes the resumable path.
+    http.calls.clear()
+    assert http.put_artifact_blocking(art.worker.extra["token"], art.group, b"small", "text/plain")
+    assert [c[1] for c in http.calls] == ["/api/v1/artifacts"]
+    http.calls.clear()
+    http.put_artifact_blocking(art.worker.extra["token"], art.group, content_of(CHUNK_MAX + 1), "text/plain")
+    assert [c[0] for c in http.calls] == ["POST", "PATCH", "PATCH", "POST"]
