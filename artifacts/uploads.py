@@ -132,6 +132,14 @@ def _locked(upload_id: str) -> Iterator[BinaryIO]:
         raise _not_found(upload_id) from None
     try:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        # A completion (or the stale sweep) that held the lock before us
+        # moved or deleted the file: what we opened is no longer the upload.
+        try:
+            same = os.path.samestat(os.fstat(fh.fileno()), os.stat(part))
+        except FileNotFoundError:
+            same = False
+        if not same:
+            raise _not_found(upload_id)
         yield fh
     finally:
         fh.close()

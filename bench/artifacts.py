@@ -1,6 +1,6 @@
 """Artifact upload and download through the real HTTP API against a plain file copy.
 
-    python bench/artifacts.py [--quick] [--server daphne|wsgi] [--size-mib N]
+    python bench/artifacts.py [--quick] [--server daphne|wsgi] [--size-mib N] [--chunk-mib N]
 
 What it measures (spec 13.1; issue 8):
 
@@ -269,8 +269,10 @@ def upload_resumable(port: int, token: str, group: str, src: Path, size: int, sh
             if status != 204:
                 raise RuntimeError(f"PATCH at {offset} answered {status}: {payload[:300]!r}")
             offset += len(chunk)
+    chunks_done = time.perf_counter()
     status, payload = call("POST", f"{url}/complete?sha256={sha}")
     elapsed = time.perf_counter() - start
+    log(f"resumable upload: chunks {chunks_done - start:.2f} s, complete {elapsed - (chunks_done - start):.2f} s")
     conn.close()
     if status != 201:
         raise RuntimeError(f"upload complete answered {status}: {payload[:300]!r}")
@@ -334,13 +336,15 @@ def wait_ready(port: int, proc: subprocess.Popen[bytes], workdir: Path) -> None:
     raise RuntimeError("the server did not come up within 60 s")
 
 
-def measure(kind: str, size: int, workdir: Path) -> dict[str, Any]:
+def measure(kind: str, size: int, workdir: Path, chunk_mib: int | None = None) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MWP_")}
     env.update({
         "MWP_VAR_DIR": str(workdir / "var"), "MWP_DATABASE_URL": f"sqlite:///{workdir / 'var' / 'bench.sqlite3'}",
         "MWP_ARTIFACT_ROOT": str(workdir / "store"), "MWP_DEBUG": "0", "MWP_ARTIFACT_MAX_BYTES": str(size + 1),
         "MWP_LOG_LEVEL": "WARNING", "DJANGO_SETTINGS_MODULE": "mwportal.settings", "PYTHONPATH": str(ROOT),
     })  # fmt: skip
+    if chunk_mib:
+        env["MWP_ARTIFACT_CHUNK_BYTES"] = str(chunk_mib * MIB)
     (workdir / "var").mkdir(parents=True, exist_ok=True)
     log("setting up fixtures (migrate, Organization, Agent, Mission Group)")
     setup = subprocess.run(  # noqa: S603 (this script, this interpreter)
@@ -448,6 +452,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="256 MiB instead of 1 GiB (under two minutes)")
     parser.add_argument("--server", choices=["wsgi", "daphne"], default="daphne")
     parser.add_argument("--size-mib", type=int, default=None, help="the Artifact's size (default 1024; quick 256)")
+    parser.add_argument("--chunk-mib", type=int, default=None, help="the portal's chunk_max (default: its setting)")
     parser.add_argument("--setup", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.setup:
@@ -457,7 +462,7 @@ def main() -> int:
     base = Path(os.environ.get("MWP_BENCH_TMP", tempfile.gettempdir()))
     with tempfile.TemporaryDirectory(prefix="mwp-bench-artifacts-", dir=base) as tmp:
         try:
-            measured = measure(args.server, size, Path(tmp))
+            measured = measure(args.server, size, Path(tmp), args.chunk_mib)
         except Exception as exc:  # the report says what broke; exit 1
             log(f"bench/artifacts.py failed: {exc}")
             print(f"RESULT bench={BENCH} metric=ratio_vs_copy value=nan target>={TARGET_RATIO} ok=false")

@@ -282,3 +282,44 @@ def test_the_worker_runtime_uploads_past_chunk_max_in_chunks_and_resumes(art: Ar
     http.calls.clear()
     http.put_artifact_blocking(art.worker.extra["token"], art.group, content_of(CHUNK_MAX + 1), "text/plain")
     assert [c[0] for c in http.calls] == ["POST", "PATCH", "PATCH", "POST"]
+
+
+def test_a_request_that_waited_on_a_completion_finds_no_upload(art: Artifacts, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Completion moves the part file under its hash while holding its lock; a
+    PATCH or completion that opened it before must not touch the stored blob."""
+    import threading
+
+    from artifacts.uploads import _locked, complete_upload
+    from missions.models import Agent, Group
+    from mwportal.protocol import ProtocolError
+
+    upload = new_upload(art, 10)
+    assert patch(art, upload, 0, b"0123456789").status_code == 204
+    agent, group = Agent.objects.get(id=art.worker.id), Group.objects.get(id=art.group)
+    release = threading.Event()
+    outcome: list[object] = []
+
+    def waiter() -> None:
+        release.wait()
+        try:
+            with _locked(upload):
+                outcome.append("entered")
+        except ProtocolError as exc:
+            outcome.append(exc.code)
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    import artifacts.uploads as uploads
+
+    real_put = uploads.put_staged
+
+    def put_while_another_waits(*args: Any) -> Any:
+        release.set()  # the waiter now blocks on the lock we hold
+        time.sleep(0.2)  # time for the waiter to open the part file and block on its lock
+        return real_put(*args)
+
+    monkeypatch.setattr(uploads, "put_staged", put_while_another_waits)
+    blob = complete_upload(upload, agent, group, None)
+    thread.join(5)
+    assert outcome == ["NOT_FOUND"]
+    assert (Path(settings.MWP_ARTIFACT_ROOT) / blob_name(blob.sha256)).read_bytes() == b"0123456789"
