@@ -152,9 +152,14 @@ class ResumableUploadView(APIView):
     parser_classes = [_RawParser]
 
     @extend_schema(
-        responses={200: OpenApiResponse(description='{"upload", "offset", "length", "media_type", "group", '
-                                                    '"chunk_max"}; header Upload-Offset'), **ERRORS},
-    )  # fmt: skip
+        responses={
+            200: OpenApiResponse(
+                description='{"upload", "offset", "length", "media_type", "group", "chunk_max"}; '
+                "headers Upload-Offset, Upload-Length (HEAD: the headers alone)"
+            ),
+            **ERRORS,
+        },
+    )
     def get(self, request: Request, upload_id: str) -> Response:
         meta = load_upload(upload_id, request_agent(request))
         return Response(
