@@ -66,7 +66,7 @@ def check_sha256(value: object, field: str = "sha256") -> str:
     return value
 
 
-def _spool_dir() -> Path:
+def spool_dir() -> Path:
     store = storage()
     base = Path(store.location) if isinstance(store, FileSystemStorage) else Path(tempfile.gettempdir())
     spool = base / "tmp"
@@ -100,7 +100,7 @@ def store_bytes(stream: BinaryIO, media_type: str, max_bytes: int, expected_size
     """
     digest = hashlib.sha256()
     size = 0
-    fd, tmp_path = tempfile.mkstemp(dir=_spool_dir())
+    fd, tmp_path = tempfile.mkstemp(dir=spool_dir())
     try:
         with os.fdopen(fd, "wb") as out:
             for chunk in _read_ahead(stream):
@@ -120,11 +120,28 @@ def store_bytes(stream: BinaryIO, media_type: str, max_bytes: int, expected_size
                     {"field": "body"},
                 )
             os.fsync(out.fileno())
-        sha = digest.hexdigest()
-        _put(sha, tmp_path)
+        return put_staged(tmp_path, digest.hexdigest(), size, media_type)
     finally:
         if os.path.exists(tmp_path):
             os.unlink(tmp_path)
+
+
+def hash_file(path: str | Path) -> tuple[str, int]:
+    """The SHA-256 and size of a staged file, read ``CHUNK`` bytes at a time."""
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def put_staged(tmp_path: str, sha: str, size: int, media_type: str) -> Blob:
+    """Move a staged, fsynced file whose bytes hash to ``sha`` under its hash
+    and keep the ``Blob`` index row: the one step every upload ends with
+    (a single request, ``store_bytes``; a resumable one, ``artifacts.uploads``)."""
+    _put(sha, tmp_path)
     now = timezone.now()
     blob, created = Blob.objects.get_or_create(
         sha256=sha,

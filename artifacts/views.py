@@ -6,10 +6,19 @@
 - ``GET /api/v1/workitems/{id}/review`` the review summary (``artifacts.review``);
 - ``GET /api/v1/groups/{id}/context-packages[/{package}[/events]]``.
 
+- ``POST /api/v1/artifacts/uploads?group=`` (``Upload-Length``) starts a
+  resumable upload, ``PATCH /api/v1/artifacts/uploads/{id}``
+  (``Upload-Offset``) appends a chunk of at most ``MWP_ARTIFACT_CHUNK_BYTES``,
+  ``HEAD``/``GET`` on it tell the offset to resume from, and
+  ``POST /api/v1/artifacts/uploads/{id}/complete[?sha256=]`` stores the
+  Artifact (``artifacts.uploads``).
+
 The upload and download stream in ``CHUNK``-sized pieces under WSGI and
-ASGI alike. Under daphne, though, an upload's body is queued whole by daphne
-itself before the view runs (daphne 4.2 has no request backpressure), so the
-server holds it in memory; WSGI servers do not (bench/artifacts.py).
+ASGI alike. Under daphne, though, a request's body is queued whole by daphne
+itself before the view runs (daphne 4.2 has no request backpressure), so
+under ASGI a single-request upload larger than a chunk is refused (MALFORMED,
+naming the resumable endpoint): large Artifacts arrive chunk by chunk, and
+the server never holds more than a chunk of one (bench/artifacts.py).
 
 Reads only: the signed manifest arrives with ``artifact.publish``, Context
 Packages with ``context.publish``/``context.forward``, through
@@ -34,12 +43,13 @@ from missions.access import access_group
 from missions.auth import request_agent
 from missions.models import GroupEvent
 from missions.views import ERRORS
-from mwportal.protocol import malformed, parse_uuid
+from mwportal.protocol import ErrorCode, ProtocolError, malformed, parse_uuid
 
 from .access import access_blob, access_context_package, access_workitem, member_groups
 from .models import Artifact, ArtifactSource, ContextForward, ContextPackage
 from .review import review_summary
 from .store import achunks, check_served, check_sha256, open_verified, store_stream
+from .uploads import append_chunk, chunk_max, complete_upload, create_upload, load_upload
 
 
 class _RawParser(BaseParser):
@@ -62,17 +72,156 @@ class ArtifactUploadView(APIView):
     def post(self, request: Request) -> Response:
         agent = request_agent(request)
         group = access_group(agent, parse_uuid(request.query_params.get("group"), "group"))
-        media_type = (request.content_type or "application/octet-stream").split(";")[0].strip()
-        if not media_type or "/" not in media_type:
-            raise malformed("Content-Type", "must be a media type such as application/json")
+        media_type = _media_type(request)
+        declared = request._request.META.get("CONTENT_LENGTH") or ""
+        if isinstance(request._request, ASGIRequest) and declared.isdigit() and int(declared) > chunk_max():
+            # daphne has queued the whole body in memory before this view
+            # runs: past a chunk, Artifacts take the resumable upload.
+            raise malformed(
+                "body",
+                f"under ASGI a single-request upload is at most {chunk_max()} bytes; "
+                "use the resumable upload: POST /api/v1/artifacts/uploads?group=",
+            )
         # The Django request is a file-like stream of the body: read in
         # chunks, never whole (a 1 GiB Artifact never sits in memory).
         stream = cast(BinaryIO, request._request)
-        declared = request._request.META.get("CONTENT_LENGTH") or ""
         blob = store_stream(
             stream, media_type, group, agent, settings.MWP_ARTIFACT_MAX_BYTES,
             int(declared) if declared.isdigit() else None,
         )  # fmt: skip
+        return Response({"sha256": blob.sha256, "size": blob.size, "media_type": blob.media_type}, status=201)
+
+
+def _media_type(request: Request) -> str:
+    media_type = (request.content_type or "application/octet-stream").split(";")[0].strip()
+    if not media_type or "/" not in media_type:
+        raise malformed("Content-Type", "must be a media type such as application/json")
+    return media_type
+
+
+def _header_int(request: Request, name: str) -> int:
+    raw = request.headers.get(name, "")
+    if not raw.isdigit():
+        raise malformed(name, "must be a non-negative integer (bytes)")
+    return int(raw)
+
+
+def _upload_view(upload_id: str, meta: dict[str, Any]) -> dict[str, Any]:
+    return {"upload": upload_id, "offset": meta["offset"], "length": meta["length"],
+            "media_type": meta["media_type"], "group": meta["group"], "chunk_max": chunk_max()}  # fmt: skip
+
+
+UPLOAD_HEADERS = {"Cache-Control": "no-store"}
+
+
+class ResumableUploadCreateView(APIView):
+    """Start a resumable upload of ``Upload-Length`` bytes into a Group."""
+
+    parser_classes = [_RawParser]
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("group", str, required=True, description="the Group the Artifact belongs to"),
+            OpenApiParameter(
+                "Upload-Length",
+                int,
+                OpenApiParameter.HEADER,
+                required=True,
+                description="the Artifact's size in bytes (at most MWP_ARTIFACT_MAX_BYTES)",
+            ),
+        ],  # fmt: skip
+        request=None,
+        responses={201: OpenApiResponse(description='{"upload", "offset": 0, "chunk_max"}'), **ERRORS},
+    )
+    def post(self, request: Request) -> Response:
+        agent = request_agent(request)
+        group = access_group(agent, parse_uuid(request.query_params.get("group"), "group"))
+        media_type = _media_type(request)
+        length = _header_int(request, "Upload-Length")
+        upload_id = create_upload(group, agent, media_type, length)
+        return Response(
+            {"upload": upload_id, "offset": 0, "length": length, "chunk_max": chunk_max()},
+            status=201,
+            headers={"Location": f"/api/v1/artifacts/uploads/{upload_id}", "Upload-Offset": "0", **UPLOAD_HEADERS},
+        )
+
+
+class ResumableUploadView(APIView):
+    """A resumable upload: its offset (``HEAD``/``GET``), and a chunk appended (``PATCH``)."""
+
+    parser_classes = [_RawParser]
+
+    @extend_schema(
+        responses={
+            200: OpenApiResponse(
+                description='{"upload", "offset", "length", "media_type", "group", "chunk_max"}; '
+                "headers Upload-Offset, Upload-Length (HEAD: the headers alone)"
+            ),
+            **ERRORS,
+        },
+    )
+    def get(self, request: Request, upload_id: str) -> Response:
+        meta = load_upload(upload_id, request_agent(request))
+        return Response(
+            _upload_view(upload_id, meta),
+            headers={"Upload-Offset": str(meta["offset"]), "Upload-Length": str(meta["length"]), **UPLOAD_HEADERS},
+        )
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "Upload-Offset",
+                int,
+                OpenApiParameter.HEADER,
+                required=True,
+                description="the bytes received so far (where this chunk goes)",
+            ),
+        ],  # fmt: skip
+        request={"application/offset+octet-stream": bytes},
+        responses={
+            204: OpenApiResponse(description="appended and fsynced; header Upload-Offset: the new offset"),
+            **ERRORS,
+            409: OpenApiResponse(
+                description="REVISION_MISMATCH: wrong Upload-Offset; details.offset and the "
+                "Upload-Offset header say where to resume"
+            ),
+        },  # fmt: skip
+    )
+    def patch(self, request: Request, upload_id: str) -> Response:
+        agent = request_agent(request)
+        offset = _header_int(request, "Upload-Offset")
+        size = _header_int(request, "Content-Length")
+        try:
+            new_offset = append_chunk(upload_id, agent, offset, cast(BinaryIO, request._request), size)
+        except ProtocolError as exc:
+            if exc.code != ErrorCode.REVISION_MISMATCH:
+                raise
+            return Response(exc.as_dict(), status=409, headers={"Upload-Offset": str(exc.details["offset"])})
+        return Response(status=204, headers={"Upload-Offset": str(new_offset), **UPLOAD_HEADERS})
+
+
+class ResumableUploadCompleteView(APIView):
+    """Store a fully received upload under its SHA-256 (and record the Group holding it)."""
+
+    @extend_schema(
+        parameters=[OpenApiParameter("sha256", str, description="the SHA-256 the client expects the bytes to have")],
+        request=None,
+        responses={
+            201: OpenApiResponse(description='{"sha256", "size", "media_type"}'),
+            **ERRORS,
+            409: OpenApiResponse(
+                description="ARTIFACT_HASH_MISMATCH: the bytes do not hash to ?sha256= (the upload is dropped)"
+            ),
+        },  # fmt: skip
+    )
+    def post(self, request: Request, upload_id: str) -> Response:
+        agent = request_agent(request)
+        expected = request.query_params.get("sha256")
+        if expected is not None:
+            check_sha256(expected)
+        meta = load_upload(upload_id, agent)
+        group = access_group(agent, meta["group"])  # still a member
+        blob = complete_upload(upload_id, agent, group, expected)
         return Response({"sha256": blob.sha256, "size": blob.size, "media_type": blob.media_type}, status=201)
 
 

@@ -134,6 +134,12 @@ MWP_ONLINE_REPLAY_EVENTS = int(os.environ.get("MWP_ONLINE_REPLAY_EVENTS", "10000
 MWP_SESSION_REQUEST_MAX_SKEW_SECONDS = 300
 MWP_ARTIFACT_ROOT = os.environ.get("MWP_ARTIFACT_ROOT", str(VAR_DIR / "artifacts"))
 MWP_ARTIFACT_MAX_BYTES = int(os.environ.get("MWP_ARTIFACT_MAX_BYTES", str(2 * 1024**3)))
+# The largest body of one request of a resumable upload (PATCH
+# /api/v1/artifacts/uploads/{id}); under ASGI also the largest single-request
+# upload (daphne holds a request body whole in memory).
+MWP_ARTIFACT_CHUNK_BYTES = int(os.environ.get("MWP_ARTIFACT_CHUNK_BYTES", str(8 * 1024**2)))
+# A resumable upload not completed within this long is deleted.
+MWP_ARTIFACT_UPLOAD_TTL_SECONDS = int(os.environ.get("MWP_ARTIFACT_UPLOAD_TTL_SECONDS", "86400"))
 # The storage class of Artifact bytes (dotted path; empty: a FileSystemStorage
 # under MWP_ARTIFACT_ROOT).
 MWP_ARTIFACT_STORAGE = os.environ.get("MWP_ARTIFACT_STORAGE", "")

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import random
@@ -700,6 +701,7 @@ class _Http:
 
     def __init__(self, base: str):
         self.base = base.rstrip("/")
+        self.chunk_max: int | None = None  # the portal's, once a resumable upload told it
 
     async def call(
         self,
@@ -714,7 +716,14 @@ class _Http:
         return await asyncio.to_thread(self._call, method, path, token, body, data, content_type)
 
     def _call(
-        self, method: str, path: str, token: str | None, body: Any, data: bytes | None, content_type: str
+        self,
+        method: str,
+        path: str,
+        token: str | None,
+        body: Any,
+        data: bytes | None,
+        content_type: str,
+        headers: dict[str, str] | None = None,
     ) -> tuple[int, Any]:
         url = path if path.startswith(("http://", "https://")) else self.base + path
         if body is not None:
@@ -724,6 +733,8 @@ class _Http:
             request.add_header("Content-Type", content_type)
         if token is not None:
             request.add_header("Authorization", f"Bearer {token}")
+        for name, value in (headers or {}).items():
+            request.add_header(name, value)
         try:
             with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
                 return response.status, json.loads(response.read() or b"null")
@@ -733,6 +744,69 @@ class _Http:
                 return exc.code, json.loads(raw)
             except ValueError:
                 return exc.code, {"error": {"code": "HTTP", "message": raw[:200].decode("utf-8", "replace")}}
+
+    async def put_artifact(self, token: str | None, group: str, data: bytes, media_type: str) -> str:
+        return await asyncio.to_thread(self.put_artifact_blocking, token, group, data, media_type)
+
+    def put_artifact_blocking(self, token: str | None, group: str, data: bytes, media_type: str) -> str:
+        """Upload ``data`` as an Artifact of ``group``; its SHA-256.
+
+        Up to the portal's ``chunk_max`` (until known: ``SINGLE_UPLOAD_BYTES``)
+        in one request; larger through the resumable upload, a chunk per
+        request (under daphne a request body sits whole in the portal's
+        memory), resuming from the portal's offset after a lost answer.
+        """
+        if len(data) <= (self.chunk_max or SINGLE_UPLOAD_BYTES):
+            status, payload = self._call("POST", f"/api/v1/artifacts?group={group}", token, None, data, media_type)
+            if status != 201:
+                raise _error_of(status, payload)
+            return str(payload["sha256"])
+        sha = hashlib.sha256(data).hexdigest()
+        status, payload = self._call(
+            "POST", f"/api/v1/artifacts/uploads?group={group}", token, None, b"", media_type,
+            {"Upload-Length": str(len(data))},
+        )  # fmt: skip
+        if status != 201:
+            raise _error_of(status, payload)
+        self.chunk_max = chunk_max = int(payload["chunk_max"])
+        url = f"/api/v1/artifacts/uploads/{payload['upload']}"
+        offset, tries = 0, 0
+        while offset < len(data):
+            chunk = data[offset : offset + chunk_max]
+            try:
+                status, payload = self._call(
+                    "PATCH", url, token, None, chunk, "application/offset+octet-stream", {"Upload-Offset": str(offset)}
+                )
+            except OSError:  # the answer was lost: ask the portal where to resume
+                tries += 1
+                if tries > UPLOAD_RETRIES:
+                    raise
+                status, payload = self._call("GET", url, token, None, None, "application/json")
+                if status != 200:
+                    raise _error_of(status, payload) from None
+                offset = int(payload["offset"])
+                continue
+            if status == 204:
+                offset += len(chunk)
+            elif status == 409 and (resume := _resume_offset(payload)) is not None and resume != offset:
+                offset = resume
+            else:
+                raise _error_of(status, payload)
+        status, payload = self._call("POST", f"{url}/complete?sha256={sha}", token, None, b"", "application/json")
+        if status != 201:
+            raise _error_of(status, payload)
+        return str(payload["sha256"])
+
+
+SINGLE_UPLOAD_BYTES = 1024 * 1024  # one request up to this before the portal's chunk_max is known
+UPLOAD_RETRIES = 5
+
+
+def _resume_offset(payload: Any) -> int | None:
+    err = payload.get("error") if isinstance(payload, dict) else None
+    details = err.get("details") if isinstance(err, dict) else None
+    offset = details.get("offset") if isinstance(details, dict) else None
+    return offset if isinstance(offset, int) else None
 
 
 def _error_of(status: int, payload: Any) -> Refused:
@@ -1693,13 +1767,7 @@ class Worker:
         if op == "effect.settle":
             return await asyncio.to_thread(self.store.side_effect_settle, args["key"], args["status"], args["receipt"])
         if op == "artifact":
-            status, payload = await self._http.call(
-                "POST", f"/api/v1/artifacts?group={slot.group}", token=self._token, data=args["data"],
-                content_type=args["media_type"],
-            )  # fmt: skip
-            if status != 201:
-                raise _error_of(status, payload)
-            return payload["sha256"]
+            return await self._http.put_artifact(self._token, slot.group, args["data"], args["media_type"])
         raise ValueError(f"unknown slot request {op}")
 
     async def _checkpoint(self, slot: _Slot, args: dict[str, Any]) -> str:

@@ -1,0 +1,210 @@
+"""Resumable, chunked uploads (tus-like): each HTTP request carries at most
+``MWP_ARTIFACT_CHUNK_BYTES``, so no server (daphne queues a request body
+whole) ever holds more than a chunk of an Artifact in memory.
+
+1. ``create_upload`` stages an empty ``<spool>/uploads/<id>.part`` and a small
+   ``<id>.json`` (group, agent, media type, length, created);
+2. ``append_chunk`` appends a chunk at the offset the client names, which
+   must be the bytes received so far (else REVISION_MISMATCH with the current
+   offset: the client resumes from there), and fsyncs;
+3. ``complete_upload`` hashes the staged file (streaming), checks the
+   client's expected hash (ARTIFACT_HASH_MISMATCH, and the upload is
+   dropped), then stores it like a single-request upload (``put_staged``)
+   and records the Group holding it (``link_to_group``, through ``accept()``).
+
+Staging is content, not authoritative state: files, no model. Only the Agent
+that created an upload sees it (anyone else: NOT_FOUND). An upload older than
+``MWP_ARTIFACT_UPLOAD_TTL_SECONDS`` is deleted when it is next touched and by
+the sweep each ``create_upload`` runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from django.conf import settings
+
+from missions.models import Agent, Group
+from mwportal.protocol import ErrorCode, ProtocolError, malformed
+
+from .models import Blob
+from .store import CHUNK, hash_file, link_to_group, put_staged, spool_dir
+
+UPLOAD_ID_RE = re.compile(r"^[0-9a-f]{32}$")
+
+
+def chunk_max() -> int:
+    return int(settings.MWP_ARTIFACT_CHUNK_BYTES)
+
+
+def uploads_dir() -> Path:
+    path = spool_dir() / "uploads"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _paths(upload_id: str) -> tuple[Path, Path]:
+    base = uploads_dir()
+    return base / f"{upload_id}.part", base / f"{upload_id}.json"
+
+
+def _not_found(upload_id: str) -> ProtocolError:
+    return ProtocolError(ErrorCode.NOT_FOUND, f"no upload {upload_id}", {"upload": upload_id})
+
+
+def _is_stale(meta: dict[str, Any], now: float) -> bool:
+    return now - float(meta.get("created", 0)) > settings.MWP_ARTIFACT_UPLOAD_TTL_SECONDS
+
+
+def _delete(upload_id: str) -> None:
+    for path in _paths(upload_id):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def sweep_stale_uploads(now: float | None = None) -> int:
+    """Delete the uploads older than the TTL; how many went."""
+    now = time.time() if now is None else now
+    gone = 0
+    for meta_path in uploads_dir().glob("*.json"):
+        try:
+            meta = json.loads(meta_path.read_text())
+        except (OSError, ValueError):
+            meta = {}
+        if _is_stale(meta, now):
+            _delete(meta_path.stem)
+            gone += 1
+    return gone
+
+
+def create_upload(group: Group, agent: Agent, media_type: str, length: int) -> str:
+    """Stage an empty upload of ``length`` bytes; its id."""
+    if not 0 < length <= settings.MWP_ARTIFACT_MAX_BYTES:
+        raise malformed("Upload-Length", f"must be from 1 to {settings.MWP_ARTIFACT_MAX_BYTES} bytes")
+    sweep_stale_uploads()
+    upload_id = uuid.uuid4().hex
+    part, meta_path = _paths(upload_id)
+    part.touch(exist_ok=False)
+    meta = {"group": str(group.id), "agent": str(agent.id), "media_type": media_type, "length": length,
+            "created": time.time()}  # fmt: skip
+    tmp = meta_path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(meta))
+    os.replace(tmp, meta_path)
+    return upload_id
+
+
+def load_upload(upload_id: str, agent: Agent) -> dict[str, Any]:
+    """The upload's meta (with its current ``offset``) if ``agent`` created it; NOT_FOUND otherwise."""
+    if not isinstance(upload_id, str) or not UPLOAD_ID_RE.match(upload_id):
+        raise _not_found(str(upload_id))
+    part, meta_path = _paths(upload_id)
+    try:
+        meta: dict[str, Any] = json.loads(meta_path.read_text())
+        offset = part.stat().st_size
+    except (OSError, ValueError):
+        raise _not_found(upload_id) from None
+    if meta.get("agent") != str(agent.id):
+        raise _not_found(upload_id)
+    if _is_stale(meta, time.time()):
+        _delete(upload_id)
+        raise _not_found(upload_id)
+    meta["offset"] = offset
+    return meta
+
+
+@contextlib.contextmanager
+def _locked(upload_id: str) -> Iterator[BinaryIO]:
+    """The part file opened for appending, under an exclusive lock (one
+    PATCH or completion at a time per upload)."""
+    part, _ = _paths(upload_id)
+    try:
+        fh = open(part, "r+b")  # noqa: SIM115 (closed below)
+    except FileNotFoundError:
+        raise _not_found(upload_id) from None
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        # A completion (or the stale sweep) that held the lock before us
+        # moved or deleted the file: what we opened is no longer the upload.
+        try:
+            same = os.path.samestat(os.fstat(fh.fileno()), os.stat(part))
+        except FileNotFoundError:
+            same = False
+        if not same:
+            raise _not_found(upload_id)
+        yield fh
+    finally:
+        fh.close()
+
+
+def offset_mismatch(current: int, offset: int) -> ProtocolError:
+    return ProtocolError(
+        ErrorCode.REVISION_MISMATCH,
+        f"Upload-Offset: the upload holds {current} bytes, not {offset}; resume from {current}",
+        {"field": "Upload-Offset", "offset": current},
+    )
+
+
+def append_chunk(upload_id: str, agent: Agent, offset: int, stream: BinaryIO, size: int) -> int:
+    """Append ``size`` bytes of ``stream`` at ``offset`` (which must be the
+    bytes received so far) and fsync; the new offset. A body that ends early
+    appends nothing."""
+    meta = load_upload(upload_id, agent)
+    if size > chunk_max():
+        raise malformed("body", f"a chunk is at most {chunk_max()} bytes")
+    with _locked(upload_id) as fh:
+        current = os.fstat(fh.fileno()).st_size
+        if offset != current:
+            raise offset_mismatch(current, offset)
+        if current + size > meta["length"]:
+            raise malformed("body", f"runs past Upload-Length ({meta['length']} bytes)")
+        fh.seek(current)
+        written = 0
+        try:
+            while written < size:
+                chunk = stream.read(min(CHUNK, size - written))
+                if not chunk:
+                    raise malformed("body", f"ended after {written} of the {size} bytes declared")
+                fh.write(chunk)
+                written += len(chunk)
+            fh.flush()
+            os.fsync(fh.fileno())
+        except BaseException:
+            fh.truncate(current)  # nothing half-appended: the client resends the chunk
+            raise
+        return current + written
+
+
+def complete_upload(upload_id: str, agent: Agent, group: Group, expected_sha256: str | None) -> Blob:
+    """Hash the staged bytes, check them against ``expected_sha256``, store
+    them under their hash and record that the Group holds them."""
+    meta = load_upload(upload_id, agent)
+    with _locked(upload_id) as fh:
+        received = os.fstat(fh.fileno()).st_size
+        if received != meta["length"]:
+            raise ProtocolError(
+                ErrorCode.MALFORMED,
+                f"upload: {received} of its {meta['length']} bytes received; send the rest first",
+                {"field": "upload", "offset": received, "length": meta["length"]},
+            )
+        part, _ = _paths(upload_id)
+        sha, size = hash_file(part)
+        if expected_sha256 is not None and sha != expected_sha256:
+            _delete(upload_id)
+            raise ProtocolError(
+                ErrorCode.ARTIFACT_HASH_MISMATCH,
+                f"the uploaded bytes hash to {sha}, not {expected_sha256}; the upload is dropped",
+                {"sha256": sha, "expected": expected_sha256},
+            )
+        blob = put_staged(str(part), sha, size, meta["media_type"])
+    _delete(upload_id)
+    link_to_group(blob, group, agent)
+    return blob
