@@ -91,7 +91,11 @@ TAMPERING = [
     (lambda d: d.update(sequence=d["sequence"] + 1), "signature"),
     (lambda d: d.update(head_hash="0" * 64), "signature"),
     (lambda d: d.update(schema="mwp.group-snapshot/0"), "schema"),
-    (lambda d: d.update(signature=d["signature"][:-2] + "AA"), "signature"),
+    # One character of the signature changed (always to a different one).
+    (
+        lambda d: d.update(signature=d["signature"][:10] + "AB"[d["signature"][10] == "A"] + d["signature"][11:]),
+        "signature",
+    ),  # fmt: skip
     (lambda d: d.pop("head_hash"), "schema"),
 ]
 
