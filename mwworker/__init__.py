@@ -52,7 +52,6 @@ from .runtime import (
     Decline,
     FifoPicker,
     Identity,
-    Picker,
     Result,
     RetryDecision,
     SlotContext,
@@ -61,6 +60,7 @@ from .runtime import (
     admit,
     retry_decision,
 )
+from .scheduler import Picker
 from .store import Cursor, Store
 
 __all__ = [

@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
@@ -101,7 +101,7 @@ from .protocol import (
     SubscriptionRefused,
     Welcome,
 )
-from .scheduler import FairScheduler
+from .scheduler import FairScheduler, Picker
 from .store import Store
 
 log = logging.getLogger("mwworker")
@@ -244,24 +244,6 @@ def renew_delay(lease_seconds: float, *, fraction: float = 0.5, margin: float = 
 
 
 # --- picking the next WorkItem ----------------------------------------------------
-
-
-class Picker(Protocol):
-    """Chooses which queued WorkItem starts next (the cross-Group Scheduler, issue 6)."""
-
-    def pick(
-        self,
-        candidates: Sequence[WorkRow],
-        *,
-        running: Mapping[str, int],
-        free_slots: int,
-        capabilities: frozenset[tuple[str, str]],
-        now: datetime,
-    ) -> WorkRow | None: ...
-
-    def dispatched(self, row: WorkRow, now: datetime) -> None: ...
-
-    def set_policy(self, policy: Mapping[str, Any]) -> None: ...
 
 
 def required_capabilities(row: WorkRow) -> frozenset[tuple[str, str]]:

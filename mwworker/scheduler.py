@@ -900,6 +900,10 @@ def preemption_requests(
 
 
 class Picker(Protocol):
+    """Chooses which queued WorkItem a Worker starts next; ``mwworker.runtime``
+    calls it with this Worker's startable rows, its slots in use per Group and
+    its capabilities (``FairScheduler`` is the default)."""
+
     def pick(
         self,
         candidates: Sequence[WorkRow],

@@ -185,6 +185,7 @@ def mission(request: HttpRequest, group_id: str) -> HttpResponse:
             "after": head,
             "goals": goals,
             "names": names,
+            "words": visuals.EVENT_WORDS,
             "live_url": reverse("portal:mission-live", args=[access.group.id]),
         },  # fmt: skip
     }

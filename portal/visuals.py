@@ -237,31 +237,37 @@ def actor_names(actor_ids: set[str]) -> dict[str, str]:
     return names
 
 
+# What a person reads for each Event type; the live timeline gets the same
+# table (``mission-client`` JSON), so the server-drawn and live lines agree.
+EVENT_WORDS: dict[str, str] = {
+    "approval.execution_granted": "execution approved",
+    "work.result_accepted": "result accepted",
+    "work.failed": "failed",
+    "work.submitted": "submitted with Evidence",
+    "work.started": "started under a lease",
+    "work.offer_accepted": "offer accepted",
+    "work.offered": "offered",
+    "work.authorized": "authorized",
+    "work.checkpointed": "checkpointed",
+    "work.blocked": "blocked",
+    "work.unblocked": "unblocked",
+    "work.cancelled": "cancelled",
+    "mission.created": "Mission created",
+    "mission.approved": "final Approval given",
+    "membership.removed": "removed",
+}
+
+
 def describe(event: dict[str, Any], goals: dict[str, str], names: dict[str, str] | None = None) -> str:
-    """One line about an Event for a person (the same words as static/portal/portal.js)."""
+    """One line about an Event for a person (``static/portal/portal.js`` says the same with ``EVENT_WORDS``)."""
     body = event.get("body") or {}
     subject = goals.get(event["aggregate"]["id"], "")
     if event["type"].startswith("membership.") and isinstance(body.get("agent"), str):
         subject = (names or {}).get(body["agent"], body["agent"][:8])
-    text = {
-        "approval.execution_granted": "execution approved",
-        "work.result_accepted": "result accepted",
-        "work.failed": "failed",
-        "work.submitted": "submitted with Evidence",
-        "work.started": "started under a lease",
-        "work.offer_accepted": "offer accepted",
-        "work.offered": "offered",
-        "work.authorized": "authorized",
-        "work.checkpointed": "checkpointed",
-        "work.blocked": "blocked",
-        "work.unblocked": "unblocked",
-        "work.cancelled": "cancelled",
-        "mission.created": "Mission created",
-        "mission.approved": "final Approval given",
-        "membership.added": "added as " + ", ".join(body.get("roles") or []),
-        "membership.removed": "removed",
-        "membership.roles_set": "now " + ", ".join(body.get("roles") or []),
-    }.get(event["type"], event["type"].split(".", 1)[-1].replace("_", " "))
+    roles = ", ".join(body.get("roles") or [])
+    text = {"membership.added": "added as " + roles,
+            "membership.roles_set": "now " + roles}.get(event["type"]) or EVENT_WORDS.get(
+        event["type"], event["type"].split(".", 1)[-1].replace("_", " "))  # fmt: skip
     detail = body.get("note") or body.get("reason") or body.get("resolution_required") or ""
     if not detail and isinstance(body.get("evidence"), list) and body["evidence"]:
         detail = str(body["evidence"][-1].get("summary", ""))

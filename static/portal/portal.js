@@ -17,22 +17,7 @@
   tickCountdowns();
 
   // --- the live timeline -------------------------------------------------------
-  var WORDS = {
-    "approval.execution_granted": "execution approved",
-    "work.result_accepted": "result accepted",
-    "work.failed": "failed",
-    "work.submitted": "submitted with Evidence",
-    "work.started": "started under a lease",
-    "work.offer_accepted": "offer accepted",
-    "work.offered": "offered",
-    "work.authorized": "authorized",
-    "work.checkpointed": "checkpointed",
-    "work.blocked": "blocked",
-    "work.unblocked": "unblocked",
-    "work.cancelled": "cancelled",
-    "mission.created": "Mission created",
-    "mission.approved": "final Approval given"
-  };
+  var WORDS = {};  // the portal's EVENT_WORDS (portal/visuals.py), from the page's mission-client JSON
 
   function describe(ev, goals, names) {
     var body = ev.body || {};
@@ -57,6 +42,7 @@
   }
 
   function startMission(cfg) {
+    WORDS = cfg.words || {};
     var list = document.getElementById("timeline");
     var live = document.getElementById("live");
     var last = cfg.after;
