@@ -14,13 +14,29 @@ from mwportal.protocol import ErrorCode, ProtocolError, malformed, parse_uuid
 
 def check_members(body: dict[str, Any], required: Iterable[str], optional: Iterable[str] = ()) -> None:
     """``body`` has every ``required`` member and nothing beyond ``optional``."""
+    check_object(body, required, optional, field="body")
+
+
+def check_object(
+    value: Any,
+    required: Iterable[str],
+    optional: Iterable[str] = (),
+    *,
+    field: str,
+    unknown: str = "unknown member",
+) -> dict[str, Any]:
+    """``value`` is an object with every ``required`` member and nothing beyond
+    ``optional``; MALFORMED names the first member that is not (``field.name``)."""
+    if not isinstance(value, dict):
+        raise malformed(field, "must be an object")
     required = tuple(required)
     allowed = set(required) | set(optional)
-    for name in sorted(set(body) - allowed):
-        raise malformed(f"body.{name}", "unknown member")
+    for name in sorted(set(value) - allowed):
+        raise malformed(f"{field}.{name}", unknown)
     for name in required:
-        if name not in body:
-            raise malformed(f"body.{name}", "is required")
+        if name not in value:
+            raise malformed(f"{field}.{name}", "is required")
+    return value
 
 
 def check_uuid(body: dict[str, Any], name: str) -> str:

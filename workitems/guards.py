@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from missions.guards import check_object
 from mwportal.protocol import ErrorCode, ProtocolError, malformed, parse_time, parse_uuid
 
 from .contract import EVIDENCE_METHODS
@@ -40,13 +41,9 @@ def check_evidence_list(value: Any, field: str, *, required: bool) -> list[dict[
         raise ProtocolError(ErrorCode.EVIDENCE_REQUIRED, f"{field}: Evidence is required", {"field": field})
     for i, record in enumerate(value):
         where = f"{field}.{i}"
-        if not isinstance(record, dict):
-            raise malformed(where, "must be an object")
-        for name in sorted(set(record) - set(EVIDENCE_MEMBERS)):
-            raise malformed(f"{where}.{name}", "unknown member (Evidence carries no free-form fields)")
-        for name in EVIDENCE_MEMBERS:
-            if name not in record:
-                raise malformed(f"{where}.{name}", "is required")
+        check_object(
+            record, EVIDENCE_MEMBERS, field=where, unknown="unknown member (Evidence carries no free-form fields)"
+        )
         if not isinstance(record["subject"], str) or not record["subject"]:
             raise malformed(f"{where}.subject", "must be a non-empty string")
         crit = record["criteria"]
@@ -72,21 +69,15 @@ def check_progress(value: Any, field: str = "body.progress") -> dict[str, Any]:
     """The structured progress of spec 11.4: phase, completed milestones, next
     checkpoint, blockers, revised estimate and Evidence references. There is
     no percentage field: arbitrary percentages are non-authoritative."""
-    if not isinstance(value, dict):
-        raise malformed(field, "must be an object")
-    for name in sorted(set(value) - set(PROGRESS_MEMBERS)):
-        raise malformed(f"{field}.{name}", "unknown member")
-    for name in PROGRESS_MEMBERS:
-        if name not in value:
-            raise malformed(f"{field}.{name}", "is required")
-    if not isinstance(value["phase"], str) or not value["phase"]:
+    progress = check_object(value, PROGRESS_MEMBERS, field=field)
+    if not isinstance(progress["phase"], str) or not progress["phase"]:
         raise malformed(f"{field}.phase", "must be a non-empty string")
     for name in ("milestones", "blockers"):
-        if not isinstance(value[name], list) or not all(isinstance(x, str) for x in value[name]):
+        if not isinstance(progress[name], list) or not all(isinstance(x, str) for x in progress[name]):
             raise malformed(f"{field}.{name}", "must be a list of strings")
-    if value["next_checkpoint"] is not None and not isinstance(value["next_checkpoint"], str):
+    if progress["next_checkpoint"] is not None and not isinstance(progress["next_checkpoint"], str):
         raise malformed(f"{field}.next_checkpoint", "must be a string or null")
-    estimate = value["estimate"]
+    estimate = progress["estimate"]
     if estimate is not None:
         if not isinstance(estimate, dict):
             raise malformed(f"{field}.estimate", "must be an object or null")
@@ -100,12 +91,12 @@ def check_progress(value: Any, field: str = "body.progress") -> dict[str, Any]:
                 raise malformed(f"{field}.estimate.{name}", "must be a non-negative number")
         if (estimate.get("confidence") or 0) > 1:
             raise malformed(f"{field}.estimate.confidence", "must be between 0 and 1")
-    ev = value["evidence"]
+    ev = progress["evidence"]
     if not isinstance(ev, list):
         raise malformed(f"{field}.evidence", "must be a list of Artifact hashes")
     for j, sha in enumerate(ev):
         _sha256(sha, f"{field}.evidence.{j}")
-    return value
+    return progress
 
 
 def check_usage(value: Any, field: str = "body.usage") -> dict[str, float]:
@@ -125,11 +116,6 @@ def check_usage(value: Any, field: str = "body.usage") -> dict[str, float]:
 def check_selection_basis(value: Any, field: str = "body.selection_basis") -> dict[str, Any]:
     """The structured selection basis every assignment records (spec 10.3):
     exactly the six listed members, so private reasoning has nowhere to go."""
-    if not isinstance(value, dict):
-        raise malformed(field, "must be an object")
-    for name in sorted(set(value) - set(SELECTION_BASIS_MEMBERS)):
-        raise malformed(f"{field}.{name}", "unknown member (the selection basis is structured)")
-    for name in SELECTION_BASIS_MEMBERS:
-        if name not in value:
-            raise malformed(f"{field}.{name}", "is required")
-    return value
+    return check_object(
+        value, SELECTION_BASIS_MEMBERS, field=field, unknown="unknown member (the selection basis is structured)"
+    )

@@ -33,7 +33,7 @@ from typing import Any
 from django.conf import settings
 
 from missions.authority import HandlerContext
-from missions.guards import refuse
+from missions.guards import check_object, refuse
 from mwportal.protocol import ErrorCode, ProtocolError, malformed, parse_time, parse_uuid
 
 from .guards import check_usage
@@ -77,14 +77,7 @@ def parse_binding(extensions: dict[str, Any]) -> OfflineBinding | None:
     if OFFLINE_EXTENSION not in extensions:
         return None
     prefix = f"extensions.{OFFLINE_EXTENSION}"
-    raw = extensions[OFFLINE_EXTENSION]
-    if not isinstance(raw, dict):
-        raise malformed(prefix, "must be an object")
-    for name in sorted(set(raw) - set(_FIELDS)):
-        raise malformed(f"{prefix}.{name}", "unknown member")
-    for name in _FIELDS:
-        if name not in raw:
-            raise malformed(f"{prefix}.{name}", "is required")
+    raw = check_object(extensions[OFFLINE_EXTENSION], _FIELDS, field=prefix)
     if raw["critical"] is not True:
         raise malformed(f"{prefix}.critical", "the bounded-offline-execution binding is critical: must be true")
     for name in ("session_epoch", "ownership_epoch"):
