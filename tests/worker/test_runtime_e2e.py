@@ -355,6 +355,19 @@ def done_result(ctx: SlotContext) -> Result:
     return Result(evidence=[ctx.evidence(criteria, result="pass", method="test", summary="done")])
 
 
+def gated_worker(portal: Portal, worker: AgentKey, tmp_path: Path) -> tuple[Worker, asyncio.Event]:
+    """A one-slot Worker whose handler holds its lease until the test sets the gate."""
+    w = portal.worker(worker, tmp_path / "w.sqlite3", slots=1)
+    gate = asyncio.Event()
+
+    @w.capability("summarize", "1.0")
+    async def waits(ctx: SlotContext) -> Result:
+        await gate.wait()
+        return done_result(ctx)
+
+    return w, gate
+
+
 @pytest.mark.parametrize("portal_env", [{"MWP_LEASE_SECONDS": "4"}])
 def test_the_lease_is_renewed_before_expiry_and_the_token_rotates_MWP_WRK_013(
     portal: Portal, worker: AgentKey, tmp_path: Path
@@ -471,13 +484,7 @@ def test_a_replaced_session_stops_the_slot_and_the_item_restarts_under_a_new_lea
 ) -> None:
     from workitems.models import ExecutionLease
 
-    w = portal.worker(worker, tmp_path / "w.sqlite3", slots=1)
-    gate = asyncio.Event()
-
-    @w.capability("summarize", "1.0")
-    async def waits(ctx: SlotContext) -> Result:
-        await gate.wait()
-        return done_result(ctx)
+    w, gate = gated_worker(portal, worker, tmp_path)
 
     async def body() -> None:
         g = await in_db_thread(portal.mission, [worker])
@@ -507,13 +514,7 @@ def test_a_replaced_session_stops_the_slot_and_the_item_restarts_under_a_new_lea
 def test_a_dropped_connection_reconnects_with_backoff_and_keeps_the_session_and_its_lease(
     portal: Portal, worker: AgentKey, tmp_path: Path
 ) -> None:
-    w = portal.worker(worker, tmp_path / "w.sqlite3", slots=1)
-    gate = asyncio.Event()
-
-    @w.capability("summarize", "1.0")
-    async def waits(ctx: SlotContext) -> Result:
-        await gate.wait()
-        return done_result(ctx)
+    w, gate = gated_worker(portal, worker, tmp_path)
 
     async def body() -> None:
         g = await in_db_thread(portal.mission, [worker])
@@ -574,13 +575,7 @@ def test_the_cli_demo_works_offered_items_and_status_and_rebuild_read_its_store(
 def test_a_removed_membership_stops_the_slot_and_the_stream(portal: Portal, worker: AgentKey, tmp_path: Path) -> None:
     from tests.conftest import group_revision
 
-    w = portal.worker(worker, tmp_path / "w.sqlite3", slots=1)
-    gate = asyncio.Event()
-
-    @w.capability("summarize", "1.0")
-    async def waits(ctx: SlotContext) -> Result:
-        await gate.wait()
-        return done_result(ctx)
+    w, gate = gated_worker(portal, worker, tmp_path)
 
     async def body() -> None:
         g = await in_db_thread(portal.mission, [worker])
