@@ -698,8 +698,8 @@ def _reconcile_offline_checkpoint(ctx: HandlerContext, item: WorkItem, binding: 
         sm.check_transition(item.state, "work.checkpoint")
     elif item.state != sm.QUEUED:
         raise refuse(ErrorCode.INVALID_TRANSITION, f"a {item.state} WorkItem takes no buffered progress")
-    emits: list[Emit] = []
     usage = charge_usage(ctx, item, binding.usage_delta)
+    usage_body: dict[str, Any] | None = None
     if usage:
         mission_usage = Mission.objects.filter(id=item.mission_id).values_list("usage", flat=True).get()
         usage_body = {
@@ -708,21 +708,22 @@ def _reconcile_offline_checkpoint(ctx: HandlerContext, item: WorkItem, binding: 
             format_time(binding.disconnected_at), "buffered_at": format_time(binding.buffered_at),
             "delta": usage["delta"], "workitem_total": usage["workitem_total"], "mission_total": mission_usage,
         }  # fmt: skip
-        emits.append(Emit(USAGE_RECORDED, AggregateRef("workitem", str(item.id), item.revision + 1), usage_body))
     offline = {"offline": {**binding.historical(), "buffered_at": format_time(binding.buffered_at)}}
     if lease.status == "active":
         # Still the current lease (the disconnection was short): an ordinary
         # checkpoint that releases it.
         body = {**_release_with_checkpoint(ctx, item, lease, "checkpoint"), **offline}
-        emits.append(_checkpointed(ctx, item, body))
+        checkpointed = _checkpointed(ctx, item, body)
     else:
         # The lease ended after the progress was buffered (expired, or revoked
         # by the new session): the checkpoint is recorded for whoever resumes;
         # the WorkItem stays queued under its current deadlines.
         body = {**_record_checkpoint(ctx, item, lease), **offline}
         save(item, ctx.now)
-        emits.append(Emit("work.checkpointed", item_ref(item), body))
-    return Decision(emits, item_ref(item))
+        checkpointed = Emit("work.checkpointed", item_ref(item), body)
+    # The charge comes first in the log, then the progress it paid for.
+    emits = [Emit(USAGE_RECORDED, item_ref(item), usage_body)] if usage_body is not None else []
+    return Decision([*emits, checkpointed], item_ref(item))
 
 
 @command("work.block", group_roles=EXECUTING)
@@ -1066,10 +1067,26 @@ def _fence_lapsed_owner(ctx: HandlerContext, transition: str, event: str, what: 
     sm.check_transition(item.state, transition)
     if item.owner_id is None or item.owner_expires_at is None or item.owner_expires_at > ctx.now:
         raise refuse(ErrorCode.INVALID_TRANSITION, f"the {what} has not passed")
-    body = {"agent": str(item.owner_id), "ownership_epoch": item.ownership_epoch}
-    item.owner, item.owner_expires_at, item.start_by = None, None, None
+    body = _fence_owner(item)
     save(item, ctx.now)
     return Decision([Emit(event, item_ref(item), body)], item_ref(item))
+
+
+def _fence_owner(item: WorkItem) -> dict[str, Any]:
+    """End the owner's ownership (no owner, no deadlines); the Event body."""
+    body = {"agent": str(item.owner_id), "ownership_epoch": item.ownership_epoch}
+    item.owner, item.owner_expires_at, item.start_by = None, None, None
+    return body
+
+
+def _revoke_lease(item: WorkItem, lease: ExecutionLease, reason: str, now: datetime) -> dict[str, Any]:
+    """Revoke the active lease; the WorkItem waits in its queue for a new
+    attempt (MWP-WRK-014). The ``work.lease_revoked`` body, without timers."""
+    sm.check_transition(item.state, "lease.revoke")
+    end_lease(lease, "revoked", reason, now)
+    item.state = sm.QUEUED
+    item.needs_new_attempt = True
+    return {"lease_id": str(lease.id), "agent": str(lease.agent_id), "reason": reason}
 
 
 @command("work.expire_start_by", actors=("system",))
@@ -1113,25 +1130,12 @@ def revoke_leases_of_replaced_session(ctx: HandlerContext) -> list[tuple[GroupHe
             lease = active_lease(item)
             if lease is None or item.state != sm.ACTIVE:
                 continue
-            sm.check_transition(item.state, "lease.revoke")
-            end_lease(lease, "revoked", "session replaced", ctx.now)
-            item.state = sm.QUEUED
-            item.needs_new_attempt = True
+            body = _revoke_lease(item, lease, "session replaced", ctx.now)
             item.start_by = ctx.now + _seconds("MWP_START_BY_SECONDS")
             item.owner_expires_at = item.start_by
             save(item, ctx.now)
-            events.append(
-                Emit(
-                    "work.lease_revoked",
-                    item_ref(item),
-                    {
-                        "lease_id": str(lease.id),
-                        "agent": ctx.actor.id,
-                        "reason": "session replaced",
-                        "start_by": format_time(item.start_by),
-                    },  # fmt: skip
-                )
-            )
+            body["start_by"] = format_time(item.start_by)
+            events.append(Emit("work.lease_revoked", item_ref(item), body))
         out.append((head, events))
     return out
 
@@ -1152,20 +1156,13 @@ def fence_removed_member(ctx: HandlerContext, agent_id: str) -> list[Emit]:
     )
     for item in owned.order_by("id"):
         lease = active_lease(item) if item.state == sm.ACTIVE else None
-        if lease is not None:
-            sm.check_transition(item.state, "lease.revoke")
-            end_lease(lease, "revoked", "membership removed", ctx.now)
-            item.state = sm.QUEUED
-            item.needs_new_attempt = True
+        revoked = _revoke_lease(item, lease, "membership removed", ctx.now) if lease is not None else None
         sm.check_transition(item.state, "expire.blocked_lease" if item.state == sm.BLOCKED else "expire.start_by")
-        epoch = item.ownership_epoch
-        item.owner, item.owner_expires_at, item.start_by = None, None, None
+        fenced = _fence_owner(item)
         save(item, ctx.now)
-        if lease is not None:
-            events.append(Emit("work.lease_revoked", item_ref(item), {
-                "lease_id": str(lease.id), "agent": agent_id, "reason": "membership removed", "start_by": None,
-            }))  # fmt: skip
-        events.append(Emit("work.owner_fenced", item_ref(item), {"agent": agent_id, "ownership_epoch": epoch}))
+        if revoked is not None:
+            events.append(Emit("work.lease_revoked", item_ref(item), {**revoked, "start_by": None}))
+        events.append(Emit("work.owner_fenced", item_ref(item), fenced))
     return events
 
 
