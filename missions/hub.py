@@ -30,6 +30,9 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.db import connection, connections
+
+from mwportal.protocol import format_time
 
 from .delivery import group_channel, register_serving_loop
 from .models import Group, GroupEvent
@@ -51,21 +54,97 @@ class WireEvent(dict[str, Any]):
     frame: str
 
 
+def _wire(wire: dict[str, Any]) -> WireEvent:
+    event = WireEvent(wire)
+    event.frame = json.dumps({"op": "event", "event": event}, separators=(",", ":"))
+    return event
+
+
 def _read_after(group_id: str, after: int, limit: int) -> list[Event]:
     rows = GroupEvent.objects.filter(group_id=group_id, sequence__gt=after).order_by("sequence")[:limit]
-    events: list[Event] = []
-    for row in rows:
-        event = WireEvent(row.as_wire())
-        event.frame = json.dumps({"op": "event", "event": event}, separators=(",", ":"))
-        events.append(event)
-    return events
+    return [_wire(row.as_wire()) for row in rows]
 
 
-# The live path's reads run on a small pool of their own rather than on the
-# one thread that every synchronous call of this process shares (commands,
-# the agent check, replays): a burst of those never delays the read that all
-# subscribers of a Group wait for. Each pool thread keeps its own connection.
-_read_live = database_sync_to_async(_read_after, thread_sensitive=False)
+# Off PostgreSQL, the live path's reads run on a small pool of their own
+# rather than on the one thread that every synchronous call of this process
+# shares (commands, the agent check, replays): a burst of those never delays
+# the read that all subscribers of a Group wait for.
+_read_in_thread = database_sync_to_async(_read_after, thread_sensitive=False)
+
+_LIVE_SQL = (
+    "SELECT event_id, group_id, sequence, type, aggregate_kind, aggregate_id, aggregate_revision, actor,"
+    f" action_id, occurred_at, body, prev_hash, hash FROM {GroupEvent._meta.db_table}"
+    " WHERE group_id = %s AND sequence > %s ORDER BY sequence LIMIT %s"
+)
+
+
+def _wire_row(r: Any) -> WireEvent:
+    """An Event from a row of ``_LIVE_SQL``, as ``GroupEvent.as_wire`` puts it."""
+    aggregate = {"kind": r[4], "id": r[5], "revision": r[6]}
+    return _wire(
+        {
+            "event_id": str(r[0]),
+            "group": str(r[1]),
+            "sequence": r[2],
+            "type": r[3],
+            "aggregate": aggregate,
+            "actor": r[7],
+            "action_id": str(r[8]),
+            "occurred_at": format_time(r[9]),
+            "body": r[10],
+            "prev_hash": r[11],
+            "hash": r[12],
+        }
+    )
+
+
+class _LiveReader:
+    """The live path's read of a Group's new Events (the one read per commit
+    that all local subscribers of the Group share).
+
+    On PostgreSQL it runs on the event loop itself, over one asynchronous
+    psycopg connection of this hub: no hop to a thread and back, no ORM
+    query compilation; the read is a prepared statement on the Events'
+    (group, sequence) index. Any error drops that connection and the read
+    falls back to the thread pool (the next read opens a new connection).
+    Elsewhere (SQLite) it is the thread pool's read.
+    """
+
+    def __init__(self) -> None:
+        self.conn: Any = None
+        self.lock = asyncio.Lock()
+        self.native = connection.vendor == "postgresql"
+
+    async def read(self, group_id: str, after: int, limit: int) -> list[Event]:
+        if self.native:
+            try:
+                return await self._read_native(group_id, after, limit)
+            except Exception:
+                log.warning("the live read failed; reading through the thread pool", exc_info=True)
+                await self.close()
+        events: list[Event] = await _read_in_thread(group_id, after, limit)
+        return events
+
+    async def _read_native(self, group_id: str, after: int, limit: int) -> list[Event]:
+        import psycopg
+
+        async with self.lock:
+            if self.conn is None or self.conn.closed:
+                db = connections["default"].settings_dict
+                self.conn = await psycopg.AsyncConnection.connect(
+                    dbname=db["NAME"], user=db["USER"] or None, password=db["PASSWORD"] or None,
+                    host=db["HOST"] or None, port=db["PORT"] or None, autocommit=True,
+                    prepare_threshold=0,
+                )  # fmt: skip
+            cur = await self.conn.execute(_LIVE_SQL, (group_id, after, limit))
+            rows = await cur.fetchall()
+        return [_wire_row(r) for r in rows]
+
+    async def close(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.close()
 
 
 def _heads(group_ids: list[str]) -> dict[str, int]:
@@ -86,6 +165,9 @@ class Subscription:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
     closed: bool = False
+    # Held while a batch is delivered, by the subscriber's task or by the
+    # hub's inline fan-out: one deliverer at a time keeps the order.
+    sending: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 @dataclass(eq=False)
@@ -135,6 +217,7 @@ class Hub:
         self.channel: str | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._pending: set[asyncio.Future[None]] = set()
+        self.reader = _LiveReader()
 
     async def start(self) -> None:
         register_serving_loop(asyncio.get_running_loop())
@@ -229,18 +312,26 @@ class Hub:
                 batch = feed.cached_after(sub.position)
                 if batch is None:  # behind the cache: replay from the database
                     batch = await database_sync_to_async(_read_after)(feed.group_id, sub.position, REPLAY_BATCH)
-                batch = [e for e in batch if e["sequence"] > sub.position]
+                async with sub.sending:
+                    batch = [e for e in batch if e["sequence"] > sub.position]
+                    if batch and not await self._deliver(sub, batch):
+                        return
                 if not batch:
                     await asyncio.sleep(0.05)  # the head moved but the rows are not visible yet
-                    continue
-                if not await sub.deliver(batch):
-                    await self.unsubscribe(sub)
-                    return
-                sub.position = batch[-1]["sequence"]
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("delivery to a subscriber of %s failed", feed.group_id)
+
+    async def _deliver(self, sub: Subscription, batch: list[Event]) -> bool:
+        """Send ``batch`` (the caller holds ``sub.sending``); False when the
+        subscription ended."""
+        if not await sub.deliver(batch):
+            sub.closed = True
+            self._spawn(self.unsubscribe(sub))
+            return False
+        sub.position = batch[-1]["sequence"]
+        return True
 
     # --- head moves ------------------------------------------------------
 
@@ -252,13 +343,27 @@ class Hub:
             # Read the new Events once for every local subscriber.
             while feed.head < sequence:
                 after = feed.cache[-1]["sequence"] if feed.cache else feed.head
-                rows = await _read_live(group_id, after, REPLAY_BATCH)
+                rows = await self.reader.read(group_id, after, REPLAY_BATCH)
                 if not rows:
                     break
                 feed.cache.extend(rows)
                 feed.head = rows[-1]["sequence"]
+        # Subscribers at the head get the new Events right here, one after the
+        # other in this task (a send hands the frame to the server and does
+        # not wait for the peer): no task switch per subscriber. One that is
+        # sending already, or is behind, is woken and catches up on its own.
         for sub in list(feed.subscribers):
-            sub.wake.set()
+            if sub.closed:
+                continue
+            if sub.sending.locked():
+                sub.wake.set()
+                continue
+            async with sub.sending:
+                batch = feed.cached_after(sub.position)
+                if batch is None:
+                    sub.wake.set()
+                elif batch:
+                    await self._deliver(sub, batch)
 
     async def _listen(self) -> None:
         assert self.layer is not None and self.channel is not None

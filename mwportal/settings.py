@@ -165,10 +165,17 @@ MWP_MAX_OFFER_CANDIDATES = 16
 if MWP_REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            # No socket timeout: redis-py's default (5 s) equals channels_redis's
-            # blocking-receive timeout, so an idle receive would raise and close
-            # the consumer with 1011 (channels_redis#422).
+            # Redis pub/sub: a notice is one PUBLISH that Redis pushes to
+            # every subscribed process at once (the list-based core layer
+            # takes three round trips to send and a blocking pop to receive,
+            # about a millisecond on the live path). The layer only carries
+            # "head moved" and "your Membership/session changed" notices,
+            # which are best effort by design (missions/delivery.py): a
+            # notice lost while a process reconnects costs latency until the
+            # head check, never an Event.
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            # No socket timeout: redis-py's default (5 s) would break an idle
+            # subscription's read (channels_redis#422).
             "CONFIG": {"hosts": [{"address": MWP_REDIS_URL, "socket_timeout": None}]},
         }
     }

@@ -56,7 +56,7 @@ def test_a_command_over_the_socket_reaches_subscribers_through_the_in_process_la
 def test_a_commit_in_another_process_arrives_through_redis(
     daphne: Daphne, mission: dict[str, str], owner: AgentKey, worker: AgentKey, settings: Any
 ) -> None:
-    assert "RedisChannelLayer" in settings.CHANNEL_LAYERS["default"]["BACKEND"]
+    assert settings.CHANNEL_LAYERS["default"]["BACKEND"].startswith("channels_redis.")
     g = mission["group"]
     start = head(g)
 
@@ -74,3 +74,32 @@ def test_a_commit_in_another_process_arrives_through_redis(
     got, elapsed = asyncio.run(scenario())
     assert got == list(range(start + 1, start + 4))
     assert elapsed < 5
+
+
+def test_the_live_read_gives_each_event_as_the_log_stores_it(
+    mission: dict[str, str], owner: AgentKey, worker: AgentKey
+) -> None:
+    """The hub's live read (an asynchronous connection of its own on
+    PostgreSQL, the thread pool elsewhere) yields the same wire Events and
+    frames as the ORM's ``as_wire``, so the hash chain a Worker checks holds."""
+    from missions.hub import _LiveReader, _read_after
+    from missions.models import GroupEvent
+    from mwportal.protocol.chain import event_hash
+
+    g = mission["group"]
+    start = head(g)
+    churn(owner, g, worker, 3)
+
+    async def read() -> list[Any]:
+        reader = _LiveReader()
+        try:
+            return await reader.read(g, start - 1, 100)
+        finally:
+            await reader.close()
+
+    live = asyncio.run(read())
+    expected = [e.as_wire() for e in GroupEvent.objects.filter(group_id=g, sequence__gt=start - 1).order_by("sequence")]
+    assert [dict(e) for e in live] == expected
+    assert [e.frame for e in live] == [e.frame for e in _read_after(g, start - 1, 100)]
+    for event in live:
+        assert event_hash(event["prev_hash"], event) == event["hash"]
