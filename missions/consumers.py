@@ -38,6 +38,7 @@ from .access import access_group
 from .auth import agent_for_token
 from .authority import Auth, Command, accept
 from .delivery import agent_channel
+from .direct_send import direct_sender
 from .hub import Event, Subscription, agents_current, get_hub
 from .models import Agent, AgentCursor, AgentPresence, Group, Membership
 from .snapshots import snapshot_for_cursor
@@ -108,6 +109,7 @@ class _EventStream(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
         self.subscriptions: dict[str, Subscription] = {}
         self.bad_frames: deque[float] = deque()
         self.send_lock = asyncio.Lock()
+        self.direct = direct_sender(self.base_send)
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
@@ -202,7 +204,7 @@ class _EventStream(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
                 frame = getattr(event, "frame", None)
                 if frame is None:
                     await self.send_json({"op": "event", "event": event})
-                elif not self.closing:
+                elif not self.closing and (self.direct is None or not self.direct.send(event)):
                     await self.send(text_data=frame)
             return True
 

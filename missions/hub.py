@@ -50,13 +50,15 @@ class WireEvent(dict[str, Any]):
     hundred subscribers of one Group send the same text, not a hundred
     encodings of it."""
 
-    __slots__ = ("frame",)
+    __slots__ = ("frame", "prepared")
     frame: str
+    prepared: Any  # the frame framed once for daphne's connections (missions.direct_send), or None
 
 
 def _wire(wire: dict[str, Any]) -> WireEvent:
     event = WireEvent(wire)
     event.frame = json.dumps({"op": "event", "event": event}, separators=(",", ":"))
+    event.prepared = None
     return event
 
 
