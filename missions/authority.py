@@ -181,18 +181,24 @@ Receipt = dict[str, Any]
 
 
 def db_uuid(value: str | uuid.UUID) -> Any:
-    """A UUID as the backend stores it (native on PostgreSQL, hex on SQLite)."""
-    u = value if isinstance(value, uuid.UUID) else uuid.UUID(value)
-    return u if _NATIVE_UUID else u.hex
+    """A UUID parameter as the backend takes it: hex text on SQLite; on
+    PostgreSQL the value as given, since psycopg sends text untyped and the
+    server reads it as ``uuid`` (no UUID object built per parameter on the
+    write path). Every caller passes an ID that the envelope parser or
+    ``check_uuid`` has validated."""
+    if _NATIVE_UUID:
+        return value
+    return (value if isinstance(value, uuid.UUID) else uuid.UUID(value)).hex
 
 
 # The backend is fixed for the life of the process (settings are read once);
 # asking the connection proxy on every call costs a thread-local lookup.
 _NATIVE_UUID: bool = connection.features.has_native_uuid_field
+_NATIVE_TIME: bool = connection.vendor == "postgresql"  # psycopg adapts aware datetimes itself
 
 
 def db_time(value: datetime) -> Any:
-    return connection.ops.adapt_datetimefield_value(value)
+    return value if _NATIVE_TIME else connection.ops.adapt_datetimefield_value(value)
 
 
 def _json(value: Any) -> Any:
