@@ -37,6 +37,7 @@ class _Notifier:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.serving_loop: asyncio.AbstractEventLoop | None = None
         self.pending_heads: dict[str, int] = {}
+        self.pending_notices: list[tuple[str, dict[str, Any]]] = []
         self.draining = False
 
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
@@ -61,35 +62,43 @@ class _Notifier:
             return self.loop
 
     def send(self, channel_group: str, message: dict[str, Any]) -> None:
-        loop = self._ensure_loop()
-        loop.call_soon_threadsafe(lambda: loop.create_task(self._send(channel_group, message)))
+        with self.lock:
+            self.pending_notices.append((channel_group, message))
+        self._start_drain()
 
     def head(self, group_id: str, sequence: int) -> None:
         with self.lock:
             known = self.pending_heads.get(group_id)
             self.pending_heads[group_id] = max(sequence, known or 0)
+        self._start_drain()
+
+    def _start_drain(self) -> None:
+        with self.lock:
             if self.draining:
-                return  # the drain under way sends the newest head of every Group
+                return  # the drain under way sends what was just queued
             self.draining = True
         loop = self._ensure_loop()
-        loop.call_soon_threadsafe(lambda: loop.create_task(self._drain_heads()))
+        loop.call_soon_threadsafe(lambda: loop.create_task(self._drain()))
 
-    async def _drain_heads(self) -> None:
-        # One wake-up of the loop sends every head that moved since the last
-        # one: under load many Commands share a wake-up (and a Group's heads
-        # coalesce), so a Command costs the committing thread a dict update.
+    async def _drain(self) -> None:
+        # One wake-up of the loop sends every head that moved and every
+        # notice queued since the last one: under load many Commands share a
+        # wake-up (and a Group's heads coalesce), so a Command costs the
+        # committing thread a dict update and a list append.
         try:
             while True:
                 with self.lock:
                     heads, self.pending_heads = self.pending_heads, {}
-                    if not heads:
+                    notices, self.pending_notices = self.pending_notices, []
+                    if not heads and not notices:
                         self.draining = False
                         return
                 await asyncio.gather(
                     *(
                         self._send(group_channel(g), {"type": "group.head", "group": g, "sequence": seq})
                         for g, seq in heads.items()
-                    )
+                    ),
+                    *(self._send(channel_group, message) for channel_group, message in notices),
                 )
         except BaseException:
             # A loop shutting down cancels the drain: the next head starts a

@@ -6,8 +6,11 @@ Events. A head move is learnt from the channel layer ("head moved" after a
 commit) or from a periodic check of the heads of all local Groups (one query
 for all of them, so Events committed by a Celery worker or a management
 command arrive even with the in-memory layer). Either way the hub reads the
-new Events **once** and wakes its subscribers, which take them from the cache:
-one commit never turns into one database read per subscriber.
+new Events **once** (on PostgreSQL over an asynchronous connection of its
+own, see ``_LiveReader``) and hands them to every subscriber at the head in
+the same task, each frame encoded once (and, under daphne, framed once: see
+``missions.direct_send``): one commit never turns into one database read per
+subscriber, nor into a task switch per subscriber.
 
 A subscriber behind the cache (a replay from an old cursor) reads the
 database itself, in batches, until it reaches the cache. Delivery per Group is
