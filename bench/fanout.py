@@ -34,6 +34,17 @@ records ``time.time()`` right after ``send()`` returns; the server reads the
 frame's group and ``broadcast()``s it unchanged to that Group's subscribers.
 No compression on either side (daphne does not negotiate it).
 
+**Design floor** (``--floor``; PostgreSQL and Redis only). The same bare
+server, fed not by a publisher connection but the way DESIGN §4 feeds the
+hub: a floor committer INSERTs the frame into a table of the scratch database
+(autocommit: that is the commit; its time is taken when the INSERT returns)
+and PUBLISHes ``{group, sequence}`` on a Redis channel from the same thread;
+the server, subscribed to it, reads the frame back by primary key over one
+asynchronous psycopg connection and broadcasts it. No Django, no channel
+layer, no consumer: only the two hops the design puts between a commit and a
+subscriber ("head moved" through Redis, then a database read). Its p99 over
+the bare server's says how much of the 2x budget those hops alone take.
+
 **Measured** (subscribers in this process; receive time taken as each frame
 comes out of ``recv()``): delivered event frames per second = distinct matched
 frames / (last receive - first commit); latency = receive - commit, p50 and
@@ -421,12 +432,78 @@ def publisher_main(url: str, fixtures_path: str) -> int:
     return 0
 
 
-def bare_server_main(port: int) -> int:
+FLOOR_CHANNEL = "mwp-fanout-floor"
+FLOOR_TABLE = "fanout_floor"
+FLOOR_READ = f"SELECT frame FROM {FLOOR_TABLE} WHERE group_id = %s AND sequence = %s"
+
+
+def floor_publisher_main(fixtures_path: str, floor_db: str, floor_redis: str) -> int:
+    """The design floor's committer: INSERT the Event's frame (autocommit: the
+    commit), then PUBLISH "head moved" on Redis from the same thread."""
+    import psycopg
+    import redis
+
+    template = json.loads(Path(fixtures_path).read_text())["template"]
+    sequence: dict[str, int] = defaultdict(int)
+    client = redis.Redis.from_url(floor_redis)
+    with psycopg.connect(conninfo(floor_db), autocommit=True, prepare_threshold=0) as db:
+        answer({"ready": True})
+        for line in sys.stdin:
+            req = json.loads(line)
+            if req.get("cmd") == "quit":
+                break
+            groups: list[str] = req["groups"]
+            records: list[list[Any]] = []
+            for k, due in enumerate(paced(req["rate"], req["duration"])):
+                group = groups[k % len(groups)]
+                sequence[group] += 1
+                seq = sequence[group]
+                frame = json.dumps({"op": "event", "event": {**template["event"], "group": group, "sequence": seq}},
+                                   separators=(",", ":"))  # fmt: skip
+                sleep_until(due)
+                t0 = time.time()
+                db.execute(f"INSERT INTO {FLOOR_TABLE} (group_id, sequence, frame) VALUES (%s, %s, %s)",
+                           (group, seq, frame))  # fmt: skip
+                committed = time.time()
+                client.publish(FLOOR_CHANNEL, json.dumps({"group": group, "sequence": seq}))
+                records.append([group, seq, time.time(), committed, t0])
+            answer({"records": records, "errors": 0})
+    return 0
+
+
+def bare_server_main(port: int, floor_db: str | None = None, floor_redis: str | None = None) -> int:
     """A bare broadcast server: hello -> welcome, subscribe -> subscribed; a
-    ``publisher`` connection's frames go unchanged to their Group's subscribers."""
+    ``publisher`` connection's frames go unchanged to their Group's subscribers.
+
+    With ``floor_db`` and ``floor_redis`` it is the **design floor** instead:
+    frames come from no connection; a "head moved" message on the Redis
+    channel ``FLOOR_CHANNEL`` makes it read the Event's frame from PostgreSQL
+    (one asynchronous psycopg connection, a prepared SELECT by primary key)
+    and broadcast it: the two hops DESIGN §4 puts between a commit and a
+    subscriber (channel layer, database read) with nothing else around them.
+    """
     from websockets.asyncio.server import ServerConnection, broadcast, serve
 
     subscribers: dict[str, set[ServerConnection]] = defaultdict(set)
+
+    async def follow_floor() -> None:
+        import psycopg
+        import redis.asyncio as aioredis
+
+        assert floor_db is not None and floor_redis is not None
+        db = await psycopg.AsyncConnection.connect(conninfo(floor_db), autocommit=True, prepare_threshold=0)
+        client = aioredis.Redis.from_url(floor_redis)
+        pubsub = client.pubsub()
+        await pubsub.subscribe(FLOOR_CHANNEL)
+        async for message in pubsub.listen():
+            if message.get("type") != "message":
+                continue
+            head = json.loads(message["data"])
+            cur = await db.execute(FLOOR_READ, (head["group"], head["sequence"]))
+            row = await cur.fetchone()
+            targets = subscribers.get(head["group"])
+            if row is not None and targets:
+                broadcast(targets, row[0])
 
     async def handler(ws: ServerConnection) -> None:
         joined: list[str] = []
@@ -456,6 +533,8 @@ def bare_server_main(port: int) -> int:
 
     async def run() -> None:
         async with serve(handler, "127.0.0.1", port, max_size=MAX_WS_BYTES, compression=None, ping_interval=None):
+            if floor_db:
+                await follow_floor()
             await asyncio.Future()
 
     asyncio.run(run())
@@ -762,8 +841,12 @@ def main(argv: list[str] | None = None) -> int:
                         "default is 1.0)")  # fmt: skip
     parser.add_argument("--topology", choices=("one_group", "many_groups"), help="run one topology only")
     parser.add_argument("--keep-logs", action="store_true", help="keep the temporary directory with the logs")
+    parser.add_argument("--floor", action="store_true", help="also measure the design floor (PostgreSQL + Redis)")
     # Internal: the worker processes.
-    parser.add_argument("--role", choices=("committer", "publisher", "bare-server"), help=argparse.SUPPRESS)
+    parser.add_argument("--role", choices=("committer", "publisher", "bare-server", "floor-publisher"),
+                        help=argparse.SUPPRESS)  # fmt: skip
+    parser.add_argument("--floor-db", help=argparse.SUPPRESS)
+    parser.add_argument("--floor-redis", help=argparse.SUPPRESS)
     parser.add_argument("--fixtures", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -774,7 +857,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.role == "publisher":
         return publisher_main(args.url, args.fixtures)
     if args.role == "bare-server":
-        return bare_server_main(args.port)
+        return bare_server_main(args.port, args.floor_db, args.floor_redis)
+    if args.role == "floor-publisher":
+        return floor_publisher_main(args.fixtures, args.floor_db, args.floor_redis)
 
     duration = args.duration or (4.0 if args.quick else 10.0)
     drain = 2.0 if args.quick else DRAIN_SECONDS
@@ -782,6 +867,10 @@ def main(argv: list[str] | None = None) -> int:
     scenarios = [args.topology] if args.topology else ["one_group", "many_groups"]
     rates = {"one_group": args.rate_one, "many_groups": args.rate_many}
     started = time.monotonic()
+    redis_url = os.environ.get("MWP_REDIS_URL", "")
+    if args.floor and not (redis_url and os.environ.get("MWP_DATABASE_URL", "").startswith(("postgres", "pgsql"))):
+        raise SystemExit("--floor needs MWP_DATABASE_URL=postgres://... and MWP_REDIS_URL")
+    sides = ("project", "bare", "floor") if args.floor else ("project", "bare")
 
     backends = choose_backends(args.head_poll)
     configure_env(backends, args.head_poll)
@@ -827,6 +916,23 @@ def main(argv: list[str] | None = None) -> int:
             f"on 127.0.0.1:{bare_port}")  # fmt: skip
         project_url = f"ws://127.0.0.1:{daphne_port}/ws/v1/agent"
         bare_url = f"ws://127.0.0.1:{bare_port}"
+        floor_url, floor_publisher = "", None
+        if args.floor:
+            import psycopg
+
+            with psycopg.connect(conninfo(backends.database_url), autocommit=True) as db:
+                db.execute(f"CREATE TABLE {FLOOR_TABLE} (group_id text, sequence integer, frame text,"
+                           " PRIMARY KEY (group_id, sequence))")  # fmt: skip
+            floor_port = free_port()
+            floor_args = ["--floor-db", backends.database_url, "--floor-redis", redis_url]
+            servers.append(Server("floor server", [sys.executable, str(Path(__file__).resolve()), "--role",
+                                                   "bare-server", "--port", str(floor_port), *floor_args],
+                                  var / "floor.log", floor_port))  # fmt: skip
+            floor_publisher = Worker("floor publisher", ["--role", "floor-publisher", "--fixtures",
+                                                         str(fixtures_path), *floor_args],
+                                     var / "floor-publisher.log")  # fmt: skip
+            workers.append(floor_publisher)
+            floor_url = f"ws://127.0.0.1:{floor_port}"
 
         def plan_of(side: str, scenario: str, h: dict[str, int]) -> tuple[list[tuple[str, int]], list[str]]:
             one = scenario == "one_group"
@@ -835,7 +941,9 @@ def main(argv: list[str] | None = None) -> int:
             return [(g, h[g] - 1 if side == "project" else 0) for g in followed], groups
 
         async def one_run(side: str, scenario: str, h: dict[str, int]) -> Run:
-            url, worker = (project_url, committer) if side == "project" else (bare_url, publisher)
+            url, worker = {"project": (project_url, committer), "bare": (bare_url, publisher),
+                           "floor": (floor_url, floor_publisher)}[side]  # fmt: skip
+            assert worker is not None
             plan, groups = plan_of(side, scenario, h)
             subs = Subscribers(side, url, fx["tokens"])
             try:
@@ -846,8 +954,8 @@ def main(argv: list[str] | None = None) -> int:
         all_groups = [fx["one_group"], *fx["many_groups"]]
         for rep in range(repeat):
             for scenario in scenarios:
-                # Alternate which side goes first, so neither always runs on a warmer machine.
-                for side in ("project", "bare") if rep % 2 == 0 else ("bare", "project"):
+                # Rotate which side goes first, so none always runs on a warmer machine.
+                for side in sides[rep % len(sides) :] + sides[: rep % len(sides)]:
                     run = asyncio.run(one_run(side, scenario, heads(all_groups)))
                     results[(scenario, side)].append(run)
                     log(f"  run {rep + 1}/{repeat} {scenario:<11} {side:<7} subscribed in {run.connect_s:4.1f} s  "
@@ -895,7 +1003,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     summary: dict[tuple[str, str], dict[str, Any]] = {}
     for scenario in scenarios:
-        for side in ("project", "bare"):
+        for side in sides:
             runs = results.get((scenario, side), [])
             if not runs:
                 continue
@@ -941,6 +1049,14 @@ def main(argv: list[str] | None = None) -> int:
                   f"backend={label}")  # fmt: skip
             print(f"RESULT bench={BENCH} metric=p50_ms_{scenario}_{side} value={fmt(s['p50'], 2)} backend={label}")
             print(f"RESULT bench={BENCH} metric=p99_ms_{scenario}_{side} value={fmt(s['p99'], 2)} backend={label}")
+        floor = summary.get((scenario, "floor"))
+        if floor is not None:
+            fr = floor["p99"] / bare["p99"] if floor["p99"] is not None and bare["p99"] else None
+            print(f"RESULT bench={BENCH} metric=p99_ratio_floor_{scenario} value={fmt(fr, 2)} backend={label}")
+            print(f"RESULT bench={BENCH} metric=p50_ms_{scenario}_floor value={fmt(floor['p50'], 2)} "
+                  f"backend={label}")  # fmt: skip
+            print(f"RESULT bench={BENCH} metric=p99_ms_{scenario}_floor value={fmt(floor['p99'], 2)} "
+                  f"backend={label}")  # fmt: skip
     log(f"fanout: done in {time.monotonic() - started:.0f} s")
     return 1 if failed else 0
 
