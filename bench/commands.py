@@ -1590,7 +1590,7 @@ class StepTimers:
         ("commit", (), "6b COMMIT (connection.commit)"),
         (
             "missions.delivery",
-            ("notify", "notify_head_moved"),
+            ("notify_commit",),
             "7  channel-layer notify(s) (on_commit, async_to_sync each)",
         ),
     )

@@ -408,12 +408,9 @@ def _read_locked(cur: Any, command: Command, spec: CommandSpec) -> tuple[Any, Gr
 
 
 def _notify(heads: list[tuple[str, int]], notices: list[tuple[str, dict[str, Any]]]) -> None:
-    from .delivery import notify, notify_head_moved
+    from .delivery import notify_commit
 
-    for group_id, sequence in heads:
-        notify_head_moved(group_id, sequence)
-    for channel_group, message in notices:
-        notify(channel_group, message)
+    notify_commit(heads, notices)
 
 
 def _select_group(cur: Any, group_id: str) -> Any:

@@ -103,3 +103,49 @@ def test_the_live_read_gives_each_event_as_the_log_stores_it(
     assert [e.frame for e in live] == [e.frame for e in _read_after(g, start - 1, 100)]
     for event in live:
         assert event_hash(event["prev_hash"], event) == event["hash"]
+
+
+@pytest.mark.skipif(not os.environ.get("MWP_REDIS_URL"), reason="needs MWP_REDIS_URL (the Redis channel layer)")
+def test_the_committing_thread_publishes_where_the_redis_layer_listens() -> None:
+    """The synchronous publisher writes on the layer's own group channel and in
+    its serialization: a channel added to the Group through the layer receives
+    the notice as the layer's own ``group_send`` would deliver it."""
+    import uuid
+
+    from channels.layers import get_channel_layer
+
+    from missions.delivery import _redis_publisher, group_channel
+
+    publisher = _redis_publisher()
+    assert publisher is not None
+    g = str(uuid.uuid4())
+    notice = {"type": "group.head", "group": g, "sequence": 7}
+
+    async def scenario() -> dict[str, Any]:
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        await layer.group_add(group_channel(g), channel)
+        try:
+            assert publisher.publish([(group_channel(g), notice)])
+            return dict(await asyncio.wait_for(layer.receive(channel), 5))
+        finally:
+            await layer.group_discard(group_channel(g), channel)
+
+    assert asyncio.run(scenario()) == notice
+
+
+def test_a_failed_publish_hands_the_notices_to_the_notifier_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Redis unreachable: the commit is not refused and its notices still go
+    out (through the notifier thread, which logs its own failures), and the
+    committing thread stops trying Redis for a while."""
+    import missions.delivery as delivery
+
+    down = delivery._RedisPublisher("redis://127.0.0.1:1/0", "asgi", lambda message: b"")
+    monkeypatch.setattr(delivery, "_publisher", down)
+    monkeypatch.setattr(delivery, "_publisher_checked", True)
+    handed: list[tuple[str, int]] = []
+    monkeypatch.setattr(delivery._notifier, "head", lambda group, sequence: handed.append((group, sequence)))
+    delivery.notify_commit([("g1", 3)], [])
+    assert handed == [("g1", 3)]
+    assert down.down_until > time.monotonic()
+    assert not down.publish([("x", {"type": "group.head"})])  # still resting: no new attempt
