@@ -330,8 +330,17 @@ class Hub:
 
     async def _deliver(self, sub: Subscription, batch: list[Event]) -> bool:
         """Send ``batch`` (the caller holds ``sub.sending``); False when the
-        subscription ended."""
-        if not await sub.deliver(batch):
+        subscription ended: the subscriber said so (it lost its Membership,
+        say) or sending failed (its connection broke; its Agent subscribes
+        again when it is back). One subscriber's failure never holds up the
+        other subscribers of the Group, which the inline fan-out serves in
+        the same task."""
+        try:
+            kept = await sub.deliver(batch)
+        except Exception:
+            log.exception("delivery to a subscriber of %s failed", sub.group_id)
+            kept = False
+        if not kept:
             sub.closed = True
             self._spawn(self.unsubscribe(sub))
             return False

@@ -1075,8 +1075,13 @@ class Worker:
         if session is None or ws is None:
             return
         async with self._send_lock:
-            for frame in session.frames_to_send():
-                await ws.send(frame)
+            try:
+                for frame in session.frames_to_send():
+                    await ws.send(frame)
+            except ConnectionClosed:
+                # The connection loop sees the close and reconnects; the next
+                # session sends the in-flight Commands again and acks anew.
+                return
 
     async def _on_protocol_event(self, event: ProtocolEvent) -> None:
         if isinstance(event, Welcome):
@@ -1351,9 +1356,12 @@ class Worker:
             self._wake.clear()
             if not self._connected.is_set():
                 continue
-            self._ack(asyncio.get_running_loop().time())
-            await self._flush()
+            # Nothing may end this loop but cancellation: a failure here is
+            # logged and the next wake-up tries again (a reactor that died
+            # silently would leave queued work unstarted until the Worker stops).
             try:
+                self._ack(asyncio.get_running_loop().time())
+                await self._flush()
                 await self._handle_intents()
                 if not self._stopping:
                     await self._fill_slots()

@@ -1,4 +1,4 @@
-"""The hub's framed-once sends to daphne connections (missions.direct_send).
+"""The hub's sends: framed once for daphne connections (missions.direct_send), and its inline fan-out.
 
 The real daphne suites (test_agent_socket, test_live_path, test_ui_socket)
 receive every Event through this path; these tests pin down when it is taken
@@ -80,3 +80,39 @@ def test_only_daphnes_reply_handler_is_recognised() -> None:
     assert direct_sender(functools.partial(other_send)) is None
     assert direct_sender(functools.partial(_server(protocol).handle_reply, object())) is None
     assert direct_sender(functools.partial(_server(protocol).application_checker)) is None
+
+
+def test_one_subscriber_failing_to_send_does_not_hold_up_the_others_of_its_group() -> None:
+    """The hub's inline fan-out serves a Group's subscribers one after the
+    other in one task: a subscriber whose send raises is dropped (its Agent
+    subscribes again when it is back) and the next one still gets the Event."""
+    import asyncio
+
+    from missions.hub import Hub, Subscription, _Feed
+
+    got: list[int] = []
+
+    async def broken(batch: list[Any]) -> bool:
+        raise ConnectionError("the peer is gone")
+
+    async def healthy(batch: list[Any]) -> bool:
+        got.extend(e["sequence"] for e in batch)
+        return True
+
+    async def scenario() -> tuple[bool, bool]:
+        hub = Hub()
+        feed = hub.feeds["g"] = _Feed("g", head=4)
+        feed.ready.set()
+        first, second = Subscription("g", 4, broken), Subscription("g", 4, healthy)
+        feed.subscribers.update((first, second))
+
+        async def read(group_id: str, after: int, limit: int) -> list[Any]:
+            return [_wire({"group": "g", "sequence": 5, "type": "x", "body": {}})]
+
+        hub.reader.read = read  # type: ignore[method-assign]
+        await hub.head_moved("g", 5)
+        await asyncio.sleep(0)  # the dropped subscription's unsubscribe runs
+        return first.closed, second.closed
+
+    assert asyncio.run(scenario()) == (True, False)
+    assert got == [5]
