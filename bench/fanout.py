@@ -89,6 +89,7 @@ import time
 import traceback
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -403,32 +404,48 @@ def committer_main(fixtures_path: str) -> int:
     return 0
 
 
-def publisher_main(url: str, fixtures_path: str) -> int:
-    from websockets.sync.client import connect
-
+def publish_frames(fixtures_path: str, publish: Callable[[str, int, str], float]) -> None:
+    """The publishers' loop (bare and floor): say ready, then for each request
+    build the template's frame for the next sequence of each Group in turn
+    and, at its paced time, hand it to ``publish(group, sequence, frame)``,
+    which returns the moment the frame counts as committed. Records
+    ``[group, sequence, returned, committed, started]`` like the committer."""
     template = json.loads(Path(fixtures_path).read_text())["template"]
     sequence: dict[str, int] = defaultdict(int)
+    answer({"ready": True})
+    for line in sys.stdin:
+        req = json.loads(line)
+        if req.get("cmd") == "quit":
+            break
+        groups: list[str] = req["groups"]
+        records: list[list[Any]] = []
+        for k, due in enumerate(paced(req["rate"], req["duration"])):
+            group = groups[k % len(groups)]
+            sequence[group] += 1
+            seq = sequence[group]
+            event = {**template["event"], "group": group, "sequence": seq}
+            frame = json.dumps({"op": "event", "event": event}, separators=(",", ":"))
+            sleep_until(due)
+            t0 = time.time()
+            committed = publish(group, seq, frame)
+            records.append([group, seq, time.time(), committed, t0])
+        answer({"records": records, "errors": 0})
+
+
+def publisher_main(url: str, fixtures_path: str) -> int:
+    """The bare side's publisher: one connection to the bare server; a frame
+    counts as committed when ``send()`` returns."""
+    from websockets.sync.client import connect
+
     with connect(url, max_size=MAX_WS_BYTES, compression=None, open_timeout=30) as ws:
         ws.send(json.dumps({"op": "publisher"}))
         ws.recv(timeout=30)
-        answer({"ready": True})
-        for line in sys.stdin:
-            req = json.loads(line)
-            if req.get("cmd") == "quit":
-                break
-            groups: list[str] = req["groups"]
-            records: list[list[Any]] = []
-            for k, due in enumerate(paced(req["rate"], req["duration"])):
-                group = groups[k % len(groups)]
-                sequence[group] += 1
-                event = {**template["event"], "group": group, "sequence": sequence[group]}
-                frame = json.dumps({"op": "event", "event": event}, separators=(",", ":"))
-                sleep_until(due)
-                t0 = time.time()
-                ws.send(frame)
-                t1 = time.time()
-                records.append([group, sequence[group], t1, t1, t0])
-            answer({"records": records, "errors": 0})
+
+        def publish(group: str, seq: int, frame: str) -> float:
+            ws.send(frame)
+            return time.time()
+
+        publish_frames(fixtures_path, publish)
     return 0
 
 
@@ -443,31 +460,17 @@ def floor_publisher_main(fixtures_path: str, floor_db: str, floor_redis: str) ->
     import psycopg
     import redis
 
-    template = json.loads(Path(fixtures_path).read_text())["template"]
-    sequence: dict[str, int] = defaultdict(int)
     client = redis.Redis.from_url(floor_redis)
     with psycopg.connect(conninfo(floor_db), autocommit=True, prepare_threshold=0) as db:
-        answer({"ready": True})
-        for line in sys.stdin:
-            req = json.loads(line)
-            if req.get("cmd") == "quit":
-                break
-            groups: list[str] = req["groups"]
-            records: list[list[Any]] = []
-            for k, due in enumerate(paced(req["rate"], req["duration"])):
-                group = groups[k % len(groups)]
-                sequence[group] += 1
-                seq = sequence[group]
-                frame = json.dumps({"op": "event", "event": {**template["event"], "group": group, "sequence": seq}},
-                                   separators=(",", ":"))  # fmt: skip
-                sleep_until(due)
-                t0 = time.time()
-                db.execute(f"INSERT INTO {FLOOR_TABLE} (group_id, sequence, frame) VALUES (%s, %s, %s)",
-                           (group, seq, frame))  # fmt: skip
-                committed = time.time()
-                client.publish(FLOOR_CHANNEL, json.dumps({"group": group, "sequence": seq}))
-                records.append([group, seq, time.time(), committed, t0])
-            answer({"records": records, "errors": 0})
+
+        def publish(group: str, seq: int, frame: str) -> float:
+            db.execute(f"INSERT INTO {FLOOR_TABLE} (group_id, sequence, frame) VALUES (%s, %s, %s)",
+                       (group, seq, frame))  # fmt: skip
+            committed = time.time()
+            client.publish(FLOOR_CHANNEL, json.dumps({"group": group, "sequence": seq}))
+            return committed
+
+        publish_frames(fixtures_path, publish)
     return 0
 
 
