@@ -89,7 +89,7 @@ import time
 import traceback
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -344,6 +344,15 @@ def paced(rate: float, duration: float) -> list[float]:
     return [start + k / rate for k in range(max(1, int(rate * duration)))]
 
 
+def requests() -> Iterator[dict[str, Any]]:
+    """The parent's measurement requests, a JSON line each on stdin, until it says quit."""
+    for line in sys.stdin:
+        req = json.loads(line)
+        if req.get("cmd") == "quit":
+            return
+        yield req
+
+
 def sleep_until(due: float) -> None:
     delay = due - time.time()
     if delay > 0:
@@ -369,10 +378,7 @@ def committer_main(fixtures_path: str) -> int:
 
     authority._notify = timed_notify  # type: ignore[assignment]  # this process only
     answer({"ready": True})
-    for line in sys.stdin:
-        req = json.loads(line)
-        if req.get("cmd") == "quit":
-            break
+    for req in requests():
         groups: list[str] = req["groups"]
         revisions = {str(g): int(r) for g, r in Group.objects.filter(id__in=groups).values_list("id", "revision")}
         records: list[list[Any]] = []
@@ -413,10 +419,7 @@ def publish_frames(fixtures_path: str, publish: Callable[[str, int, str], float]
     template = json.loads(Path(fixtures_path).read_text())["template"]
     sequence: dict[str, int] = defaultdict(int)
     answer({"ready": True})
-    for line in sys.stdin:
-        req = json.loads(line)
-        if req.get("cmd") == "quit":
-            break
+    for req in requests():
         groups: list[str] = req["groups"]
         records: list[list[Any]] = []
         for k, due in enumerate(paced(req["rate"], req["duration"])):
