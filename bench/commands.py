@@ -1591,7 +1591,7 @@ class StepTimers:
         (
             "missions.delivery",
             ("notify_commit",),
-            "7  channel-layer notify(s) (on_commit, async_to_sync each)",
+            "7  channel-layer notices (on_commit)",
         ),
     )
 

@@ -14,7 +14,7 @@ path. A failed publish is logged and the notices go through the notifier
 thread below for the next few seconds.
 
 Otherwise (the in-memory layer; or when Redis is failing) sending happens on
-one long-lived notifier thread with its own event loop: ``notify()`` only
+one long-lived notifier thread with its own event loop: ``notify_commit()`` only
 hands the message over, so a Command's thread never builds an event loop per
 message (``async_to_sync`` would, at about half a millisecond each). Head
 notices of one Group are coalesced: only the newest head matters to a reader.
@@ -23,6 +23,7 @@ notices of one Group are coalesced: only the newest head matters to a reader.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -166,45 +167,26 @@ class _RedisPublisher:
         return True
 
 
-_publisher: _RedisPublisher | None = None
-_publisher_checked = False
-_publisher_lock = threading.Lock()
-
-
+@functools.cache
 def _redis_publisher() -> _RedisPublisher | None:
     """The synchronous publisher when the default layer is Redis pub/sub with one host."""
-    global _publisher, _publisher_checked
-    if _publisher_checked:
-        return _publisher
-    with _publisher_lock:
-        if not _publisher_checked:
-            from django.conf import settings
+    from django.conf import settings
 
-            config: dict[str, Any] = settings.CHANNEL_LAYERS.get("default", {})
-            options: dict[str, Any] = config.get("CONFIG", {})
-            hosts = options.get("hosts") or []
-            layer = get_channel_layer()
-            if config.get("BACKEND") == PUBSUB_BACKEND and len(hosts) == 1 and layer is not None:
-                host = hosts[0]
-                address = host.get("address") if isinstance(host, dict) else host
-                if isinstance(address, str):
-                    _publisher = _RedisPublisher(address, options.get("prefix", "asgi"), layer.serialize)
-            _publisher_checked = True
-    return _publisher
+    config: dict[str, Any] = settings.CHANNEL_LAYERS.get("default", {})
+    options: dict[str, Any] = config.get("CONFIG", {})
+    hosts = options.get("hosts") or []
+    layer = get_channel_layer()
+    if config.get("BACKEND") != PUBSUB_BACKEND or len(hosts) != 1 or layer is None:
+        return None
+    address = hosts[0].get("address") if isinstance(hosts[0], dict) else hosts[0]
+    if not isinstance(address, str):
+        return None
+    return _RedisPublisher(address, options.get("prefix", "asgi"), layer.serialize)
 
 
 def register_serving_loop(loop: asyncio.AbstractEventLoop) -> None:
     """Called by the hub of a serving process (daphne) with its event loop."""
     _notifier.serving_loop = loop
-
-
-def notify(channel_group: str, message: dict[str, Any]) -> None:
-    """Queue ``message`` for a channel group; best effort (see the module docstring)."""
-    _notifier.send(channel_group, message)
-
-
-def notify_head_moved(group_id: str, sequence: int) -> None:
-    _notifier.head(group_id, sequence)
 
 
 def notify_commit(heads: list[tuple[str, int]], notices: list[tuple[str, dict[str, Any]]]) -> None:

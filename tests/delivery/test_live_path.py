@@ -141,8 +141,7 @@ def test_a_failed_publish_hands_the_notices_to_the_notifier_thread(monkeypatch: 
     import missions.delivery as delivery
 
     down = delivery._RedisPublisher("redis://127.0.0.1:1/0", "asgi", lambda message: b"")
-    monkeypatch.setattr(delivery, "_publisher", down)
-    monkeypatch.setattr(delivery, "_publisher_checked", True)
+    monkeypatch.setattr(delivery, "_redis_publisher", lambda: down)
     handed: list[tuple[str, int]] = []
     monkeypatch.setattr(delivery._notifier, "head", lambda group, sequence: handed.append((group, sequence)))
     delivery.notify_commit([("g1", 3)], [])
