@@ -35,15 +35,15 @@ frame's group and ``broadcast()``s it unchanged to that Group's subscribers.
 No compression on either side (daphne does not negotiate it).
 
 **Design floor** (``--floor``; PostgreSQL and Redis only). The same bare
-server, fed not by a publisher connection but the way DESIGN §4 feeds the
-hub: a floor committer INSERTs the frame into a table of the scratch database
-(autocommit: that is the commit; its time is taken when the INSERT returns)
-and PUBLISHes ``{group, sequence}`` on a Redis channel from the same thread;
-the server, subscribed to it, reads the frame back by primary key over one
-asynchronous psycopg connection and broadcasts it. No Django, no channel
-layer, no consumer: only the two hops the design puts between a commit and a
-subscriber ("head moved" through Redis, then a database read). Its p99 over
-the bare server's says how much of the 2x budget those hops alone take.
+server, fed not by a publisher connection but the way the project feeds its
+hub (``missions.delivery``): a floor committer INSERTs the frame into a table
+of the scratch database (autocommit: that is the commit; its time is taken
+when the INSERT returns) and PUBLISHes ``{group, sequence, frame}`` on a
+Redis channel from the same thread; the server, subscribed to it, broadcasts
+the frame it carries. No Django, no channel layer, no consumer: only the hop
+the design puts between a commit and a subscriber (the head notice through
+Redis). Its p99 over the bare server's says how much of the 2x budget that
+hop alone takes.
 
 **Measured** (subscribers in this process; receive time taken as each frame
 comes out of ``recv()``): delivered event frames per second = distinct matched
@@ -52,14 +52,19 @@ p99 over all delivered frames. Frames not delivered in time, duplicates,
 out-of-order frames and connections the server closed are counted and
 printed. Each measurement (10 s of commits, then up to 5 s for the last
 frames; ``--quick``: 4 s and 2 s) is repeated 3 times (``--quick``: once),
-project and baseline interleaved, and medians are reported. Ratios:
+project and baseline interleaved, and medians are reported. The first
+``WARMUP_SECONDS`` of commits of every measurement warm up both sides (first
+calls, connection buffers, CPU caches): their frames count for delivery but
+not for the latency percentiles. Ratios:
 throughput project / bare (target >= 0.5), p99 project / bare (target <= 2).
 
 **Backends.** By default the embedded SQLite in a temporary file and the
 in-memory channel layer: then the commit happens in another process than
 daphne and reaches subscribers through the periodic head check, here
-``MWP_HEAD_POLL_SECONDS=0.05`` (``--head-poll``; note that the agent consumer's
-membership/session check runs every twice that, per connection). With ``MWP_DATABASE_URL=postgres://...`` a
+``MWP_HEAD_POLL_SECONDS=0.05`` (``--head-poll``; the hub's agent check then
+runs every second). With the Redis layer, where the head check is only the
+safety net for a lost notice, daphne runs with the project's default (1 s).
+With ``MWP_DATABASE_URL=postgres://...`` a
 scratch database ``mwp_fanout`` on that server is created, migrated and
 dropped at the end; with ``MWP_REDIS_URL`` set, daphne and the committer use
 the Redis channel layer, so "head moved" travels through Redis. Both daphne
@@ -99,7 +104,9 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH = "fanout"
 SUBSCRIBERS = 100
 SCRATCH_DB = "mwp_fanout"
-HEAD_POLL_SECONDS = 0.05  # default of --head-poll
+HEAD_POLL_SECONDS = 0.05  # default of --head-poll with the in-memory layer
+HEAD_POLL_SECONDS_REDIS = 1.0  # with Redis: the project's default (settings.MWP_HEAD_POLL_SECONDS)
+WARMUP_SECONDS = 1.0
 MAX_WS_BYTES = 16 * 1024 * 1024
 CONNECT_PARALLEL = 10
 READY_TIMEOUT = 60.0
@@ -454,12 +461,12 @@ def publisher_main(url: str, fixtures_path: str) -> int:
 
 FLOOR_CHANNEL = "mwp-fanout-floor"
 FLOOR_TABLE = "fanout_floor"
-FLOOR_READ = f"SELECT frame FROM {FLOOR_TABLE} WHERE group_id = %s AND sequence = %s"
 
 
 def floor_publisher_main(fixtures_path: str, floor_db: str, floor_redis: str) -> int:
     """The design floor's committer: INSERT the Event's frame (autocommit: the
-    commit), then PUBLISH "head moved" on Redis from the same thread."""
+    commit), then PUBLISH the head notice with the frame on Redis from the
+    same thread."""
     import psycopg
     import redis
 
@@ -470,7 +477,7 @@ def floor_publisher_main(fixtures_path: str, floor_db: str, floor_redis: str) ->
             db.execute(f"INSERT INTO {FLOOR_TABLE} (group_id, sequence, frame) VALUES (%s, %s, %s)",
                        (group, seq, frame))  # fmt: skip
             committed = time.time()
-            client.publish(FLOOR_CHANNEL, json.dumps({"group": group, "sequence": seq}))
+            client.publish(FLOOR_CHANNEL, json.dumps({"group": group, "sequence": seq, "frame": frame}))
             return committed
 
         publish_frames(fixtures_path, publish)
@@ -481,23 +488,20 @@ def bare_server_main(port: int, floor_db: str | None = None, floor_redis: str | 
     """A bare broadcast server: hello -> welcome, subscribe -> subscribed; a
     ``publisher`` connection's frames go unchanged to their Group's subscribers.
 
-    With ``floor_db`` and ``floor_redis`` it is the **design floor** instead:
-    frames come from no connection; a "head moved" message on the Redis
-    channel ``FLOOR_CHANNEL`` makes it read the Event's frame from PostgreSQL
-    (one asynchronous psycopg connection, a prepared SELECT by primary key)
-    and broadcast it: the two hops DESIGN §4 puts between a commit and a
-    subscriber (channel layer, database read) with nothing else around them.
+    With ``floor_redis`` it is the **design floor** instead: frames come from
+    no connection but from head notices on the Redis channel
+    ``FLOOR_CHANNEL``, each carrying the committed Event's frame, which it
+    broadcasts: the hop between a commit and a subscriber with nothing else
+    around it.
     """
     from websockets.asyncio.server import ServerConnection, broadcast, serve
 
     subscribers: dict[str, set[ServerConnection]] = defaultdict(set)
 
     async def follow_floor() -> None:
-        import psycopg
         import redis.asyncio as aioredis
 
-        assert floor_db is not None and floor_redis is not None
-        db = await psycopg.AsyncConnection.connect(conninfo(floor_db), autocommit=True, prepare_threshold=0)
+        assert floor_redis is not None
         client = aioredis.Redis.from_url(floor_redis)
         pubsub = client.pubsub()
         await pubsub.subscribe(FLOOR_CHANNEL)
@@ -505,11 +509,9 @@ def bare_server_main(port: int, floor_db: str | None = None, floor_redis: str | 
             if message.get("type") != "message":
                 continue
             head = json.loads(message["data"])
-            cur = await db.execute(FLOOR_READ, (head["group"], head["sequence"]))
-            row = await cur.fetchone()
             targets = subscribers.get(head["group"])
-            if row is not None and targets:
-                broadcast(targets, row[0])
+            if targets:
+                broadcast(targets, head["frame"])
 
     async def handler(ws: ServerConnection) -> None:
         joined: list[str] = []
@@ -539,7 +541,7 @@ def bare_server_main(port: int, floor_db: str | None = None, floor_redis: str | 
 
     async def run() -> None:
         async with serve(handler, "127.0.0.1", port, max_size=MAX_WS_BYTES, compression=None, ping_interval=None):
-            if floor_db:
+            if floor_redis:
                 await follow_floor()
             await asyncio.Future()
 
@@ -764,6 +766,7 @@ async def measure(
     if closed:
         run.notes.append(f"{len(closed)} closed by the server: {closed[0]}")
     committed = {(r[0], r[1]): (r[3], r[2]) for r in records}  # (commit, accept() returned)
+    warm_from = min((r[3] for r in records), default=0.0) + WARMUP_SECONDS
     latencies: list[float] = []
     from_return: list[float] = []
     last = 0.0
@@ -786,8 +789,9 @@ async def measure(
             run.out_of_order += 1
         position[key[:2]] = event["sequence"]
         run.delivered += 1
-        latencies.append((t - at[0]) * 1000)
-        from_return.append((t - at[1]) * 1000)
+        if at[0] >= warm_from:
+            latencies.append((t - at[0]) * 1000)
+            from_return.append((t - at[1]) * 1000)
         last = max(last, t)
     if records:
         first = min(r[3] for r in records)
@@ -842,9 +846,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate-many", type=float, default=40.0, help="commits/s over many_groups (default 40)")
     parser.add_argument("--duration", type=float, help="seconds of commits per measurement (10; quick 5)")
     parser.add_argument("--repeat", type=int, help="repetitions per measurement (3; quick 1)")
-    parser.add_argument("--head-poll", type=float, default=HEAD_POLL_SECONDS,
-                        help=f"MWP_HEAD_POLL_SECONDS for daphne (default {HEAD_POLL_SECONDS:g}; the project's own "
-                        "default is 1.0)")  # fmt: skip
+    parser.add_argument("--head-poll", type=float,
+                        help=f"MWP_HEAD_POLL_SECONDS for daphne (default {HEAD_POLL_SECONDS:g} with the in-memory "
+                        f"layer, {HEAD_POLL_SECONDS_REDIS:g} with Redis)")  # fmt: skip
     parser.add_argument("--topology", choices=("one_group", "many_groups"), help="run one topology only")
     parser.add_argument("--keep-logs", action="store_true", help="keep the temporary directory with the logs")
     parser.add_argument("--floor", action="store_true", help="also measure the design floor (PostgreSQL + Redis)")
@@ -878,6 +882,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--floor needs MWP_DATABASE_URL=postgres://... and MWP_REDIS_URL")
     sides = ("project", "bare", "floor") if args.floor else ("project", "bare")
 
+    if args.head_poll is None:
+        args.head_poll = HEAD_POLL_SECONDS_REDIS if redis_url else HEAD_POLL_SECONDS
     backends = choose_backends(args.head_poll)
     configure_env(backends, args.head_poll)
     var = Path(backends.var_dir)

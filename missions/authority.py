@@ -178,6 +178,8 @@ class HandlerContext:
 
 
 Receipt = dict[str, Any]
+# A Group's new head after a commit, with the Events that commit appended to it.
+CommittedHead = tuple[str, int, list[dict[str, Any]]]
 
 
 def db_uuid(value: str | uuid.UUID) -> Any:
@@ -350,16 +352,19 @@ def _accept_once(command: Command, spec: CommandSpec, now: datetime) -> Receipt:
         # Step 6: append, advance the head(s), write the receipt.
         if not decision.events:
             raise RuntimeError(f"handler of {env.type} decided on no Event")
+        heads: list[CommittedHead] = []
         for other, emits in decision.also:
             if emits:
-                sql, params, _ = _append_sql(env, other, emits, now)
+                sql, params, events = _append_sql(env, other, emits, now)
                 for statement, values in zip(sql, params, strict=True):
                     cur.execute(statement, values)
-        receipt = _append_with_receipt(cur, env, group, decision, now, content_hash)
+                heads.append((other.id, other.last_sequence, events))
+        receipt, events = _append_with_receipt(cur, env, group, decision, now, content_hash)
+        heads.insert(0, (group.id, group.last_sequence, events))
 
         # Step 7: runs after commit only, so no one hears of an Event that
-        # rolled back.
-        heads = [(group.id, group.last_sequence)] + [(g.id, g.last_sequence) for g, e in decision.also if e]
+        # rolled back. Each head carries the Events just committed, as the
+        # rows were written (missions.delivery says how the hub uses them).
         notices = decision.notices
         transaction.on_commit(lambda: _notify(heads, notices))
     for followup in decision.followups:
@@ -407,7 +412,7 @@ def _read_locked(cur: Any, command: Command, spec: CommandSpec) -> tuple[Any, Gr
     return None, group, actor
 
 
-def _notify(heads: list[tuple[str, int]], notices: list[tuple[str, dict[str, Any]]]) -> None:
+def _notify(heads: list[CommittedHead], notices: list[tuple[str, dict[str, Any]]]) -> None:
     from .delivery import notify_commit
 
     notify_commit(heads, notices)
@@ -586,12 +591,13 @@ def _append_sql(
     """Step 6 for one Group: the Events with the next sequences and the hash
     chain (one INSERT) and the head, with the Group revision when the Group is
     the aggregate that changed (one UPDATE). Returns the statements, their
-    parameters and the Event references; moves ``group`` to its new head."""
+    parameters and the Events as on the wire (``GroupEvent.as_wire``); moves
+    ``group`` to its new head."""
     sequence = group.last_sequence
     prev = group.head_hash
     occurred_at = format_time(now)
     values: list[Any] = []
-    refs: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
     revision = group.revision
     for emit in emits:
         sequence += 1
@@ -609,13 +615,13 @@ def _append_sql(
             "prev_hash": prev,
         }
         row_prev = prev
-        prev = event_hash(prev, event)
+        prev = event["hash"] = event_hash(prev, event)
         values += [
             db_uuid(event_id), db_uuid(group.id), sequence, emit.type, emit.aggregate.kind, emit.aggregate.id,
             emit.aggregate.revision, env.actor, db_uuid(env.action_id), db_time(now),
             json.dumps(emit.body, separators=(",", ":")), row_prev, prev,
         ]  # fmt: skip
-        refs.append({"event_id": event_id, "sequence": sequence, "type": emit.type})
+        events.append(event)
         # The Group revision moves only on Group-aggregate Events (Membership,
         # Mission status); the head always moves.
         if emit.aggregate.kind == "group" and emit.aggregate.id == group.id:
@@ -627,7 +633,7 @@ def _append_sql(
     )
     update = f"UPDATE {_T_GROUP} SET last_sequence = %s, head_hash = %s, revision = %s WHERE id = %s"
     group.last_sequence, group.head_hash, group.revision = sequence, prev, revision
-    return [insert, update], [values, [sequence, prev, revision, db_uuid(group.id)]], refs
+    return [insert, update], [values, [sequence, prev, revision, db_uuid(group.id)]], events
 
 
 _RECEIPT_INSERT = (
@@ -638,10 +644,12 @@ _RECEIPT_INSERT = (
 
 def _append_with_receipt(
     cur: Any, env: Envelope, group: GroupHead, decision: Decision, now: datetime, content_hash: str
-) -> Receipt:
+) -> tuple[Receipt, list[dict[str, Any]]]:
     """Step 6 for the Command's own Group: Events, head and receipt; one
-    statement on PostgreSQL (data-modifying CTEs), three on SQLite."""
-    statements, params, refs = _append_sql(env, group, decision.events, now)
+    statement on PostgreSQL (data-modifying CTEs), three on SQLite. Returns
+    the receipt and the Events as on the wire."""
+    statements, params, events = _append_sql(env, group, decision.events, now)
+    refs = [{"event_id": e["event_id"], "sequence": e["sequence"], "type": e["type"]} for e in events]
     receipt: Receipt = {
         "action_id": env.action_id,
         "actor": env.actor,
@@ -664,7 +672,7 @@ def _append_with_receipt(
         for statement, values in zip(statements, params, strict=True):
             cur.execute(statement, values)
         cur.execute(_RECEIPT_INSERT, receipt_params)
-    return receipt
+    return receipt, events
 
 
 def system_action_id(*parts: object) -> str:

@@ -208,7 +208,24 @@ class _EventStream(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
                     await self.send(text_data=frame)
             return True
 
-        self.subscriptions[group_id] = await hub.subscribe(str(group.id), after, deliver)
+        def deliver_now(events: list[Event]) -> bool | None:
+            # The live path's common case, without a task switch: Events
+            # framed once, sent straight to daphne's open connection.
+            # Anything else (a removal of this agent, a closing or non-daphne
+            # connection) is deliver()'s.
+            direct = self.direct
+            if self.closing or direct is None or not direct.is_open():
+                return None
+            for event in events:
+                if getattr(event, "frame", None) is None or (
+                    event["type"] == "membership.removed" and event["body"].get("agent") == agent_id
+                ):
+                    return None
+            for event in events:
+                direct.send(event)
+            return True
+
+        self.subscriptions[group_id] = await hub.subscribe(str(group.id), after, deliver, deliver_now)
 
     async def stop_stream(self, group_id: str) -> None:
         sub = self.subscriptions.pop(group_id, None)

@@ -1,8 +1,15 @@
 """After-commit notifications through the channel layer (DESIGN §3 step 7).
 
-The layer only says "head moved" (or "your Membership changed", "your session
-was replaced"); readers fetch Events from the database, so order and
-completeness never depend on the layer, only latency does.
+The layer says "head moved" (or "your Membership changed", "your session
+was replaced"). A head notice also carries the Events that the commit
+appended, exactly as its transaction wrote them (``MAX_CARRIED_BYTES`` at
+most; a larger commit sends the head alone). A hub uses them only when they
+continue, by sequence and hash chain, the last Event it holds for that Group;
+anything else (a notice lost, late, out of order, or without Events) makes it
+read the database after its head. So order and completeness never depend on
+the layer, only latency does; the carried Events spare the live path a
+database round trip per commit (DESIGN §4 has the hub read; see
+``missions.hub``).
 
 With the Redis pub/sub layer (``MWP_REDIS_URL``) the committing thread
 publishes a commit's notices itself, in one pipelined round trip through a
@@ -47,7 +54,9 @@ class _Notifier:
         self.lock = threading.Lock()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.serving_loop: asyncio.AbstractEventLoop | None = None
-        self.pending_heads: dict[str, int] = {}
+        # Group -> (head, the Events up to it when they are known to run on
+        # without a gap since the first notice queued, else None).
+        self.pending_heads: dict[str, tuple[int, list[dict[str, Any]] | None]] = {}
         self.pending_notices: list[tuple[str, dict[str, Any]]] = []
         self.draining = False
 
@@ -77,10 +86,19 @@ class _Notifier:
             self.pending_notices.append((channel_group, message))
         self._start_drain()
 
-    def head(self, group_id: str, sequence: int) -> None:
+    def head(self, group_id: str, sequence: int, events: list[dict[str, Any]] | None) -> None:
         with self.lock:
             known = self.pending_heads.get(group_id)
-            self.pending_heads[group_id] = max(sequence, known or 0)
+            if known is not None:
+                # Heads of one Group coalesce; their Events only while they
+                # run on (commits can reach this point out of order).
+                known_seq, known_events = known
+                if known_events and events and events[0]["sequence"] == known_seq + 1:
+                    events = known_events + events
+                else:
+                    events = None
+                sequence = max(sequence, known_seq)
+            self.pending_heads[group_id] = (sequence, events)
         self._start_drain()
 
     def _start_drain(self) -> None:
@@ -105,10 +123,7 @@ class _Notifier:
                         self.draining = False
                         return
                 await asyncio.gather(
-                    *(
-                        self._send(group_channel(g), {"type": "group.head", "group": g, "sequence": seq})
-                        for g, seq in heads.items()
-                    ),
+                    *(self._send(group_channel(g), head_notice(g, seq, events)) for g, (seq, events) in heads.items()),
                     *(self._send(channel_group, message) for channel_group, message in notices),
                 )
         except BaseException:
@@ -151,15 +166,25 @@ class _RedisPublisher:
     def channel(self, channel_group: str) -> str:
         return f"{self.prefix}__group__{channel_group}"
 
+    def _serialized(self, message: dict[str, Any]) -> bytes:
+        data: bytes = self.serialize(message)
+        if len(data) > MAX_CARRIED_BYTES and message.get("events"):
+            data = self.serialize({**message, "events": None})
+        return data
+
     def publish(self, messages: list[tuple[str, dict[str, Any]]]) -> bool:
         """True when Redis took them all; False to send them another way."""
         if time.monotonic() < self.down_until:
             return False
         try:
-            pipe = self.client.pipeline(transaction=False)
-            for channel_group, message in messages:
-                pipe.publish(self.channel(channel_group), self.serialize(message))
-            pipe.execute()
+            payloads = [(self.channel(channel_group), self._serialized(message)) for channel_group, message in messages]
+            if len(payloads) == 1:  # the common case: one Group, no other notice
+                self.client.publish(*payloads[0])
+            else:
+                pipe = self.client.pipeline(transaction=False)
+                for channel, data in payloads:
+                    pipe.publish(channel, data)
+                pipe.execute()
         except Exception:
             log.warning("could not publish to Redis; using the notifier thread for a while", exc_info=True)
             self.down_until = time.monotonic() + self.RETRY_AFTER
@@ -189,15 +214,27 @@ def register_serving_loop(loop: asyncio.AbstractEventLoop) -> None:
     _notifier.serving_loop = loop
 
 
-def notify_commit(heads: list[tuple[str, int]], notices: list[tuple[str, dict[str, Any]]]) -> None:
-    """What a commit tells the channel layer: each Group's new head, then its notices."""
+# A head notice carries its Events up to this size (serialized); a bigger
+# commit's notice carries the head alone and hubs read the Events.
+MAX_CARRIED_BYTES = 64 * 1024
+
+
+def head_notice(group_id: str, sequence: int, events: list[dict[str, Any]] | None) -> dict[str, Any]:
+    return {"type": "group.head", "group": group_id, "sequence": sequence, "events": events}
+
+
+def notify_commit(
+    heads: list[tuple[str, int, list[dict[str, Any]]]], notices: list[tuple[str, dict[str, Any]]]
+) -> None:
+    """What a commit tells the channel layer: each Group's new head with the
+    Events the commit appended to it, then its notices."""
     publisher = _redis_publisher()
     if publisher is not None:
-        messages = [(group_channel(g), {"type": "group.head", "group": g, "sequence": seq}) for g, seq in heads]
+        messages = [(group_channel(g), head_notice(g, seq, events)) for g, seq, events in heads]
         if publisher.publish(messages + notices):
             return
-    for group_id, sequence in heads:
-        _notifier.head(group_id, sequence)
+    for group_id, sequence, events in heads:
+        _notifier.head(group_id, sequence, events)
     for channel_group, message in notices:
         _notifier.send(channel_group, message)
 

@@ -36,17 +36,47 @@ class DirectSender:
         self.server = server
         self.protocol = protocol
 
+    def is_open(self) -> bool:
+        info = self.server.connections.get(self.protocol)
+        return info is not None and "disconnected" not in info and self.protocol.state == WebSocketProtocol.STATE_OPEN
+
     def send(self, event: Any) -> bool:
         """Send ``event``'s frame; False when the connection is not open (the
         caller then sends through ASGI, which drops it the same way)."""
-        info = self.server.connections.get(self.protocol)
-        if info is None or "disconnected" in info or self.protocol.state != WebSocketProtocol.STATE_OPEN:
+        if not self.is_open():
             return False
         prepared = event.prepared
         if prepared is None:
             prepared = event.prepared = PreparedMessage(event.frame.encode(), False, False, False)
-        self.protocol.sendPreparedMessage(prepared)
+        protocol = self.protocol
+        if protocol._perMessageCompress is None and not protocol.send_queue:
+            # What autobahn's sendPreparedMessage comes to without compression
+            # or queued chopped writes, minus its debug log call, whose
+            # arguments it formats even when the log is off.
+            protocol.transport.write(prepared.payloadHybi)
+        else:
+            protocol.sendPreparedMessage(prepared)
+        _write_now(protocol.transport)
         return True
+
+
+def _write_now(transport: Any) -> None:
+    """Put what the transport buffered on the socket now. Twisted's
+    ``write`` only buffers, and the reactor writes once it finds the socket
+    writable, a turn of the event loop later (after whatever else that turn
+    runs). The asyncio reactor's own step for a writable socket (``doWrite``,
+    then a disconnect on error) does it at once; under any other reactor the
+    write waits for its turn as before."""
+    step = getattr(_reactor(), "_readOrWrite", None)
+    if step is not None and getattr(transport, "connected", False) and hasattr(transport, "doWrite"):
+        step(transport, False)
+
+
+@functools.cache
+def _reactor() -> Any:
+    from twisted.internet import reactor
+
+    return reactor
 
 
 def direct_sender(send: Any) -> DirectSender | None:

@@ -2,15 +2,18 @@
 
 One hub runs per daphne process (per event loop). For every Group with local
 subscribers it keeps the head it has seen and a short cache of the latest
-Events. A head move is learnt from the channel layer ("head moved" after a
-commit) or from a periodic check of the heads of all local Groups (one query
-for all of them, so Events committed by a Celery worker or a management
-command arrive even with the in-memory layer). Either way the hub reads the
-new Events **once** (on PostgreSQL over an asynchronous connection of its
-own, see ``_LiveReader``) and hands them to every subscriber at the head in
-the same task, each frame encoded once (and, under daphne, framed once: see
-``missions.direct_send``): one commit never turns into one database read per
-subscriber, nor into a task switch per subscriber.
+Events. A head move is learnt from the channel layer (a commit's head notice)
+or from a periodic check of the heads of all local Groups (one query for all
+of them, so Events committed by a Celery worker or a management command
+arrive even with the in-memory layer). A notice that carries the Events which
+continue the hub's feed, by sequence and hash chain, is acted on at once
+(``Hub.notice_now``; with the Redis layer as the layer's reader hands it
+over, see ``immediate_notices``); anything else makes the hub read the new
+Events **once** (on PostgreSQL over an asynchronous connection of its own,
+see ``_LiveReader``). Either way it hands them to every subscriber at the
+head at once, each frame encoded once (and, under daphne, framed once and
+written at once: see ``missions.direct_send``): one commit never turns into
+one database read per subscriber, nor into a task switch per subscriber.
 
 A subscriber behind the cache (a replay from an old cursor) reads the
 database itself, in batches, until it reaches the cache. Delivery per Group is
@@ -38,7 +41,7 @@ from django.db import connection, connections
 from mwportal.protocol import format_time
 
 from .delivery import group_channel, register_serving_loop
-from .models import Group, GroupEvent
+from .models import Agent, Group, GroupEvent, Membership
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +86,14 @@ _LIVE_SQL = (
 )
 
 
+_HEADS_SQL = f"SELECT id, last_sequence FROM {Group._meta.db_table} WHERE id = ANY(%s::uuid[])"
+_AGENTS_SQL = f"SELECT id, session_epoch FROM {Agent._meta.db_table} WHERE id = ANY(%s::uuid[])"
+_MEMBERSHIPS_SQL = (
+    f"SELECT agent_id, group_id, roles, epoch FROM {Membership._meta.db_table}"
+    " WHERE agent_id = ANY(%s::uuid[]) AND active"
+)
+
+
 def _wire_row(r: Any) -> WireEvent:
     """An Event from a row of ``_LIVE_SQL``, as ``GroupEvent.as_wire`` puts it."""
     aggregate = {"kind": r[4], "id": r[5], "revision": r[6]}
@@ -123,14 +134,42 @@ class _LiveReader:
     async def read(self, group_id: str, after: int, limit: int) -> list[Event]:
         if self.native:
             try:
-                return await self._read_native(group_id, after, limit)
+                return [_wire_row(r) for r in await self._fetch(_LIVE_SQL, (group_id, after, limit))]
             except Exception:
                 log.warning("the live read failed; reading through the thread pool", exc_info=True)
                 await self.close()
         events: list[Event] = await _read_in_thread(group_id, after, limit)
         return events
 
-    async def _read_native(self, group_id: str, after: int, limit: int) -> list[Event]:
+    async def heads(self, group_ids: list[str]) -> dict[str, int]:
+        """The heads of ``group_ids`` (the periodic head check): on
+        PostgreSQL over the same connection, so the check never holds the
+        interpreter lock in a thread while a live notice waits."""
+        if self.native:
+            try:
+                return {str(g): s for g, s in await self._fetch(_HEADS_SQL, (group_ids,))}
+            except Exception:
+                log.warning("the head check failed; checking through the thread pool", exc_info=True)
+                await self.close()
+        heads: dict[str, int] = await database_sync_to_async(_heads)(group_ids)
+        return heads
+
+    async def agents(self, agent_ids: list[str]) -> dict[str, tuple[int, dict[str, tuple[list[str], int]]]]:
+        """``agents_current(agent_ids)`` (the periodic agent check), on
+        PostgreSQL over the same connection, for the reason of ``heads``."""
+        if self.native:
+            try:
+                return _agents_from(
+                    await self._fetch(_AGENTS_SQL, (agent_ids,)), await self._fetch(_MEMBERSHIPS_SQL, (agent_ids,))
+                )
+            except Exception:
+                log.warning("the agent check failed; checking through the thread pool", exc_info=True)
+                await self.close()
+        current: dict[str, tuple[int, dict[str, tuple[list[str], int]]]]
+        current = await database_sync_to_async(agents_current)(agent_ids)
+        return current
+
+    async def _fetch(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         import psycopg
 
         async with self.lock:
@@ -141,9 +180,9 @@ class _LiveReader:
                     host=db["HOST"] or None, port=db["PORT"] or None, autocommit=True,
                     prepare_threshold=0,
                 )  # fmt: skip
-            cur = await self.conn.execute(_LIVE_SQL, (group_id, after, limit))
-            rows = await cur.fetchall()
-        return [_wire_row(r) for r in rows]
+            cur = await self.conn.execute(sql, params)
+            rows: list[Any] = await cur.fetchall()
+        return rows
 
     async def close(self) -> None:
         conn, self.conn = self.conn, None
@@ -156,17 +195,39 @@ def _heads(group_ids: list[str]) -> dict[str, int]:
     return {str(g): s for g, s in Group.objects.filter(id__in=group_ids).values_list("id", "last_sequence")}
 
 
+def _continuing(feed: _Feed, after: int, carried: list[Event] | None) -> list[WireEvent] | None:
+    """``carried`` as wire Events when they take ``feed`` on from ``after``
+    (its last Event) without a gap, each naming the hash before it; None
+    when the database must be read instead (no Events carried, a notice that
+    came late or out of order, or anything that does not chain)."""
+    if not carried:
+        return None
+    expected = after + 1
+    prev = feed.cache[-1]["hash"] if feed.cache else None
+    for event in carried:
+        if not isinstance(event, dict) or event.get("sequence") != expected:
+            return None
+        if prev is not None and event.get("prev_hash") != prev:
+            return None
+        prev = event.get("hash")
+        expected += 1
+    return [_wire(event) for event in carried]
+
+
 @dataclass(eq=False)
 class Subscription:
     """One subscriber's position in one Group; ``deliver`` sends a batch of Events.
 
     ``deliver`` returns False to end the subscription (the subscriber lost its
-    Membership, say).
+    Membership, say). ``deliver_now``, when given, sends a batch without
+    waiting for anything, or answers None when it cannot (then ``deliver``
+    does it).
     """
 
     group_id: str
     position: int
     deliver: Callable[[list[Event]], Awaitable[bool]]
+    deliver_now: Callable[[list[Event]], bool | None] | None = None
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
     closed: bool = False
@@ -201,15 +262,16 @@ AgentCallback = Callable[[int, dict[str, tuple[list[str], int]]], Awaitable[None
 
 def agents_current(agent_ids: list[str]) -> dict[str, tuple[int, dict[str, tuple[list[str], int]]]]:
     """Session Epoch and active Memberships of many Agents in two queries."""
-    from .models import Agent, Membership
-
-    out: dict[str, tuple[int, dict[str, tuple[list[str], int]]]] = {
-        str(a): (epoch, {}) for a, epoch in Agent.objects.filter(id__in=agent_ids).values_list("id", "session_epoch")
-    }
+    agents = Agent.objects.filter(id__in=agent_ids).values_list("id", "session_epoch")
     rows = Membership.objects.filter(agent_id__in=agent_ids, active=True).values_list(
         "agent_id", "group_id", "roles", "epoch"
     )
-    for agent_id, group_id, roles, epoch in rows:
+    return _agents_from(agents, rows)
+
+
+def _agents_from(agents: Any, memberships: Any) -> dict[str, tuple[int, dict[str, tuple[list[str], int]]]]:
+    out: dict[str, tuple[int, dict[str, tuple[list[str], int]]]] = {str(a): (epoch, {}) for a, epoch in agents}
+    for agent_id, group_id, roles, epoch in memberships:
         out[str(agent_id)][1][str(group_id)] = (roles, epoch)
     return out
 
@@ -230,6 +292,7 @@ class Hub:
             # The default prefix: channels_redis serves a process's own
             # channels through one receive loop per prefix.
             self.channel = await self.layer.new_channel()
+            immediate_notices(self.layer, self.channel, self.notice_now)
             self._tasks.append(asyncio.create_task(self._listen()))
         self._tasks.append(asyncio.create_task(self._poll()))
         self._tasks.append(asyncio.create_task(self._watch_agents()))
@@ -257,7 +320,7 @@ class Hub:
             if not self.agents:
                 continue
             try:
-                current = await database_sync_to_async(agents_current)(list(self.agents))
+                current = await self.reader.agents(list(self.agents))
             except Exception:
                 log.warning("the agent check failed", exc_info=True)
                 continue
@@ -271,7 +334,11 @@ class Hub:
     # --- subscriptions ---------------------------------------------------
 
     async def subscribe(
-        self, group_id: str, after: int, deliver: Callable[[list[Event]], Awaitable[bool]]
+        self,
+        group_id: str,
+        after: int,
+        deliver: Callable[[list[Event]], Awaitable[bool]],
+        deliver_now: Callable[[list[Event]], bool | None] | None = None,
     ) -> Subscription:
         feed = self.feeds.get(group_id)
         if feed is None:
@@ -286,7 +353,7 @@ class Hub:
                 other.wake.set()
         else:
             await feed.ready.wait()
-        sub = Subscription(group_id, after, deliver)
+        sub = Subscription(group_id, after, deliver, deliver_now)
         feed.subscribers.add(sub)
         sub.task = asyncio.create_task(self._run(feed, sub))
         return sub
@@ -340,6 +407,9 @@ class Hub:
         except Exception:
             log.exception("delivery to a subscriber of %s failed", sub.group_id)
             kept = False
+        return self._delivered(sub, batch, kept)
+
+    def _delivered(self, sub: Subscription, batch: list[Event], kept: bool) -> bool:
         if not kept:
             sub.closed = True
             self._spawn(self.unsubscribe(sub))
@@ -347,11 +417,44 @@ class Hub:
         sub.position = batch[-1]["sequence"]
         return True
 
+    def _fan_out_now(self, feed: _Feed) -> list[Subscription]:
+        """Hand the feed's new Events to every subscriber at the head whose
+        ``deliver_now`` can send them at once, one after the other without a
+        task switch. Subscribers that are behind, or sending already, are
+        woken and catch up on their own; the rest (``deliver_now`` declined)
+        are returned for the asynchronous ``deliver``."""
+        later = []
+        for sub in list(feed.subscribers):
+            if sub.closed:
+                continue
+            if sub.sending.locked():
+                sub.wake.set()
+                continue
+            batch = feed.cached_after(sub.position)
+            if batch is None:
+                sub.wake.set()
+                continue
+            if not batch:
+                continue
+            kept = None
+            if sub.deliver_now is not None:
+                try:
+                    kept = sub.deliver_now(batch)
+                except Exception:
+                    log.exception("delivery to a subscriber of %s failed", sub.group_id)
+                    kept = False
+            if kept is None:
+                later.append(sub)
+            else:
+                self._delivered(sub, batch, kept)
+        return later
+
     # --- head moves ------------------------------------------------------
 
     async def head_moved(self, group_id: str, sequence: int) -> None:
+        """The head of ``group_id`` is at least ``sequence``: read what is new."""
         feed = self.feeds.get(group_id)
-        if feed is None or sequence <= feed.head:
+        if feed is None or not feed.ready.is_set() or sequence <= feed.head:
             return
         async with feed.lock:
             # Read the new Events once for every local subscriber.
@@ -366,7 +469,7 @@ class Hub:
         # other in this task (a send hands the frame to the server and does
         # not wait for the peer): no task switch per subscriber. One that is
         # sending already, or is behind, is woken and catches up on its own.
-        for sub in list(feed.subscribers):
+        for sub in self._fan_out_now(feed):
             if sub.closed:
                 continue
             if sub.sending.locked():
@@ -390,12 +493,43 @@ class Hub:
                 log.warning("the channel layer failed; relying on the head check", exc_info=True)
                 await asyncio.sleep(1)
                 continue
-            if message.get("type") == "group.head":
-                # Each Group's read runs on its own (the feed's lock keeps one
-                # Group's reads in order), so the next notice is received
-                # while this one is read: notices of many Groups do not queue
-                # behind each other's reads.
-                self._spawn(self.head_moved(str(message["group"]), int(message["sequence"])))
+            try:
+                self._on_notice(message)
+            except Exception:
+                log.exception("a malformed channel-layer message: %r", message)
+
+    def _on_notice(self, message: dict[str, Any]) -> None:
+        if message.get("type") == "group.head" and not self.notice_now(message):
+            # A read: each Group's runs on its own (the feed's lock keeps one
+            # Group's reads in order), so the next notice is received while
+            # this one is read: notices of many Groups do not queue behind
+            # each other's reads.
+            self._spawn(self.head_moved(str(message["group"]), int(message["sequence"])))
+
+    def notice_now(self, message: dict[str, Any]) -> bool:
+        """Act on a head notice at once when that needs no database read: the
+        notice carries the Events that continue the feed (or it is old news).
+        False when it was not such a notice; ``head_moved`` then reads."""
+        if message.get("type") != "group.head":
+            return False
+        group_id, sequence = str(message["group"]), int(message["sequence"])
+        feed = self.feeds.get(group_id)
+        if feed is None or not feed.ready.is_set() or sequence <= feed.head:
+            # Old news; or the feed's head is being read, which happens after
+            # this commit (the notice comes after it), so it counts it.
+            return True
+        carried = message.get("events")
+        if not isinstance(carried, list) or feed.lock.locked():
+            return False
+        after = feed.cache[-1]["sequence"] if feed.cache else feed.head
+        rows = _continuing(feed, after, carried)
+        if rows is None or rows[-1]["sequence"] != sequence:
+            return False
+        feed.cache.extend(rows)
+        feed.head = sequence
+        for sub in self._fan_out_now(feed):
+            sub.wake.set()
+        return True
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)
@@ -409,12 +543,49 @@ class Hub:
             if not self.feeds:
                 continue
             try:
-                heads = await database_sync_to_async(_heads)(list(self.feeds))
+                heads = await self.reader.heads(list(self.feeds))
             except Exception:
                 log.warning("the head check failed", exc_info=True)
                 continue
             for group_id, sequence in heads.items():
                 await self.head_moved(group_id, sequence)
+
+
+class _ImmediateQueue(asyncio.Queue[Any]):
+    """The hub's channel queue in the Redis pub/sub layer: a message the hub
+    can act on at once (``Hub.notice_now``) is handled as the layer's reader
+    hands it over, without waiting for the hub's receive loop to be
+    scheduled; any other is queued for it as usual."""
+
+    def __init__(self, deserialize: Callable[[bytes], dict[str, Any]], handle: Callable[[dict[str, Any]], bool]):
+        super().__init__()
+        self.deserialize = deserialize
+        self.handle = handle
+
+    def put_nowait(self, item: Any) -> None:
+        try:
+            handled = self.handle(self.deserialize(item))
+        except Exception:
+            log.exception("an immediate head notice failed; the hub's receive loop takes it")
+            handled = False
+        if not handled:
+            super().put_nowait(item)
+
+
+def immediate_notices(layer: Any, channel: str, handle: Callable[[dict[str, Any]], bool]) -> bool:
+    """Let ``handle`` take ``channel``'s messages as they arrive, when
+    ``layer`` is channels_redis's pub/sub layer (which queues each received
+    message on the channel's ``asyncio.Queue`` with ``put_nowait``); True
+    when installed. Other layers keep their own queues."""
+    from channels_redis.pubsub import RedisPubSubChannelLayer
+
+    if not isinstance(layer, RedisPubSubChannelLayer):
+        return False
+    queues = layer.channels  # this event loop's layer: channel name -> queue
+    if type(queues.get(channel)) is not asyncio.Queue:
+        return False
+    queues[channel] = _ImmediateQueue(layer.deserialize, handle)
+    return True
 
 
 _hubs: dict[int, Hub] = {}

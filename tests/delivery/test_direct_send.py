@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections import deque
 from typing import Any
 
 from autobahn.websocket.protocol import PreparedMessage
@@ -18,14 +19,38 @@ from missions.direct_send import direct_sender
 from missions.hub import _wire
 
 
+class _Transport:
+    """A Twisted TCP transport as far as the sender uses it: ``write``
+    buffers, ``doWrite`` (the reactor's step for a writable socket) puts the
+    buffer on the wire."""
+
+    connected = True
+
+    def __init__(self) -> None:
+        self.buffer: list[bytes] = []
+        self.wire: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.buffer.append(data)
+
+    def fileno(self) -> int:
+        return 99
+
+    def doWrite(self) -> None:  # noqa: N802
+        self.wire += self.buffer
+        self.buffer = []
+
+
 class _Protocol(WebSocketProtocol):  # type: ignore[misc]
     def __init__(self) -> None:
         self.state = WebSocketProtocol.STATE_OPEN
         self._perMessageCompress = None  # daphne does not negotiate compression
-        self.sent: list[bytes] = []
+        self.send_queue: deque[Any] = deque()
+        self.transport = _Transport()
 
-    def sendData(self, data: bytes, sync: bool = False, chopsize: int | None = None) -> None:  # noqa: N802
-        self.sent.append(data)
+    @property
+    def sent(self) -> list[bytes]:
+        return self.transport.wire + self.transport.buffer
 
     def __repr__(self) -> str:
         return "<test protocol>"
@@ -53,6 +78,20 @@ def test_the_frame_is_framed_once_and_sent_as_a_websocket_text_frame() -> None:
     header = bytes([0x81, len(payload)]) if len(payload) < 126 else bytes([0x81, 126]) + len(payload).to_bytes(2, "big")
     assert protocol.sent == [header + payload] * 2
     assert json.loads(payload)["event"]["sequence"] == 7
+
+
+def test_the_frame_is_on_the_socket_when_send_returns() -> None:
+    """Twisted's write only buffers until its reactor finds the socket
+    writable, a turn of the event loop later; under daphne's asyncio reactor
+    the sender takes that step itself."""
+    from twisted.internet import asyncioreactor, reactor
+
+    assert isinstance(reactor, asyncioreactor.AsyncioSelectorReactor)  # daphne installs it
+    protocol = _Protocol()
+    sender = direct_sender(functools.partial(_server(protocol).handle_reply, protocol))
+    assert sender is not None
+    assert sender.send(_event())
+    assert protocol.transport.buffer == [] and len(protocol.transport.wire) == 1
 
 
 def test_a_closed_or_unknown_connection_is_left_to_the_asgi_send() -> None:

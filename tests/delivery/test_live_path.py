@@ -119,7 +119,8 @@ def test_the_committing_thread_publishes_where_the_redis_layer_listens() -> None
     publisher = _redis_publisher()
     assert publisher is not None
     g = str(uuid.uuid4())
-    notice = {"type": "group.head", "group": g, "sequence": 7}
+    event = {"group": g, "sequence": 7, "type": "membership.roles_set", "body": {"roles": ["worker"]}}
+    notice = {"type": "group.head", "group": g, "sequence": 7, "events": [event]}
 
     async def scenario() -> dict[str, Any]:
         layer = get_channel_layer()
@@ -142,9 +143,10 @@ def test_a_failed_publish_hands_the_notices_to_the_notifier_thread(monkeypatch: 
 
     down = delivery._RedisPublisher("redis://127.0.0.1:1/0", "asgi", lambda message: b"")
     monkeypatch.setattr(delivery, "_redis_publisher", lambda: down)
-    handed: list[tuple[str, int]] = []
-    monkeypatch.setattr(delivery._notifier, "head", lambda group, sequence: handed.append((group, sequence)))
-    delivery.notify_commit([("g1", 3)], [])
-    assert handed == [("g1", 3)]
+    handed: list[tuple[str, int, Any]] = []
+    monkeypatch.setattr(delivery._notifier, "head", lambda *head: handed.append(head))
+    events = [{"group": "g1", "sequence": 3}]
+    delivery.notify_commit([("g1", 3, events)], [])
+    assert handed == [("g1", 3, events)]
     assert down.down_until > time.monotonic()
     assert not down.publish([("x", {"type": "group.head"})])  # still resting: no new attempt
