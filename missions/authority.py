@@ -50,6 +50,7 @@ from mwportal.protocol import (
 )
 from mwportal.protocol.signing import verify_bytes
 
+from .delivery import CommitNotices, notify_commit, prepare_commit
 from .models import ActionReceipt, Agent, Group, GroupEvent, Membership
 from .registry import CommandSpec, spec_for
 
@@ -365,8 +366,8 @@ def _accept_once(command: Command, spec: CommandSpec, now: datetime) -> Receipt:
         # Step 7: runs after commit only, so no one hears of an Event that
         # rolled back. Each head carries the Events just committed, as the
         # rows were written (missions.delivery says how the hub uses them).
-        notices = decision.notices
-        transaction.on_commit(lambda: _notify(heads, notices))
+        prepared = prepare_commit(heads, decision.notices)
+        transaction.on_commit(lambda: _notify(prepared))
     for followup in decision.followups:
         accept(followup, now=now)
     if decision.grants:
@@ -412,10 +413,8 @@ def _read_locked(cur: Any, command: Command, spec: CommandSpec) -> tuple[Any, Gr
     return None, group, actor
 
 
-def _notify(heads: list[CommittedHead], notices: list[tuple[str, dict[str, Any]]]) -> None:
-    from .delivery import notify_commit
-
-    notify_commit(heads, notices)
+def _notify(prepared: CommitNotices) -> None:
+    notify_commit(prepared)
 
 
 def _select_group(cur: Any, group_id: str) -> Any:

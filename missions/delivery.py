@@ -34,6 +34,7 @@ import functools
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -163,21 +164,22 @@ class _RedisPublisher:
         self.serialize = serialize
         self.down_until = 0.0
 
-    def channel(self, channel_group: str) -> str:
-        return f"{self.prefix}__group__{channel_group}"
+    def payloads(self, messages: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, bytes]]:
+        """Each message's Redis channel and bytes; a head notice whose Events
+        make it bigger than ``MAX_CARRIED_BYTES`` goes without them."""
+        out = []
+        for channel_group, message in messages:
+            data: bytes = self.serialize(message)
+            if len(data) > MAX_CARRIED_BYTES and message.get("events"):
+                data = self.serialize({**message, "events": None})
+            out.append((f"{self.prefix}__group__{channel_group}", data))
+        return out
 
-    def _serialized(self, message: dict[str, Any]) -> bytes:
-        data: bytes = self.serialize(message)
-        if len(data) > MAX_CARRIED_BYTES and message.get("events"):
-            data = self.serialize({**message, "events": None})
-        return data
-
-    def publish(self, messages: list[tuple[str, dict[str, Any]]]) -> bool:
+    def publish(self, payloads: list[tuple[str, bytes]]) -> bool:
         """True when Redis took them all; False to send them another way."""
         if time.monotonic() < self.down_until:
             return False
         try:
-            payloads = [(self.channel(channel_group), self._serialized(message)) for channel_group, message in messages]
             if len(payloads) == 1:  # the common case: one Group, no other notice
                 self.client.publish(*payloads[0])
             else:
@@ -223,19 +225,38 @@ def head_notice(group_id: str, sequence: int, events: list[dict[str, Any]] | Non
     return {"type": "group.head", "group": group_id, "sequence": sequence, "events": events}
 
 
-def notify_commit(
+@dataclass
+class CommitNotices:
+    """What one commit tells the channel layer: each Group's new head with
+    the Events the commit appended to it, then its other notices; with the
+    Redis pub/sub layer also their bytes on the wire, made ready before
+    COMMIT so that sending them after it is one write."""
+
+    heads: list[tuple[str, int, list[dict[str, Any]]]]
+    notices: list[tuple[str, dict[str, Any]]]
+    payloads: list[tuple[str, bytes]] | None = None
+
+
+def prepare_commit(
     heads: list[tuple[str, int, list[dict[str, Any]]]], notices: list[tuple[str, dict[str, Any]]]
-) -> None:
-    """What a commit tells the channel layer: each Group's new head with the
-    Events the commit appended to it, then its notices."""
+) -> CommitNotices:
+    """Called inside the transaction; ``notify_commit`` sends after COMMIT."""
+    prepared = CommitNotices(heads, notices)
     publisher = _redis_publisher()
     if publisher is not None:
         messages = [(group_channel(g), head_notice(g, seq, events)) for g, seq, events in heads]
-        if publisher.publish(messages + notices):
-            return
-    for group_id, sequence, events in heads:
+        prepared.payloads = publisher.payloads(messages + notices)
+    return prepared
+
+
+def notify_commit(prepared: CommitNotices) -> None:
+    """Send a committed transaction's notices (``prepare_commit``)."""
+    publisher = _redis_publisher()
+    if publisher is not None and prepared.payloads is not None and publisher.publish(prepared.payloads):
+        return
+    for group_id, sequence, events in prepared.heads:
         _notifier.head(group_id, sequence, events)
-    for channel_group, message in notices:
+    for channel_group, message in prepared.notices:
         _notifier.send(channel_group, message)
 
 

@@ -193,8 +193,8 @@ def test_an_oversized_commit_sends_its_head_without_its_events() -> None:
     publisher.serialize = lambda message: repr(message).encode()
     small = _chain("g", 1, 1, GENESIS_HASH)
     big = [{**small[0], "body": {"text": "x" * MAX_CARRIED_BYTES}}]
-    assert publisher.publish([("mwp.group.g", head_notice("g", 1, small))])
-    assert publisher.publish([("mwp.group.g", head_notice("g", 1, big))])
+    assert publisher.publish(publisher.payloads([("mwp.group.g", head_notice("g", 1, small))]))
+    assert publisher.publish(publisher.payloads([("mwp.group.g", head_notice("g", 1, big))]))
     assert published[0] == repr(head_notice("g", 1, small)).encode()
     assert published[1] == repr(head_notice("g", 1, None)).encode()
 
@@ -209,7 +209,7 @@ def test_a_commit_notice_carries_its_events_as_the_log_stores_them(
     from missions.models import GroupEvent
 
     heads: list[Any] = []
-    monkeypatch.setattr(authority, "_notify", lambda h, notices: heads.extend(h))
+    monkeypatch.setattr(authority, "_notify", lambda prepared: heads.extend(prepared.heads))
     g = mission["group"]
     receipt = owner.send(
         "membership.set_roles",
@@ -234,7 +234,7 @@ def test_a_refused_command_sends_no_notice(
     from mwportal.protocol import ProtocolError
 
     heads: list[Any] = []
-    monkeypatch.setattr(authority, "_notify", lambda h, notices: heads.extend(h))
+    monkeypatch.setattr(authority, "_notify", lambda prepared: heads.extend(prepared.heads))
     g = mission["group"]
     with pytest.raises(ProtocolError):
         owner.send(
@@ -272,8 +272,9 @@ def test_with_the_redis_layer_the_hub_takes_notices_as_the_layer_receives_them()
         assert immediate_notices(layer, channel, handle)
         await layer.group_add(group_channel(g), channel)
         try:
-            assert publisher.publish([(group_channel(g), {"type": "group.head", "group": g, "sequence": 1})])
-            assert publisher.publish([(group_channel(g), {"type": "group.head", "group": g, "sequence": 2})])
+            for sequence in (1, 2):
+                notice = {"type": "group.head", "group": g, "sequence": sequence}
+                assert publisher.publish(publisher.payloads([(group_channel(g), notice)]))
             return dict(await asyncio.wait_for(layer.receive(channel), 5))
         finally:
             await layer.group_discard(group_channel(g), channel)

@@ -127,7 +127,7 @@ def test_the_committing_thread_publishes_where_the_redis_layer_listens() -> None
         channel = await layer.new_channel()
         await layer.group_add(group_channel(g), channel)
         try:
-            assert publisher.publish([(group_channel(g), notice)])
+            assert publisher.publish(publisher.payloads([(group_channel(g), notice)]))
             return dict(await asyncio.wait_for(layer.receive(channel), 5))
         finally:
             await layer.group_discard(group_channel(g), channel)
@@ -146,7 +146,7 @@ def test_a_failed_publish_hands_the_notices_to_the_notifier_thread(monkeypatch: 
     handed: list[tuple[str, int, Any]] = []
     monkeypatch.setattr(delivery._notifier, "head", lambda *head: handed.append(head))
     events = [{"group": "g1", "sequence": 3}]
-    delivery.notify_commit([("g1", 3, events)], [])
+    delivery.notify_commit(delivery.prepare_commit([("g1", 3, events)], []))
     assert handed == [("g1", 3, events)]
     assert down.down_until > time.monotonic()
-    assert not down.publish([("x", {"type": "group.head"})])  # still resting: no new attempt
+    assert not down.publish([("x", b"")])  # still resting: no new attempt
