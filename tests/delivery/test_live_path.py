@@ -77,11 +77,12 @@ def test_a_commit_in_another_process_arrives_through_redis(
 
 
 def test_the_live_read_gives_each_event_as_the_log_stores_it(
-    mission: dict[str, str], owner: AgentKey, worker: AgentKey
+    mission: dict[str, str], owner: AgentKey, worker: AgentKey, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The hub's live read (an asynchronous connection of its own on
-    PostgreSQL, the thread pool elsewhere) yields the same wire Events and
-    frames as the ORM's ``as_wire``, so the hash chain a Worker checks holds."""
+    """The hub's live read and head check (an asynchronous connection of its
+    own on PostgreSQL, a read-only connection of its own on SQLite) yield the
+    same wire Events and frames as the ORM's ``as_wire``, so the hash chain
+    a Worker checks holds, and the same heads."""
     from missions.hub import _LiveReader, _read_after
     from missions.models import GroupEvent
     from mwportal.protocol.chain import event_hash
@@ -90,14 +91,25 @@ def test_the_live_read_gives_each_event_as_the_log_stores_it(
     start = head(g)
     churn(owner, g, worker, 3)
 
-    async def read() -> list[Any]:
+    import uuid
+
+    import missions.hub as hub
+
+    async def no_thread(*args: Any) -> Any:
+        raise AssertionError("read through the thread pool")
+
+    monkeypatch.setattr(hub, "_read_in_thread", no_thread)
+    monkeypatch.setattr(hub, "_heads_in_thread", no_thread)
+
+    async def read() -> tuple[list[Any], dict[str, int]]:
         reader = _LiveReader()
         try:
-            return await reader.read(g, start - 1, 100)
+            return await reader.read(g, start - 1, 100), await reader.heads([g, str(uuid.uuid4())])
         finally:
             await reader.close()
 
-    live = asyncio.run(read())
+    live, heads = asyncio.run(read())
+    assert heads == {g: head(g)}
     expected = [e.as_wire() for e in GroupEvent.objects.filter(group_id=g, sequence__gt=start - 1).order_by("sequence")]
     assert [dict(e) for e in live] == expected
     assert [e.frame for e in live] == [e.frame for e in _read_after(g, start - 1, 100)]
@@ -150,3 +162,74 @@ def test_a_failed_publish_hands_the_notices_to_the_notifier_thread(monkeypatch: 
     assert handed == [("g1", 3, events)]
     assert down.down_until > time.monotonic()
     assert not down.publish([("x", b"")])  # still resting: no new attempt
+
+
+def test_file_changes_report_writes_to_the_watched_names_only(tmp_path: Any) -> None:
+    """The hub's watch on the embedded database (Linux inotify)."""
+    import sys
+
+    from missions.hub import FileChanges
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("inotify is Linux's")
+    (tmp_path / "db.sqlite3-wal").write_bytes(b"")
+    (tmp_path / "other").write_bytes(b"")
+
+    async def scenario() -> list[str]:
+        seen: list[str] = []
+        changed = asyncio.Event()
+
+        def on_change() -> None:
+            seen.append("db")
+            changed.set()
+
+        loop = asyncio.get_running_loop()
+        watcher = FileChanges(str(tmp_path), {"db.sqlite3", "db.sqlite3-wal"}, on_change)
+        assert watcher.start(loop)
+        try:
+            with open(tmp_path / "other", "ab") as f:
+                f.write(b"x")
+            await asyncio.sleep(0.2)
+            assert seen == []
+            with open(tmp_path / "db.sqlite3-wal", "ab") as f:
+                f.write(b"x")
+            await asyncio.wait_for(changed.wait(), 5)
+        finally:
+            watcher.stop(loop)
+        return seen
+
+    assert asyncio.run(scenario()) == ["db"]
+
+
+def test_a_commit_in_another_process_arrives_through_the_database_watch(
+    daphne: Daphne, mission: dict[str, str], owner: AgentKey, worker: AgentKey, settings: Any
+) -> None:
+    """Embedded default (SQLite, in-memory layer): a commit of another process
+    (here the test's, as a Celery task's would be) cannot reach daphne's
+    layer; daphne's hub sees the database written and checks the heads at
+    once, long before its periodic check (60 s here)."""
+    import sys
+
+    from django.db import connection
+
+    if connection.vendor != "sqlite" or settings.CHANNEL_LAYERS["default"]["BACKEND"].startswith("channels_redis."):
+        pytest.skip("the embedded default only")
+    if not sys.platform.startswith("linux"):
+        pytest.skip("inotify is Linux's")
+    g = mission["group"]
+    start = head(g)
+
+    async def scenario() -> tuple[list[int], float]:
+        watcher = await Client.open(daphne, worker.extra["token"])
+        await watcher.send({"op": "subscribe", "group": g, "after": start})
+        await asyncio.sleep(0.5)
+        began = time.monotonic()
+        top = await in_db_thread(churn, owner, g, worker, 3)
+        got = [e["sequence"] for e in await watcher.events(g, top, timeout=10)]
+        elapsed = time.monotonic() - began
+        await watcher.close()
+        return got, elapsed
+
+    got, elapsed = asyncio.run(scenario())
+    assert got == list(range(start + 1, start + 4))
+    assert elapsed < 5
