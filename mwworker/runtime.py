@@ -1590,6 +1590,12 @@ class Worker:
             handler: asyncio.Task[Result] = asyncio.create_task(cap.handler(ctx))
             slot.handler_task = handler
             outcome = await self._serve(slot, ctx, port, handler)
+        except asyncio.CancelledError:
+            # _stop_slot cancels a slot still setting up (no handler yet):
+            # its lease ended elsewhere, so the slot stopped.
+            if slot.stopped is not None:
+                outcome = "stopped"
+            raise
         finally:
             renewer.cancel()
             with contextlib.suppress(BaseException):
