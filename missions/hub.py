@@ -619,8 +619,10 @@ class Hub:
         """The periodic head check; with the embedded database also as soon
         as any process wrote it. A write is seen a moment before its commit
         becomes visible, so a check that finds nothing new is repeated a
-        little later (``WRITE_RECHECKS``); the checks a burst of writes
-        causes are spaced by ``WRITE_CHECK_SPACING``."""
+        little later (``WRITE_RECHECKS``). A write seen during these checks
+        starts a new round after them: a round never takes a later write for
+        its own. Rounds are spaced by ``WRITE_CHECK_SPACING``, which bounds
+        the checks a stream of writes causes."""
         interval = settings.MWP_HEAD_POLL_SECONDS
         while True:
             written = False
@@ -635,7 +637,6 @@ class Hub:
                 if moved:
                     break
                 await asyncio.sleep(delay)
-                self.db_written.clear()
                 moved = await self._check_heads()
             await asyncio.sleep(WRITE_CHECK_SPACING)
 
