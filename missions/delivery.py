@@ -12,10 +12,11 @@ database round trip per commit (DESIGN §4 has the hub read; see
 ``missions.hub``).
 
 With the Redis pub/sub layer (``MWP_REDIS_URL``) the committing thread
-publishes a commit's notices itself, in one pipelined round trip through a
+publishes a commit's notices itself, in one round trip through a
 synchronous Redis client (``_RedisPublisher``), on the channel names and in
 the serialization of that layer, so every process's layer receives them as
-its own ``group_send``. Handing them to a thread with an event loop instead
+its own ``group_send``. They are serialized inside the transaction
+(``prepare_commit``), so after COMMIT only the write is left. Handing them to a thread with an event loop instead
 costs a thread wake-up (about 0.3 ms) and an asyncio round trip on the live
 path. A failed publish is logged and the notices go through the notifier
 thread below for the next few seconds.
@@ -24,7 +25,7 @@ Otherwise (the in-memory layer; or when Redis is failing) sending happens on
 one long-lived notifier thread with its own event loop: ``notify_commit()`` only
 hands the message over, so a Command's thread never builds an event loop per
 message (``async_to_sync`` would, at about half a millisecond each). Head
-notices of one Group are coalesced: only the newest head matters to a reader.
+notices of one Group are coalesced (their Events kept while they run on).
 """
 
 from __future__ import annotations
