@@ -50,7 +50,7 @@ from mwportal.protocol import (
 )
 from mwportal.protocol.signing import verify_bytes
 
-from .delivery import CommitNotices, notify_commit, prepare_commit
+from .delivery import CommitNotices, CommittedHead, notify_commit, prepare_commit
 from .models import ActionReceipt, Agent, Group, GroupEvent, Membership
 from .registry import CommandSpec, spec_for
 
@@ -179,8 +179,6 @@ class HandlerContext:
 
 
 Receipt = dict[str, Any]
-# A Group's new head after a commit, with the Events that commit appended to it.
-CommittedHead = tuple[str, int, list[dict[str, Any]]]
 
 
 def db_uuid(value: str | uuid.UUID) -> Any:

@@ -16,9 +16,9 @@ publishes a commit's notices itself, in one round trip through a
 synchronous Redis client (``_RedisPublisher``), on the channel names and in
 the serialization of that layer, so every process's layer receives them as
 its own ``group_send``. They are serialized inside the transaction
-(``prepare_commit``), so after COMMIT only the write is left. Handing them to a thread with an event loop instead
-costs a thread wake-up (about 0.3 ms) and an asyncio round trip on the live
-path. A failed publish is logged and the notices go through the notifier
+(``prepare_commit``), so after COMMIT only the write is left. Handing them
+to a thread with an event loop instead costs a thread wake-up (about 0.3 ms)
+and an asyncio round trip on the live path. A failed publish is logged and the notices go through the notifier
 thread below for the next few seconds.
 
 Otherwise (the in-memory layer; or when Redis is failing) sending happens on
@@ -222,6 +222,10 @@ def register_serving_loop(loop: asyncio.AbstractEventLoop) -> None:
 MAX_CARRIED_BYTES = 64 * 1024
 
 
+# A Group's new head after a commit, with the Events that commit appended to it.
+CommittedHead = tuple[str, int, list[dict[str, Any]]]
+
+
 def head_notice(group_id: str, sequence: int, events: list[dict[str, Any]] | None) -> dict[str, Any]:
     return {"type": "group.head", "group": group_id, "sequence": sequence, "events": events}
 
@@ -233,14 +237,12 @@ class CommitNotices:
     Redis pub/sub layer also their bytes on the wire, made ready before
     COMMIT so that sending them after it is one write."""
 
-    heads: list[tuple[str, int, list[dict[str, Any]]]]
+    heads: list[CommittedHead]
     notices: list[tuple[str, dict[str, Any]]]
     payloads: list[tuple[str, bytes]] | None = None
 
 
-def prepare_commit(
-    heads: list[tuple[str, int, list[dict[str, Any]]]], notices: list[tuple[str, dict[str, Any]]]
-) -> CommitNotices:
+def prepare_commit(heads: list[CommittedHead], notices: list[tuple[str, dict[str, Any]]]) -> CommitNotices:
     """Called inside the transaction; ``notify_commit`` sends after COMMIT."""
     prepared = CommitNotices(heads, notices)
     publisher = _redis_publisher()

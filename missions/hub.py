@@ -117,14 +117,21 @@ def _lite_id(group_id: str) -> str:
     return uuid.UUID(group_id).hex
 
 
+def _database_file() -> str | None:
+    """The embedded SQLite database's file, when the default database is one."""
+    name = str(connections["default"].settings_dict["NAME"])
+    if connection.vendor != "sqlite" or name.startswith(("file:", ":memory:")) or not os.path.exists(name):
+        return None
+    return os.path.abspath(name)
+
+
 def _open_lite() -> sqlite3.Connection | None:
     """The hub's own read-only connection to the embedded database file."""
-    name = str(connections["default"].settings_dict["NAME"])
-    if name.startswith(("file:", ":memory:")) or not os.path.exists(name):
+    path = _database_file()
+    if path is None:
         return None
     try:
-        path = pathname2url(os.path.abspath(name))
-        return sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=0, check_same_thread=False)
+        return sqlite3.connect(f"file:{pathname2url(path)}?mode=ro", uri=True, timeout=0, check_same_thread=False)
     except sqlite3.Error:
         return None
 
@@ -180,54 +187,65 @@ class _LiveReader:
         self.conn: Any = None
         self.lock = asyncio.Lock()
         self.native = connection.vendor == "postgresql"
-        self.lite: sqlite3.Connection | None = _open_lite() if connection.vendor == "sqlite" else None
+        self.lite = _open_lite()
 
     async def read(self, group_id: str, after: int, limit: int) -> list[Event]:
-        if self.native:
-            try:
-                return [_wire_row(r) for r in await self._fetch(_LIVE_SQL, (group_id, after, limit))]
-            except Exception:
-                log.warning("the live read failed; reading through the thread pool", exc_info=True)
-                await self.close()
-        if self.lite is not None:
-            with contextlib.suppress(sqlite3.OperationalError):
-                rows = self.lite.execute(_LIVE_SQL_LITE, (_lite_id(group_id), after, limit)).fetchall()
-                return [_wire_lite(r) for r in rows]
+        rows = await self._native("live read", _LIVE_SQL, (group_id, after, limit))
+        if rows is not None:
+            return [_wire_row(r) for r in rows]
+        rows = self._lite(_LIVE_SQL_LITE, (_lite_id(group_id), after, limit))
+        if rows is not None:
+            return [_wire_lite(r) for r in rows]
         events: list[Event] = await _read_in_thread(group_id, after, limit)
         return events
 
     async def heads(self, group_ids: list[str]) -> dict[str, int]:
-        """The heads of ``group_ids`` (the periodic head check): on
-        PostgreSQL over the same connection, so the check never holds the
-        interpreter lock in a thread while a live notice waits."""
-        if self.native:
-            try:
-                return {str(g): s for g, s in await self._fetch(_HEADS_SQL, (group_ids,))}
-            except Exception:
-                log.warning("the head check failed; checking through the thread pool", exc_info=True)
-                await self.close()
-        if self.lite is not None:
-            with contextlib.suppress(sqlite3.OperationalError):
-                stored = {_lite_id(g): g for g in group_ids}
-                sql = _HEADS_SQL_LITE.format(",".join("?" * len(stored)))
-                return {stored[g]: s for g, s in self.lite.execute(sql, list(stored)).fetchall()}
+        """The heads of ``group_ids`` (the periodic head check), on the same
+        connection: the check never holds the interpreter lock in a thread
+        while a live notice waits."""
+        rows = await self._native("head check", _HEADS_SQL, (group_ids,))
+        if rows is not None:
+            return {str(g): s for g, s in rows}
+        stored = {_lite_id(g): g for g in group_ids}
+        rows = self._lite(_HEADS_SQL_LITE.format(",".join("?" * len(stored))), tuple(stored))
+        if rows is not None:
+            return {stored[g]: s for g, s in rows}
         heads: dict[str, int] = await _heads_in_thread(group_ids)
         return heads
 
     async def agents(self, agent_ids: list[str]) -> dict[str, tuple[int, dict[str, tuple[list[str], int]]]]:
         """``agents_current(agent_ids)`` (the periodic agent check), on
         PostgreSQL over the same connection, for the reason of ``heads``."""
-        if self.native:
-            try:
-                return _agents_from(
-                    await self._fetch(_AGENTS_SQL, (agent_ids,)), await self._fetch(_MEMBERSHIPS_SQL, (agent_ids,))
-                )
-            except Exception:
-                log.warning("the agent check failed; checking through the thread pool", exc_info=True)
-                await self.close()
+        agents = await self._native("agent check", _AGENTS_SQL, (agent_ids,))
+        memberships = await self._native("agent check", _MEMBERSHIPS_SQL, (agent_ids,)) if agents is not None else None
+        if agents is not None and memberships is not None:
+            return _agents_from(agents, memberships)
         current: dict[str, tuple[int, dict[str, tuple[list[str], int]]]]
         current = await database_sync_to_async(agents_current)(agent_ids)
         return current
+
+    async def _native(self, what: str, sql: str, params: tuple[Any, ...]) -> list[Any] | None:
+        """Rows over the asynchronous PostgreSQL connection; None off
+        PostgreSQL or on error (which drops the connection: the caller goes
+        through the thread pool, the next call connects again)."""
+        if not self.native:
+            return None
+        try:
+            return await self._fetch(sql, params)
+        except Exception:
+            log.warning("the %s failed; going through the thread pool", what, exc_info=True)
+            await self.close()
+            return None
+
+    def _lite(self, sql: str, params: tuple[Any, ...]) -> list[Any] | None:
+        """Rows over the read-only SQLite connection; None without one, or
+        when SQLite answers busy (the caller goes through the thread pool)."""
+        if self.lite is None:
+            return None
+        try:
+            return self.lite.execute(sql, params).fetchall()
+        except sqlite3.OperationalError:
+            return None
 
     async def _fetch(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         import psycopg
@@ -362,14 +380,13 @@ class Hub:
             self.channel = await self.layer.new_channel()
             immediate_notices(self.layer, self.channel, self.notice_now)
             self._tasks.append(asyncio.create_task(self._listen()))
-        if connection.vendor == "sqlite":
-            self._watch_database(connections["default"].settings_dict["NAME"])
+        self._watch_database()
         self._tasks.append(asyncio.create_task(self._poll()))
         self._tasks.append(asyncio.create_task(self._watch_agents()))
 
-    def _watch_database(self, name: Any) -> None:
-        path = os.path.abspath(str(name))
-        if str(name).startswith(":memory:") or "mode=memory" in str(name) or not os.path.exists(path):
+    def _watch_database(self) -> None:
+        path = _database_file()
+        if path is None:
             return
         base = os.path.basename(path)
         watcher = FileChanges(os.path.dirname(path), {base, base + "-wal"}, self.db_written.set)
