@@ -50,7 +50,9 @@ from django.db import connection, connections
 
 from mwportal.protocol import format_time
 
+from . import local_notices
 from .delivery import group_channel, register_serving_loop
+from .local_notices import database_file
 from .models import Agent, Group, GroupEvent, Membership
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,9 @@ CACHE_EVENTS = 1000
 REPLAY_BATCH = 500
 WRITE_RECHECKS = (0.0002, 0.001, 0.004)  # seconds; see Hub._poll
 WRITE_CHECK_SPACING = 0.002
+# With local commit notices, a database write is checked this much later
+# (and once): commits announced by a notice are delivered by then.
+NOTICED_WRITE_CHECK_DELAY = 0.02
 
 Event = dict[str, Any]
 
@@ -117,17 +122,9 @@ def _lite_id(group_id: str) -> str:
     return uuid.UUID(group_id).hex
 
 
-def _database_file() -> str | None:
-    """The embedded SQLite database's file, when the default database is one."""
-    name = str(connections["default"].settings_dict["NAME"])
-    if connection.vendor != "sqlite" or name.startswith(("file:", ":memory:")) or not os.path.exists(name):
-        return None
-    return os.path.abspath(name)
-
-
 def _open_lite() -> sqlite3.Connection | None:
     """The hub's own read-only connection to the embedded database file."""
-    path = _database_file()
+    path = database_file()
     if path is None:
         return None
     try:
@@ -371,9 +368,13 @@ class Hub:
         # head check runs at once instead of at its next period.
         self.db_written = asyncio.Event()
         self.watcher: FileChanges | None = None
+        self.notices: local_notices.Receiver | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:
-        register_serving_loop(asyncio.get_running_loop())
+        self.loop = asyncio.get_running_loop()
+        register_serving_loop(self.loop)
+        self._receive_local_notices()
         if self.layer is not None:
             # The default prefix: channels_redis serves a process's own
             # channels through one receive loop per prefix.
@@ -384,9 +385,17 @@ class Hub:
         self._tasks.append(asyncio.create_task(self._poll()))
         self._tasks.append(asyncio.create_task(self._watch_agents()))
 
-    def _watch_database(self) -> None:
-        path = _database_file()
+    def _receive_local_notices(self) -> None:
+        path = local_notices.directory()
         if path is None:
+            return
+        receiver = local_notices.Receiver(path, self._on_notice)
+        if receiver.start(asyncio.get_running_loop()):
+            self.notices = receiver
+
+    def _watch_database(self) -> None:
+        path = database_file()
+        if path is None or not settings.MWP_DATABASE_WATCH:
             return
         base = os.path.basename(path)
         watcher = FileChanges(os.path.dirname(path), {base, base + "-wal"}, self.db_written.set)
@@ -627,6 +636,17 @@ class Hub:
             sub.wake.set()
         return True
 
+    def release(self) -> None:
+        """Give up the notice socket and the file watch (the loop has closed)."""
+        if self.loop is None:
+            return
+        if self.notices is not None:
+            self.notices.stop(self.loop)
+            self.notices = None
+        if self.watcher is not None:
+            self.watcher.stop(self.loop)
+            self.watcher = None
+
     def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)
         self._pending.add(task)
@@ -647,6 +667,13 @@ class Hub:
                 await asyncio.wait_for(self.db_written.wait(), interval)
                 written = True
             self.db_written.clear()
+            if written and self.notices is not None:
+                # A commit that sent a local notice is delivered before
+                # this check; it finds the commits of a process that did
+                # not (or whose notice was dropped).
+                await asyncio.sleep(NOTICED_WRITE_CHECK_DELAY)
+                await self._check_heads()
+                continue
             moved = await self._check_heads()
             if not written:
                 continue
@@ -767,7 +794,8 @@ class FileChanges:
 
     def stop(self, loop: asyncio.AbstractEventLoop) -> None:
         if self.fd >= 0:
-            loop.remove_reader(self.fd)
+            if not loop.is_closed():
+                loop.remove_reader(self.fd)
             os.close(self.fd)
             self.fd = -1
 
@@ -776,8 +804,15 @@ _hubs: dict[int, Hub] = {}
 
 
 async def get_hub() -> Hub:
-    """The hub of the running event loop, started on first use."""
+    """The hub of the running event loop, started on first use. The hubs of
+    loops that have closed (a test's ``asyncio.run``) give up their sockets
+    and file watch here; a hub holds its loop, so a loop's id is not reused
+    while its hub is listed."""
     loop = asyncio.get_running_loop()
+    for key, old in list(_hubs.items()):
+        if old.loop is not None and old.loop.is_closed():
+            old.release()
+            del _hubs[key]
     hub = _hubs.get(id(loop))
     if hub is None:
         hub = _hubs[id(loop)] = Hub()

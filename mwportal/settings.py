@@ -209,6 +209,15 @@ CELERY_BEAT_SCHEDULE["snapshot_groups"] = {"task": "missions.snapshot_groups", "
 # Events committed by another process reach subscribers even when the
 # channel layer is in-memory (DESIGN §4).
 MWP_HEAD_POLL_SECONDS = float(os.environ.get("MWP_HEAD_POLL_SECONDS", "1.0"))
+# Commit notices between the processes of this machine (missions/local_notices.py):
+# a commit's head notice, with its Events, goes straight to every daphne
+# process serving the same database, over a Unix datagram socket in a
+# private directory (MWP_NOTICE_DIR; default one per user and database under
+# the system's temporary directory). Off: "0".
+MWP_LOCAL_NOTICES = os.environ.get("MWP_LOCAL_NOTICES", "1") == "1"
+MWP_NOTICE_DIR = os.environ.get("MWP_NOTICE_DIR", "")
+# The embedded database's file watch (inotify; missions/hub.py FileChanges). Off: "0".
+MWP_DATABASE_WATCH = os.environ.get("MWP_DATABASE_WATCH", "1") == "1"
 
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

@@ -85,7 +85,15 @@ def head_poll_seconds() -> float:
 
 
 @pytest.fixture
-def daphne(transactional_db: None, settings: Any, head_poll_seconds: float) -> Iterator[Daphne]:
+def daphne_env() -> dict[str, str | None]:
+    """More environment for the daphne under test (None removes a variable)."""
+    return {}
+
+
+@pytest.fixture
+def daphne(
+    transactional_db: None, settings: Any, head_poll_seconds: float, daphne_env: dict[str, str | None]
+) -> Iterator[Daphne]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
     env.update({
         "MWP_DATABASE_URL": database_url(),
@@ -94,6 +102,11 @@ def daphne(transactional_db: None, settings: Any, head_poll_seconds: float) -> I
         "MWP_SIGNING_KEY_FILE": str(settings.MWP_SIGNING_KEY_FILE),
         "DJANGO_SETTINGS_MODULE": "mwportal.settings",
     })  # fmt: skip
+    for name, value in daphne_env.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     server = Daphne(env)
     server.start()
     yield server

@@ -57,6 +57,7 @@ def test_a_commit_in_another_process_arrives_through_redis(
     daphne: Daphne, mission: dict[str, str], owner: AgentKey, worker: AgentKey, settings: Any
 ) -> None:
     assert settings.CHANNEL_LAYERS["default"]["BACKEND"].startswith("channels_redis.")
+    settings.MWP_LOCAL_NOTICES = False  # this process sends no local notice: only Redis can deliver
     commits_of_this_process_reach_a_subscriber(daphne, mission["group"], owner, worker)
 
 
@@ -221,4 +222,5 @@ def test_a_commit_in_another_process_arrives_through_the_database_watch(
         pytest.skip("the embedded default only")
     if not sys.platform.startswith("linux"):
         pytest.skip("inotify is Linux's")
+    settings.MWP_LOCAL_NOTICES = False  # this process sends no local notice: only the watch can deliver
     commits_of_this_process_reach_a_subscriber(daphne, mission["group"], owner, worker)

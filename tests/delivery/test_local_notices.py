@@ -1,0 +1,242 @@
+"""Commit notices between the processes of one machine (missions.local_notices).
+
+A commit sends each Group's head notice, with its Events, straight to every
+hub serving the same database on this machine, ahead of the channel layer.
+It only ever saves latency: a notice that cannot be sent, or that does not
+continue a hub's feed, leaves delivery to the layer, the database watch and
+the periodic head check (spec 16: each Group in sequence order; DESIGN §4)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import stat
+from typing import Any
+
+import pytest
+
+from missions import local_notices
+from missions.delivery import MAX_CARRIED_BYTES, head_notice
+from missions.hub import Hub, _wire, get_hub
+from mwportal.protocol import GENESIS_HASH
+from tests.conftest import AgentKey
+from tests.delivery.conftest import Daphne
+from tests.delivery.test_carried_events import _chain, _hub_with_feed, _notice, _Recorder, _settle
+from tests.delivery.test_live_path import commits_of_this_process_reach_a_subscriber
+
+
+@pytest.fixture
+def notice_dir(tmp_path: Any, settings: Any) -> str:
+    path = tmp_path / "notices"
+    settings.MWP_LOCAL_NOTICES = True
+    settings.MWP_NOTICE_DIR = str(path)
+    found = local_notices.directory()
+    assert found == str(path)
+    return found
+
+
+def _received(receiver: local_notices.Receiver) -> list[dict[str, Any]]:
+    got: list[dict[str, Any]] = []
+    receiver.handle = got.append
+    return got
+
+
+def test_the_directory_is_made_private_and_one_that_is_not_turns_notices_off(
+    tmp_path: Any, settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only the service's own user may send a hub a notice: the directory is
+    created with mode 0700, and one that others can enter is refused."""
+    settings.MWP_LOCAL_NOTICES = True
+    settings.MWP_NOTICE_DIR = str(tmp_path / "fresh")
+    made = local_notices.directory()
+    assert made is not None
+    assert stat.S_IMODE(os.lstat(made).st_mode) == 0o700
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o755)
+    settings.MWP_NOTICE_DIR = str(shared)
+    with caplog.at_level(logging.WARNING, logger="missions.local_notices"):
+        assert local_notices.directory() is None
+    assert "not a directory private to this user" in caplog.text
+
+    settings.MWP_LOCAL_NOTICES = False
+    settings.MWP_NOTICE_DIR = str(tmp_path / "fresh")
+    assert local_notices.directory() is None
+
+
+def test_a_notice_reaches_every_hub_socket_and_a_gone_hub_is_cleared(notice_dir: str) -> None:
+    async def scenario() -> tuple[list[Any], list[Any], int, list[str]]:
+        loop = asyncio.get_running_loop()
+        first = local_notices.Receiver(notice_dir, lambda m: None)
+        second = local_notices.Receiver(notice_dir, lambda m: None)
+        assert first.start(loop) and second.start(loop)
+        got_first, got_second = _received(first), _received(second)
+        # A hub killed without removing its socket: bound once, then closed.
+        gone = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        gone.bind(os.path.join(notice_dir, "1-dead" + local_notices.SUFFIX))
+        gone.close()
+        sender = local_notices.Sender(notice_dir)
+        assert len(sender.hubs()) == 3
+        took = sender.send([local_notices.encode(head_notice("g", 7, None), MAX_CARRIED_BYTES)])
+        for _ in range(50):
+            if got_first and got_second:
+                break
+            await asyncio.sleep(0.01)
+        left = sorted(os.listdir(notice_dir))
+        first.stop(loop)
+        second.stop(loop)
+        return got_first, got_second, took, left
+
+    got_first, got_second, took, left = asyncio.run(scenario())
+    expected = {"type": "group.head", "group": "g", "sequence": 7, "events": None}
+    assert got_first == [expected] and got_second == [expected]
+    assert took == 2
+    assert len(left) == 2 and "1-dead.sock" not in left  # the dead hub's socket was removed
+
+
+def test_a_stopped_hub_removes_its_socket_and_the_sender_sees_the_change(notice_dir: str) -> None:
+    async def scenario() -> tuple[int, int]:
+        loop = asyncio.get_running_loop()
+        sender = local_notices.Sender(notice_dir)
+        assert sender.hubs() == ()
+        receiver = local_notices.Receiver(notice_dir, lambda m: None)
+        assert receiver.start(loop)
+        during = len(sender.hubs())
+        receiver.stop(loop)
+        return during, len(sender.hubs())
+
+    assert asyncio.run(scenario()) == (1, 0)
+    assert os.listdir(notice_dir) == []
+
+
+def test_a_full_hub_queue_drops_the_notice_without_failing_the_commit(notice_dir: str) -> None:
+    """A hub that does not read (busy, or stuck) never blocks nor fails a
+    committing thread: what does not fit is dropped, and that hub learns of
+    the commit from the layer or the head check instead."""
+    receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    receiver.bind(os.path.join(notice_dir, "2-stuck" + local_notices.SUFFIX))
+    try:
+        sender = local_notices.Sender(notice_dir)
+        data = local_notices.encode(head_notice("g", 1, [{"pad": "x" * 30_000}]), MAX_CARRIED_BYTES)
+        results = [sender.send([data]) for _ in range(400)]
+        assert results[0] == 1
+        assert 0 in results  # the queue filled up; sending went on without raising
+    finally:
+        receiver.close()
+
+
+def test_an_oversized_notice_goes_without_its_events() -> None:
+    big = head_notice("g", 3, [{"sequence": 3, "body": {"blob": "x" * (MAX_CARRIED_BYTES + 1)}}])
+    data = local_notices.encode(big, MAX_CARRIED_BYTES)
+    assert len(data) < 200
+    assert json.loads(data) == {"type": "group.head", "group": "g", "sequence": 3, "events": None}
+    small = head_notice("g", 3, [{"sequence": 3}])
+    assert json.loads(local_notices.encode(small, MAX_CARRIED_BYTES)) == small
+
+
+def test_a_malformed_datagram_is_dropped_and_the_next_notice_still_taken(
+    notice_dir: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario() -> list[Any]:
+        loop = asyncio.get_running_loop()
+        receiver = local_notices.Receiver(notice_dir, lambda m: None)
+        assert receiver.start(loop)
+        got = _received(receiver)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as raw:
+            raw.sendto(b"\xff not json", receiver.path)
+            raw.sendto(b"[1, 2]", receiver.path)
+            raw.sendto(local_notices.encode(head_notice("g", 2, None), MAX_CARRIED_BYTES), receiver.path)
+        for _ in range(50):
+            if got:
+                break
+            await asyncio.sleep(0.01)
+        receiver.stop(loop)
+        return got
+
+    with caplog.at_level(logging.WARNING, logger="missions.local_notices"):
+        got = asyncio.run(scenario())
+    assert [m["sequence"] for m in got] == [2]
+    assert "malformed commit notice" in caplog.text and "not an object" in caplog.text
+
+
+def test_a_hub_takes_carried_events_from_its_socket_without_a_read(notice_dir: str) -> None:
+    """The hub's socket feeds the same check as the layer's notices: Events
+    that continue the feed are sent at once, with no database read; one that
+    leaves a gap makes the hub read after its head."""
+    log = _chain("g", 1, 4, GENESIS_HASH)
+    recorder = _Recorder()
+
+    async def scenario() -> list[int]:
+        hub, _ = _hub_with_feed(log[:2], [recorder])
+        reads: list[int] = []
+
+        async def read(group_id: str, after: int, limit: int) -> list[Any]:
+            reads.append(after)
+            return [_wire(e) for e in log if e["sequence"] > after][:limit]
+
+        hub.reader.read = read  # type: ignore[method-assign]
+        hub.loop = asyncio.get_running_loop()
+        hub._receive_local_notices()
+        assert hub.notices is not None
+        sender = local_notices.Sender(notice_dir)
+        sender.send([local_notices.encode(_notice(log[2:3], 3), MAX_CARRIED_BYTES)])  # continues the feed
+        for _ in range(50):
+            if recorder.got:
+                break
+            await asyncio.sleep(0.01)
+        assert reads == []
+        sender.send([local_notices.encode(_notice(None, 4), MAX_CARRIED_BYTES)])  # the head alone: a read
+        for _ in range(50):
+            await _settle(hub)
+            if len(recorder.got) == 2:
+                break
+            await asyncio.sleep(0.01)
+        hub.release()
+        return reads
+
+    reads = asyncio.run(scenario())
+    assert recorder.got == [("now", 3), ("now", 4)]
+    assert reads == [3]
+
+
+def test_the_hub_of_a_closed_loop_gives_up_its_socket(notice_dir: str) -> None:
+    async def start() -> Hub:
+        return await get_hub()
+
+    first = asyncio.run(start())
+    assert first.notices is not None
+    path = first.notices.path
+    assert os.path.exists(path)
+    second = asyncio.run(start())  # a new loop: the old loop's hub is released
+    assert second is not first
+    assert first.notices is None and not os.path.exists(path)
+    second.release()
+
+
+@pytest.fixture
+def head_poll_seconds() -> float:
+    return 60.0  # far longer than the test waits
+
+
+@pytest.fixture
+def daphne_env() -> dict[str, str | None]:
+    # The in-memory layer and no database watch: daphne can hear of this
+    # process's commits only through its notice socket (or in 60 s).
+    return {"MWP_REDIS_URL": None, "MWP_DATABASE_WATCH": "0"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_commit_in_another_process_arrives_through_the_local_notice(
+    daphne: Daphne, mission: dict[str, str], owner: AgentKey, worker: AgentKey, settings: Any
+) -> None:
+    """Commits of the test's process (as a Celery task's or a management
+    command's would be) reach daphne's subscriber with no channel layer
+    between the processes, no file watch and no periodic check in time."""
+    settings.MWP_LOCAL_NOTICES = True
+    settings.MWP_NOTICE_DIR = ""
+    assert local_notices.directory() is not None
+    commits_of_this_process_reach_a_subscriber(daphne, mission["group"], owner, worker)
