@@ -38,10 +38,11 @@ import functools
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 from . import local_notices
 
@@ -275,10 +276,26 @@ def notify_commit(prepared: CommitNotices) -> None:
     publisher = _redis_publisher()
     if publisher is not None and prepared.payloads is not None and publisher.publish(prepared.payloads):
         return
+    joined = _joined_here()
     for group_id, sequence, events in prepared.heads:
-        _notifier.head(group_id, sequence, events)
+        if joined(group_channel(group_id)):
+            _notifier.head(group_id, sequence, events)
     for channel_group, message in prepared.notices:
-        _notifier.send(channel_group, message)
+        if joined(channel_group):
+            _notifier.send(channel_group, message)
+
+
+def _joined_here() -> Callable[[str], bool]:
+    """Whether sending to a channel-layer group can reach anyone. The
+    in-memory layer reaches only this process's consumers: a group none of
+    them has joined (a Celery worker's, a management command's commits)
+    needs no wake-up of the notifier thread, whose work would only compete
+    for the processor with the processes that deliver."""
+    layer = get_channel_layer()
+    if isinstance(layer, InMemoryChannelLayer):
+        groups: dict[str, Any] = layer.groups
+        return groups.__contains__
+    return lambda _group: True
 
 
 def membership_notice(

@@ -61,9 +61,10 @@ CACHE_EVENTS = 1000
 REPLAY_BATCH = 500
 WRITE_RECHECKS = (0.0002, 0.001, 0.004)  # seconds; see Hub._poll
 WRITE_CHECK_SPACING = 0.002
-# With local commit notices, a database write is checked this much later
-# (and once): commits announced by a notice are delivered by then.
-NOTICED_WRITE_CHECK_DELAY = 0.02
+# With local commit notices, a database write is checked this much later,
+# once: commits announced by a notice are delivered by then, and the writes
+# of that time share the check (at most one per this period).
+NOTICED_WRITE_CHECK_DELAY = 0.1
 
 Event = dict[str, Any]
 

@@ -161,6 +161,7 @@ def test_a_failed_publish_hands_the_notices_to_the_notifier_thread(monkeypatch: 
 
     down = delivery._RedisPublisher("redis://127.0.0.1:1/0", "asgi", lambda message: b"")
     monkeypatch.setattr(delivery, "_redis_publisher", lambda: down)
+    monkeypatch.setattr(delivery, "_joined_here", lambda: lambda _group: True)  # as if a hub here followed g1
     handed: list[tuple[str, int, Any]] = []
     monkeypatch.setattr(delivery._notifier, "head", lambda *head: handed.append(head))
     events = [{"group": "g1", "sequence": 3}]
@@ -168,6 +169,34 @@ def test_a_failed_publish_hands_the_notices_to_the_notifier_thread(monkeypatch: 
     assert handed == [("g1", 3, events)]
     assert down.down_until > time.monotonic()
     assert not down.publish([("x", b"")])  # still resting: no new attempt
+
+
+def test_the_in_memory_layer_is_told_only_of_groups_joined_in_this_process(
+    monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """The in-memory layer reaches this process's consumers only: a commit
+    of a Group no consumer here follows (a Celery worker's commit) wakes no
+    notifier thread; one that is followed here is handed to it."""
+    import uuid
+
+    from channels.layers import InMemoryChannelLayer, get_channel_layer
+
+    import missions.delivery as delivery
+
+    settings.MWP_LOCAL_NOTICES = False
+    layer = get_channel_layer()
+    if not isinstance(layer, InMemoryChannelLayer):
+        pytest.skip("the in-memory layer only")
+    monkeypatch.setattr(delivery, "_redis_publisher", lambda: None)
+    handed: list[tuple[str, int, Any]] = []
+    monkeypatch.setattr(delivery._notifier, "head", lambda *head: handed.append(head))
+    followed, unfollowed = str(uuid.uuid4()), str(uuid.uuid4())
+    asyncio.run(layer.group_add(delivery.group_channel(followed), "hub.channel!x"))
+    try:
+        delivery.notify_commit(delivery.prepare_commit([(unfollowed, 1, None), (followed, 4, None)], []))
+    finally:
+        asyncio.run(layer.group_discard(delivery.group_channel(followed), "hub.channel!x"))
+    assert handed == [(followed, 4, None)]
 
 
 def test_file_changes_report_writes_to_the_watched_names_only(tmp_path: Any) -> None:
