@@ -25,6 +25,7 @@ from typing import Any
 from autobahn.websocket.protocol import PreparedMessage
 from daphne.server import Server
 from daphne.ws_protocol import WebSocketProtocol
+from twisted.internet.tcp import Server as _TCPServer
 
 
 class DirectSender:
@@ -53,11 +54,36 @@ class DirectSender:
             # What autobahn's sendPreparedMessage comes to without compression
             # or queued chopped writes, minus its debug log call, whose
             # arguments it formats even when the log is off.
-            protocol.transport.write(prepared.payloadHybi)
+            _send_now(protocol.transport, prepared.payloadHybi)
         else:
             protocol.sendPreparedMessage(prepared)
-        _write_now(protocol.transport)
+            _write_now(protocol.transport)
         return True
+
+
+def _send_now(transport: Any, data: bytes) -> None:
+    """Write ``data`` to a plain TCP connection's socket at once when nothing
+    is buffered before it, as asyncio's own transports do; what the socket
+    does not take (or any error) goes through Twisted's ``write``. Twisted's
+    ``write`` alone would register the socket with the event loop for
+    writing, write, then unregister it: three system calls and the reactor's
+    bookkeeping per subscriber, where one send does."""
+    if (
+        type(transport) is _TCPServer
+        and transport.connected
+        and not transport.disconnecting
+        and not transport._tempDataBuffer
+        and len(transport.dataBuffer) <= transport.offset
+    ):
+        try:
+            sent = transport.socket.send(data)
+        except OSError:
+            sent = 0  # full, or broken: Twisted's write below finds out which
+        if sent == len(data):
+            return
+        data = data[sent:]
+    transport.write(data)
+    _write_now(transport)
 
 
 def _write_now(transport: Any) -> None:

@@ -155,3 +155,75 @@ def test_one_subscriber_failing_to_send_does_not_hold_up_the_others_of_its_group
 
     assert asyncio.run(scenario()) == (True, False)
     assert got == [5]
+
+
+def _tcp_pair(sndbuf: int | None = None) -> tuple[Any, Any]:
+    """A real Twisted TCP server transport on one end of a socket pair, and the peer."""
+    import socket
+
+    from twisted.internet import reactor, tcp
+    from twisted.internet.protocol import Protocol
+
+    ours, peer = socket.socketpair()
+    if sndbuf is not None:
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+    ours.setblocking(False)
+    peer.settimeout(5)
+    transport = tcp.Server(ours, Protocol(), ("127.0.0.1", 1), None, 1, reactor)  # type: ignore[arg-type]
+    return transport, peer
+
+
+def _close(transport: Any) -> None:
+    from twisted.internet import error
+    from twisted.python.failure import Failure
+
+    transport.connectionLost(Failure(error.ConnectionDone()))  # type: ignore[no-untyped-call]
+
+
+def _read(peer: Any, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        data += peer.recv(n - len(data))
+    return data
+
+
+def test_with_nothing_buffered_the_frame_goes_straight_to_the_socket() -> None:
+    """One send: nothing is left for Twisted's buffers or its writer registration."""
+    from missions.direct_send import _send_now
+
+    transport, peer = _tcp_pair()
+    registered: list[bool] = []
+    transport.startWriting = lambda: registered.append(True)
+    try:
+        _send_now(transport, b"frame-1")
+        assert registered == []  # never registered with the event loop for writing
+        assert transport._tempDataBuffer == [] and transport.dataBuffer == b""
+        assert _read(peer, 7) == b"frame-1"
+    finally:
+        _close(transport)
+        peer.close()
+
+
+def test_bytes_buffered_by_twisted_go_first_and_what_the_socket_refuses_follows_in_order() -> None:
+    """The direct write never overtakes bytes Twisted still holds, and what
+    the socket does not take is left to Twisted, after which the peer reads
+    every byte in the order sent."""
+    from missions.direct_send import _send_now
+
+    transport, peer = _tcp_pair(sndbuf=4096)
+    try:
+        transport._tempDataBuffer.append(b"earlier|")
+        transport._tempDataLen += 8
+        _send_now(transport, b"frame-2|")  # something buffered: through Twisted, in order
+        big = bytes(range(256)) * 4096  # 1 MiB: more than the socket takes at once
+        _send_now(transport, big)
+        assert transport._tempDataBuffer or len(transport.dataBuffer) > transport.offset  # the rest waits in Twisted
+        expected = b"earlier|frame-2|" + big
+        got = b""
+        while len(got) < len(expected):
+            got += peer.recv(65536)
+            transport.doWrite()  # the reactor's step once the socket is writable again
+        assert got == expected
+    finally:
+        _close(transport)
+        peer.close()
