@@ -34,16 +34,17 @@ records ``time.time()`` right after ``send()`` returns; the server reads the
 frame's group and ``broadcast()``s it unchanged to that Group's subscribers.
 No compression on either side (daphne does not negotiate it).
 
-**Design floor** (``--floor``; PostgreSQL and Redis only). The same bare
-server, fed not by a publisher connection but the way the project feeds its
-hub (``missions.delivery``): a floor committer INSERTs the frame into a table
-of the scratch database (autocommit: that is the commit; its time is taken
-when the INSERT returns) and PUBLISHes ``{group, sequence, frame}`` on a
-Redis channel from the same thread; the server, subscribed to it, broadcasts
-the frame it carries. No Django, no channel layer, no consumer: only the hop
-the design puts between a commit and a subscriber (the head notice through
-Redis). Its p99 over the bare server's says how much of the 2x budget that
-hop alone takes.
+**Cross-machine floor** (``--floor``; PostgreSQL and Redis only). The same
+bare server, fed not by a publisher connection but the way the project feeds
+a hub on another machine (``missions.delivery``; on the same machine the
+local notice, one datagram, comes first): a floor committer INSERTs the
+frame into a table of the scratch database (autocommit: that is the commit;
+its time is taken when the INSERT returns) and PUBLISHes ``{group,
+sequence, frame}`` on a Redis channel from the same thread; the server,
+subscribed to it, broadcasts the frame it carries. No Django, no channel
+layer, no consumer: only the hop between a commit and a subscriber through
+Redis. Its p99 over the bare server's says how much of the 2x budget that
+hop alone would take.
 
 **Measured** (subscribers in this process; receive time taken as each frame
 comes out of ``recv()``): delivered event frames per second = distinct matched
