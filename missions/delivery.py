@@ -162,6 +162,12 @@ class _RedisPublisher:
     ``group_send`` would (``<prefix>__group__<group>``, the layer's serializer)."""
 
     RETRY_AFTER = 5.0  # seconds on the notifier thread after a failed publish
+    # The hub registry: every hub of this database says every HUB_REFRESH
+    # seconds that it listens (``announce``); one silent for HUB_TTL is
+    # gone. A committer reads it at most once per REGISTRY_CACHE seconds.
+    HUB_REFRESH = 5.0
+    HUB_TTL = 15.0
+    REGISTRY_CACHE = 1.0
 
     def __init__(self, address: str, prefix: str, serialize: Any) -> None:
         import redis
@@ -170,6 +176,43 @@ class _RedisPublisher:
         self.prefix = prefix
         self.serialize = serialize
         self.down_until = 0.0
+        digest = local_notices.database_digest()
+        self.registry = None if digest is None else f"{prefix}:mwp:hubs:{digest}"
+        self.listening: frozenset[str] | None = None
+        self.listening_read = 0.0
+
+    def announce(self, hub: str) -> None:
+        """Say that ``hub`` (its local notice socket's name, or a name no
+        directory holds when it has none) follows this database's Groups."""
+        if self.registry is None:
+            return
+        now = time.time()
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zadd(self.registry, {hub: now})
+        pipe.zremrangebyscore(self.registry, "-inf", now - self.HUB_TTL)
+        pipe.expire(self.registry, int(self.HUB_TTL * 4))
+        pipe.execute()
+
+    def withdraw(self, hub: str) -> None:
+        if self.registry is not None:
+            self.client.zrem(self.registry, hub)
+
+    def listening_elsewhere(self, reached: set[str]) -> bool:
+        """Whether a hub that did not take this commit's local notices
+        (another machine's, one whose queue was full) listens on Redis; True
+        when that cannot be known."""
+        if self.registry is None:
+            return True
+        now = time.monotonic()
+        if self.listening is None or now - self.listening_read > self.REGISTRY_CACHE:
+            try:
+                names = self.client.zrangebyscore(self.registry, time.time() - self.HUB_TTL, "+inf")
+            except Exception:
+                log.warning("could not read the hub registry; head notices go through Redis", exc_info=True)
+                return True
+            self.listening = frozenset(n.decode() if isinstance(n, bytes) else str(n) for n in names)
+            self.listening_read = now
+        return not self.listening <= reached
 
     def payloads(self, messages: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, bytes]]:
         """Each message's Redis channel and bytes; a head notice whose Events
@@ -268,14 +311,23 @@ def prepare_commit(heads: list[CommittedHead], notices: list[tuple[str, dict[str
 
 def notify_commit(prepared: CommitNotices) -> None:
     """Send a committed transaction's notices (``prepare_commit``): straight
-    to the hubs of this machine first, then through the channel layer."""
+    to the hubs of this machine first, then through the channel layer. With
+    Redis, head notices are published only when a hub that the local ones
+    did not reach is listening (the hub registry): on one machine, a second
+    copy of every notice would only compete for the processor with the
+    delivery of the first."""
+    reached: set[str] | None = None
     if prepared.local:
         sender = local_notices.sender()
         if sender is not None:
-            sender.send(prepared.local)
+            reached = sender.send(prepared.local)
     publisher = _redis_publisher()
-    if publisher is not None and prepared.payloads is not None and publisher.publish(prepared.payloads):
-        return
+    if publisher is not None and prepared.payloads is not None:
+        payloads = prepared.payloads
+        if reached is not None and not publisher.listening_elsewhere(reached):
+            payloads = payloads[len(prepared.heads) :]  # every listening hub has its heads
+        if not payloads or publisher.publish(payloads):
+            return
     joined = _joined_here()
     for group_id, sequence, events in prepared.heads:
         if joined(group_channel(group_id)):

@@ -50,7 +50,7 @@ from django.db import connection, connections
 
 from mwportal.protocol import format_time
 
-from . import local_notices
+from . import delivery, local_notices
 from .delivery import group_channel, register_serving_loop
 from .local_notices import database_file
 from .models import Agent, Group, GroupEvent, Membership
@@ -371,6 +371,7 @@ class Hub:
         self.watcher: FileChanges | None = None
         self.notices: local_notices.Receiver | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.registry_name: str | None = None  # in the Redis hub registry (missions.delivery)
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
@@ -382,9 +383,27 @@ class Hub:
             self.channel = await self.layer.new_channel()
             immediate_notices(self.layer, self.channel, self.notice_now)
             self._tasks.append(asyncio.create_task(self._listen()))
+        publisher = delivery._redis_publisher()
+        if publisher is not None:
+            # Listening on Redis: say so, or committers that reach this hub's
+            # socket no more would not publish heads there.
+            self.registry_name = self.notices.name if self.notices is not None else f"{uuid.uuid4().hex}.remote"
+            await self._announce(publisher)
+            self._tasks.append(asyncio.create_task(self._keep_announcing(publisher)))
         self._watch_database()
         self._tasks.append(asyncio.create_task(self._poll()))
         self._tasks.append(asyncio.create_task(self._watch_agents()))
+
+    async def _announce(self, publisher: Any) -> None:
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, publisher.announce, self.registry_name)
+        except Exception:
+            log.warning("could not enter the hub registry", exc_info=True)
+
+    async def _keep_announcing(self, publisher: Any) -> None:
+        while True:
+            await asyncio.sleep(publisher.HUB_REFRESH)
+            await self._announce(publisher)
 
     def _receive_local_notices(self) -> None:
         path = local_notices.directory()
@@ -641,6 +660,13 @@ class Hub:
         """Give up the notice socket and the file watch (the loop has closed)."""
         if self.loop is None:
             return
+        publisher = delivery._redis_publisher()
+        if publisher is not None and self.registry_name is not None:
+            try:
+                publisher.withdraw(self.registry_name)
+            except Exception:
+                log.warning("could not leave the hub registry", exc_info=True)
+            self.registry_name = None
         if self.notices is not None:
             self.notices.stop(self.loop)
             self.notices = None

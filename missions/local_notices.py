@@ -76,6 +76,13 @@ def _database_key() -> str | None:
     return f"{conn.vendor}|{cfg.get('HOST') or 'localhost'}|{cfg.get('PORT') or ''}|{cfg['NAME']}"
 
 
+def database_digest() -> str | None:
+    """A short name of the default database, the same in every process
+    that opens it; None for a database no other process can open."""
+    key = _database_key()
+    return None if key is None else hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
 def directory() -> str | None:
     """The notice directory of the default database, created if needed;
     None when local notices are off or the directory cannot be trusted."""
@@ -83,10 +90,9 @@ def directory() -> str | None:
         return None
     if settings.MWP_NOTICE_DIR:
         return _private_directory(os.path.abspath(settings.MWP_NOTICE_DIR))
-    key = _database_key()
-    if key is None:
+    digest = database_digest()
+    if digest is None:
         return None
-    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     # Short, so that socket paths stay within the 108 bytes of sun_path.
     return _private_directory(os.path.join(tempfile.gettempdir(), f"mwp-notices-{os.getuid()}-{digest}"))
 
@@ -142,16 +148,17 @@ class Sender:
             self.listed_mtime = mtime if settled else None
         return self.peers
 
-    def send(self, datagrams: list[bytes]) -> int:
-        """Send each datagram to every hub; how many hubs took them all."""
+    def send(self, datagrams: list[bytes]) -> set[str]:
+        """Send each datagram to every hub; the names (``Receiver.name``) of
+        the hubs that took them all."""
         hubs = self.hubs()
+        took: set[str] = set()
         if not hubs or not datagrams:
-            return 0
+            return took
         if self.sock is None or self.pid != os.getpid():  # a forked child makes its own
             self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             self.sock.setblocking(False)
             self.pid = os.getpid()
-        took = 0
         for hub in hubs:
             try:
                 for data in datagrams:
@@ -168,7 +175,7 @@ class Sender:
             except OSError:
                 log.warning("could not send a commit notice to %s", hub, exc_info=True)
                 continue
-            took += 1
+            took.add(os.path.basename(hub))
         return took
 
 
@@ -234,6 +241,11 @@ class Receiver:
                 self.handle(message)
             except Exception:
                 log.exception("a commit notice failed: %r", message.get("group"))
+
+    @property
+    def name(self) -> str:
+        """How senders and the hub registry (``missions.delivery``) know this hub."""
+        return os.path.basename(self.path)
 
     def stop(self, loop: asyncio.AbstractEventLoop) -> None:
         if self.sock is None:

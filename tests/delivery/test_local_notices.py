@@ -69,7 +69,7 @@ def test_the_directory_is_made_private_and_one_that_is_not_turns_notices_off(
 
 
 def test_a_notice_reaches_every_hub_socket_and_a_gone_hub_is_cleared(notice_dir: str) -> None:
-    async def scenario() -> tuple[list[Any], list[Any], int, list[str]]:
+    async def scenario() -> tuple[list[Any], list[Any], set[str], list[str]]:
         loop = asyncio.get_running_loop()
         first = local_notices.Receiver(notice_dir, lambda m: None)
         second = local_notices.Receiver(notice_dir, lambda m: None)
@@ -94,8 +94,8 @@ def test_a_notice_reaches_every_hub_socket_and_a_gone_hub_is_cleared(notice_dir:
     got_first, got_second, took, left = asyncio.run(scenario())
     expected = {"type": "group.head", "group": "g", "sequence": 7, "events": None}
     assert got_first == [expected] and got_second == [expected]
-    assert took == 2
-    assert len(left) == 2 and "1-dead.sock" not in left  # the dead hub's socket was removed
+    assert took == set(left) and len(left) == 2  # both live hubs, by name
+    assert "1-dead.sock" not in left  # the dead hub's socket was removed
 
 
 def test_a_stopped_hub_removes_its_socket_and_the_sender_sees_the_change(notice_dir: str) -> None:
@@ -123,8 +123,8 @@ def test_a_full_hub_queue_drops_the_notice_without_failing_the_commit(notice_dir
         sender = local_notices.Sender(notice_dir)
         data = local_notices.encode(head_notice("g", 1, [{"pad": "x" * 30_000}]), MAX_CARRIED_BYTES)
         results = [sender.send([data]) for _ in range(400)]
-        assert results[0] == 1
-        assert 0 in results  # the queue filled up; sending went on without raising
+        assert results[0] == {"2-stuck.sock"}
+        assert set() in results  # the queue filled up; sending went on without raising
     finally:
         receiver.close()
 
@@ -240,3 +240,97 @@ def test_a_commit_in_another_process_arrives_through_the_local_notice(
     settings.MWP_NOTICE_DIR = ""
     assert local_notices.directory() is not None
     commits_of_this_process_reach_a_subscriber(daphne, mission["group"], owner, worker)
+
+
+needs_redis = pytest.mark.skipif(not os.environ.get("MWP_REDIS_URL"), reason="needs MWP_REDIS_URL (the Redis layer)")
+
+
+@pytest.fixture
+def registry(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The Redis publisher, on a hub registry of this test's own."""
+    import uuid
+
+    from missions import delivery
+
+    publisher = delivery._redis_publisher()
+    assert publisher is not None
+    monkeypatch.setattr(publisher, "registry", f"test:mwp:hubs:{uuid.uuid4().hex}")
+    monkeypatch.setattr(publisher, "listening", None)
+    yield publisher
+    publisher.client.delete(publisher.registry)
+    publisher.listening = None
+
+
+def _fresh(publisher: Any) -> Any:
+    publisher.listening = None  # read the registry again, not its cached copy
+    return publisher
+
+
+@needs_redis
+def test_the_hub_registry_says_whether_a_hub_the_local_notices_missed_listens(registry: Any) -> None:
+    registry.announce("a.sock")
+    assert not _fresh(registry).listening_elsewhere({"a.sock"})
+    registry.announce("b.remote")  # a hub on another machine
+    assert _fresh(registry).listening_elsewhere({"a.sock"})
+    registry.withdraw("b.remote")
+    assert not _fresh(registry).listening_elsewhere({"a.sock"})
+    assert _fresh(registry).listening_elsewhere(set())  # a's queue was full: it did not take the notice
+
+
+@needs_redis
+@pytest.mark.parametrize("case", ["all local", "one elsewhere", "queue full", "registry unreadable"])
+def test_with_redis_head_notices_are_published_unless_every_listening_hub_took_them_locally(
+    registry: Any, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    """Agent notices always go through Redis; head notices only when a hub
+    that is listening did not take them from its socket."""
+    from missions import delivery
+
+    class _Sender:
+        def send(self, datagrams: list[bytes]) -> set[str]:
+            return set() if case == "queue full" else {"a.sock"}
+
+    monkeypatch.setattr(local_notices, "sender", lambda: _Sender())
+    published: list[list[tuple[str, bytes]]] = []
+    monkeypatch.setattr(registry, "publish", lambda payloads: published.append(payloads) or True)
+    registry.announce("a.sock")
+    if case == "one elsewhere":
+        registry.announce("b.remote")
+    if case == "registry unreadable":
+
+        def down(*args: Any) -> Any:
+            raise ConnectionError("Redis is unreachable")
+
+        monkeypatch.setattr(registry.client, "zrangebyscore", down)
+    prepared = delivery.CommitNotices(
+        heads=[("g", 1, None)],
+        notices=[("mwp.agent.x", {"type": "agent.session", "session_epoch": 2})],
+        payloads=[("head", b"h"), ("agent", b"a")],
+        local=[b"{}"],
+    )
+    delivery.notify_commit(prepared)
+    if case == "all local":
+        assert published == [[("agent", b"a")]]
+    else:
+        assert published == [[("head", b"h"), ("agent", b"a")]]
+
+
+@needs_redis
+def test_a_hub_enters_the_registry_when_it_starts_and_leaves_when_released(notice_dir: str) -> None:
+    from missions import delivery
+
+    publisher = delivery._redis_publisher()
+    assert publisher is not None
+
+    async def start() -> Hub:
+        return await get_hub()
+
+    def listed() -> set[str]:
+        return {n.decode() for n in publisher.client.zrange(publisher.registry, 0, -1)}
+
+    hub = asyncio.run(start())
+    assert hub.notices is not None and hub.registry_name == hub.notices.name
+    assert hub.registry_name in listed()
+    name = hub.registry_name
+    hub.release()
+    assert name not in listed()
