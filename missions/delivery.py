@@ -22,7 +22,10 @@ and an asyncio round trip on the live path. A failed publish is logged and the n
 thread below for the next few seconds.
 
 Before either, the head notices go straight to the hubs of this machine
-(``missions.local_notices``): one datagram hop, ahead of the layer's.
+(``missions.local_notices``): one datagram hop, ahead of the layer's. With
+Redis, each hub also enters a registry (``_RedisPublisher.announce``), and
+head notices are published only when a listening hub did not take them
+from its socket (``notify_commit``).
 
 Otherwise (the in-memory layer; or when Redis is failing) sending happens on
 one long-lived notifier thread with its own event loop: ``notify_commit()`` only
