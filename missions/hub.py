@@ -657,7 +657,8 @@ class Hub:
         return True
 
     def release(self) -> None:
-        """Give up the notice socket and the file watch (the loop has closed)."""
+        """Give up the notice socket, the hub registry entry and the file watch
+        (the loop has closed)."""
         if self.loop is None:
             return
         publisher = delivery._redis_publisher()
