@@ -220,13 +220,7 @@ class _RedisPublisher:
     def payloads(self, messages: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, bytes]]:
         """Each message's Redis channel and bytes; a head notice whose Events
         make it bigger than ``MAX_CARRIED_BYTES`` goes without them."""
-        out = []
-        for channel_group, message in messages:
-            data: bytes = self.serialize(message)
-            if len(data) > MAX_CARRIED_BYTES and message.get("events"):
-                data = self.serialize({**message, "events": None})
-            out.append((f"{self.prefix}__group__{channel_group}", data))
-        return out
+        return [(f"{self.prefix}__group__{group}", notice_bytes(m, self.serialize)) for group, m in messages]
 
     def publish(self, payloads: list[tuple[str, bytes]]) -> bool:
         """True when Redis took them all; False to send them another way."""
@@ -248,7 +242,7 @@ class _RedisPublisher:
 
 
 @functools.cache
-def _redis_publisher() -> _RedisPublisher | None:
+def redis_publisher() -> _RedisPublisher | None:
     """The synchronous publisher when the default layer is Redis pub/sub with one host."""
     from django.conf import settings
 
@@ -274,6 +268,15 @@ def register_serving_loop(loop: asyncio.AbstractEventLoop) -> None:
 MAX_CARRIED_BYTES = 64 * 1024
 
 
+def notice_bytes(message: dict[str, Any], serialize: Callable[[dict[str, Any]], bytes]) -> bytes:
+    """``message`` serialized; a head notice whose Events make it bigger
+    than ``MAX_CARRIED_BYTES`` goes without them (hubs then read them)."""
+    data = serialize(message)
+    if len(data) > MAX_CARRIED_BYTES and message.get("events"):
+        data = serialize({**message, "events": None})
+    return data
+
+
 # A Group's new head after a commit, with the Events that commit appended to it.
 CommittedHead = tuple[str, int, list[dict[str, Any]]]
 
@@ -293,22 +296,22 @@ class CommitNotices:
     notices: list[tuple[str, dict[str, Any]]]
     payloads: list[tuple[str, bytes]] | None = None
     # The head notices as datagrams for the hubs of this machine
-    # (``missions.local_notices``), when there are any.
+    # (``missions.local_notices``), when there are any, and their sender.
     local: list[bytes] | None = None
+    sender: local_notices.Sender | None = None
 
 
 def prepare_commit(heads: list[CommittedHead], notices: list[tuple[str, dict[str, Any]]]) -> CommitNotices:
     """Called inside the transaction; ``notify_commit`` sends after COMMIT."""
     prepared = CommitNotices(heads, notices)
-    publisher = _redis_publisher()
+    publisher = redis_publisher()
     if publisher is not None:
         messages = [(group_channel(g), head_notice(g, seq, events)) for g, seq, events in heads]
         prepared.payloads = publisher.payloads(messages + notices)
     sender = local_notices.sender()
     if sender is not None and heads and sender.hubs():
-        prepared.local = [
-            local_notices.encode(head_notice(g, seq, events), MAX_CARRIED_BYTES) for g, seq, events in heads
-        ]
+        prepared.sender = sender
+        prepared.local = [notice_bytes(head_notice(*head), local_notices.encode) for head in heads]
     return prepared
 
 
@@ -320,11 +323,9 @@ def notify_commit(prepared: CommitNotices) -> None:
     copy of every notice would only compete for the processor with the
     delivery of the first."""
     reached: set[str] | None = None
-    if prepared.local:
-        sender = local_notices.sender()
-        if sender is not None:
-            reached = sender.send(prepared.local)
-    publisher = _redis_publisher()
+    if prepared.sender is not None and prepared.local:
+        reached = prepared.sender.send(prepared.local)
+    publisher = redis_publisher()
     if publisher is not None and prepared.payloads is not None:
         payloads = prepared.payloads
         if reached is not None and not publisher.listening_elsewhere(reached):

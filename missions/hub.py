@@ -383,7 +383,7 @@ class Hub:
             self.channel = await self.layer.new_channel()
             immediate_notices(self.layer, self.channel, self.notice_now)
             self._tasks.append(asyncio.create_task(self._listen()))
-        publisher = delivery._redis_publisher()
+        publisher = delivery.redis_publisher()
         if publisher is not None:
             # Listening on Redis: say so, or committers that reach this hub's
             # socket no more would not publish heads there.
@@ -661,7 +661,7 @@ class Hub:
         (the loop has closed)."""
         if self.loop is None:
             return
-        publisher = delivery._redis_publisher()
+        publisher = delivery.redis_publisher()
         if publisher is not None and self.registry_name is not None:
             try:
                 publisher.withdraw(self.registry_name)

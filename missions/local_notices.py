@@ -47,7 +47,7 @@ from django.db import connections
 log = logging.getLogger(__name__)
 
 SUFFIX = ".sock"
-# The largest datagram sent or read: a notice carries its Events up to
+# The largest datagram read: a notice carries its Events up to
 # delivery.MAX_CARRIED_BYTES (below this); a bigger one goes as the head alone.
 MAX_DATAGRAM = 72 * 1024
 RECEIVE_BUFFER = 4 * 1024 * 1024  # asked for; the kernel caps it (net.core.rmem_max)
@@ -113,13 +113,10 @@ def _private_directory(path: str) -> str | None:
     return path
 
 
-def encode(message: dict[str, Any], max_bytes: int) -> bytes:
-    """A head notice as a datagram; one over ``max_bytes`` (at most
-    ``MAX_DATAGRAM``) goes without its Events."""
-    data = json.dumps(message, separators=(",", ":")).encode()
-    if len(data) > min(max_bytes, MAX_DATAGRAM):
-        data = json.dumps({**message, "events": None}, separators=(",", ":")).encode()
-    return data
+def encode(message: dict[str, Any]) -> bytes:
+    """A notice as a datagram (``delivery.notice_bytes`` keeps it within
+    ``MAX_DATAGRAM``)."""
+    return json.dumps(message, separators=(",", ":")).encode()
 
 
 class Sender:

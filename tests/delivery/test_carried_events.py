@@ -254,10 +254,10 @@ def test_with_the_redis_layer_the_hub_takes_notices_as_the_layer_receives_them()
 
     from channels.layers import get_channel_layer
 
-    from missions.delivery import _redis_publisher, group_channel
+    from missions.delivery import group_channel, redis_publisher
     from missions.hub import immediate_notices
 
-    publisher = _redis_publisher()
+    publisher = redis_publisher()
     assert publisher is not None
     g = str(uuid.uuid4())
     taken: list[dict[str, Any]] = []

@@ -132,9 +132,9 @@ def test_the_committing_thread_publishes_where_the_redis_layer_listens() -> None
 
     from channels.layers import get_channel_layer
 
-    from missions.delivery import _redis_publisher, group_channel
+    from missions.delivery import group_channel, redis_publisher
 
-    publisher = _redis_publisher()
+    publisher = redis_publisher()
     assert publisher is not None
     g = str(uuid.uuid4())
     event = {"group": g, "sequence": 7, "type": "membership.roles_set", "body": {"roles": ["worker"]}}
@@ -160,7 +160,7 @@ def test_a_failed_publish_hands_the_notices_to_the_notifier_thread(monkeypatch: 
     import missions.delivery as delivery
 
     down = delivery._RedisPublisher("redis://127.0.0.1:1/0", "asgi", lambda message: b"")
-    monkeypatch.setattr(delivery, "_redis_publisher", lambda: down)
+    monkeypatch.setattr(delivery, "redis_publisher", lambda: down)
     monkeypatch.setattr(delivery, "_joined_here", lambda: lambda _group: True)  # as if a hub here followed g1
     handed: list[tuple[str, int, Any]] = []
     monkeypatch.setattr(delivery._notifier, "head", lambda *head: handed.append(head))
@@ -187,7 +187,7 @@ def test_the_in_memory_layer_is_told_only_of_groups_joined_in_this_process(
     layer = get_channel_layer()
     if not isinstance(layer, InMemoryChannelLayer):
         pytest.skip("the in-memory layer only")
-    monkeypatch.setattr(delivery, "_redis_publisher", lambda: None)
+    monkeypatch.setattr(delivery, "redis_publisher", lambda: None)
     handed: list[tuple[str, int, Any]] = []
     monkeypatch.setattr(delivery._notifier, "head", lambda *head: handed.append(head))
     followed, unfollowed = str(uuid.uuid4()), str(uuid.uuid4())

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from missions import local_notices
-from missions.delivery import MAX_CARRIED_BYTES, head_notice
+from missions.delivery import MAX_CARRIED_BYTES, head_notice, notice_bytes
 from missions.hub import Hub, _wire, get_hub
 from mwportal.protocol import GENESIS_HASH
 from tests.conftest import AgentKey
@@ -81,7 +81,7 @@ def test_a_notice_reaches_every_hub_socket_and_a_gone_hub_is_cleared(notice_dir:
         gone.close()
         sender = local_notices.Sender(notice_dir)
         assert len(sender.hubs()) == 3
-        took = sender.send([local_notices.encode(head_notice("g", 7, None), MAX_CARRIED_BYTES)])
+        took = sender.send([notice_bytes(head_notice("g", 7, None), local_notices.encode)])
         for _ in range(50):
             if got_first and got_second:
                 break
@@ -121,7 +121,7 @@ def test_a_full_hub_queue_drops_the_notice_without_failing_the_commit(notice_dir
     receiver.bind(os.path.join(notice_dir, "2-stuck" + local_notices.SUFFIX))
     try:
         sender = local_notices.Sender(notice_dir)
-        data = local_notices.encode(head_notice("g", 1, [{"pad": "x" * 30_000}]), MAX_CARRIED_BYTES)
+        data = notice_bytes(head_notice("g", 1, [{"pad": "x" * 30_000}]), local_notices.encode)
         results = [sender.send([data]) for _ in range(400)]
         assert results[0] == {"2-stuck.sock"}
         assert set() in results  # the queue filled up; sending went on without raising
@@ -131,11 +131,11 @@ def test_a_full_hub_queue_drops_the_notice_without_failing_the_commit(notice_dir
 
 def test_an_oversized_notice_goes_without_its_events() -> None:
     big = head_notice("g", 3, [{"sequence": 3, "body": {"blob": "x" * (MAX_CARRIED_BYTES + 1)}}])
-    data = local_notices.encode(big, MAX_CARRIED_BYTES)
+    data = notice_bytes(big, local_notices.encode)
     assert len(data) < 200
     assert json.loads(data) == {"type": "group.head", "group": "g", "sequence": 3, "events": None}
     small = head_notice("g", 3, [{"sequence": 3}])
-    assert json.loads(local_notices.encode(small, MAX_CARRIED_BYTES)) == small
+    assert json.loads(notice_bytes(small, local_notices.encode)) == small
 
 
 def test_a_malformed_datagram_is_dropped_and_the_next_notice_still_taken(
@@ -149,7 +149,7 @@ def test_a_malformed_datagram_is_dropped_and_the_next_notice_still_taken(
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as raw:
             raw.sendto(b"\xff not json", receiver.path)
             raw.sendto(b"[1, 2]", receiver.path)
-            raw.sendto(local_notices.encode(head_notice("g", 2, None), MAX_CARRIED_BYTES), receiver.path)
+            raw.sendto(notice_bytes(head_notice("g", 2, None), local_notices.encode), receiver.path)
         for _ in range(50):
             if got:
                 break
@@ -183,13 +183,13 @@ def test_a_hub_takes_carried_events_from_its_socket_without_a_read(notice_dir: s
         hub._receive_local_notices()
         assert hub.notices is not None
         sender = local_notices.Sender(notice_dir)
-        sender.send([local_notices.encode(_notice(log[2:3], 3), MAX_CARRIED_BYTES)])  # continues the feed
+        sender.send([notice_bytes(_notice(log[2:3], 3), local_notices.encode)])  # continues the feed
         for _ in range(50):
             if recorder.got:
                 break
             await asyncio.sleep(0.01)
         assert reads == []
-        sender.send([local_notices.encode(_notice(None, 4), MAX_CARRIED_BYTES)])  # the head alone: a read
+        sender.send([notice_bytes(_notice(None, 4), local_notices.encode)])  # the head alone: a read
         for _ in range(50):
             await _settle(hub)
             if len(recorder.got) == 2:
@@ -252,7 +252,7 @@ def registry(monkeypatch: pytest.MonkeyPatch) -> Any:
 
     from missions import delivery
 
-    publisher = delivery._redis_publisher()
+    publisher = delivery.redis_publisher()
     assert publisher is not None
     monkeypatch.setattr(publisher, "registry", f"test:mwp:hubs:{uuid.uuid4().hex}")
     monkeypatch.setattr(publisher, "listening", None)
@@ -290,7 +290,6 @@ def test_with_redis_head_notices_are_published_unless_every_listening_hub_took_t
         def send(self, datagrams: list[bytes]) -> set[str]:
             return set() if case == "queue full" else {"a.sock"}
 
-    monkeypatch.setattr(local_notices, "sender", lambda: _Sender())
     published: list[list[tuple[str, bytes]]] = []
     monkeypatch.setattr(registry, "publish", lambda payloads: published.append(payloads) or True)
     registry.announce("a.sock")
@@ -307,6 +306,7 @@ def test_with_redis_head_notices_are_published_unless_every_listening_hub_took_t
         notices=[("mwp.agent.x", {"type": "agent.session", "session_epoch": 2})],
         payloads=[("head", b"h"), ("agent", b"a")],
         local=[b"{}"],
+        sender=_Sender(),  # type: ignore[arg-type]
     )
     delivery.notify_commit(prepared)
     if case == "all local":
@@ -319,7 +319,7 @@ def test_with_redis_head_notices_are_published_unless_every_listening_hub_took_t
 def test_a_hub_enters_the_registry_when_it_starts_and_leaves_when_released(notice_dir: str) -> None:
     from missions import delivery
 
-    publisher = delivery._redis_publisher()
+    publisher = delivery.redis_publisher()
     assert publisher is not None
 
     async def start() -> Hub:
