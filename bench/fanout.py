@@ -478,7 +478,7 @@ FLOOR_TABLE = "fanout_floor"
 
 
 def floor_publisher_main(fixtures_path: str, floor_db: str, floor_redis: str) -> int:
-    """The design floor's committer: INSERT the Event's frame (autocommit: the
+    """The cross-machine floor's committer: INSERT the Event's frame (autocommit: the
     commit), then PUBLISH the head notice with the frame on Redis from the
     same thread."""
     import psycopg
@@ -502,7 +502,7 @@ def bare_server_main(port: int, floor_db: str | None = None, floor_redis: str | 
     """A bare broadcast server: hello -> welcome, subscribe -> subscribed; a
     ``publisher`` connection's frames go unchanged to their Group's subscribers.
 
-    With ``floor_redis`` it is the **design floor** instead: frames come from
+    With ``floor_redis`` it is the **cross-machine floor** instead: frames come from
     no connection but from head notices on the Redis channel
     ``FLOOR_CHANNEL``, each carrying the committed Event's frame, which it
     broadcasts: the hop between a commit and a subscriber with nothing else
@@ -864,7 +864,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"MWP_HEAD_POLL_SECONDS for daphne (default {HEAD_POLL_SECONDS:g})")  # fmt: skip
     parser.add_argument("--topology", choices=("one_group", "many_groups"), help="run one topology only")
     parser.add_argument("--keep-logs", action="store_true", help="keep the temporary directory with the logs")
-    parser.add_argument("--floor", action="store_true", help="also measure the design floor (PostgreSQL + Redis)")
+    parser.add_argument("--floor", action="store_true", help="also measure the cross-machine floor (PostgreSQL, Redis)")
     # Internal: the worker processes.
     parser.add_argument("--role", choices=("committer", "publisher", "bare-server", "floor-publisher"),
                         help=argparse.SUPPRESS)  # fmt: skip
