@@ -247,11 +247,17 @@ class AgentConsumer(_EventStream):
     async def connect(self) -> None:
         self.session_epoch = 0
         self.memberships: dict[str, tuple[list[str], int]] = {}
+        # The highest Membership epoch known per Group, removals included: a
+        # notice can come twice (from this machine's commit and through the
+        # channel layer), and the second copy may follow a newer notice.
+        self.epochs: dict[str, int] = {}
         await super().connect()
 
     async def disconnect(self, code: int) -> None:
         if self.agent is not None:
-            (await get_hub()).unwatch_agent(str(self.agent.id), self._check_current)
+            hub = await get_hub()
+            hub.unwatch_agent(str(self.agent.id), self._check_current)
+            hub.unlisten_agent(str(self.agent.id), self._agent_notice)
             if self.channel_layer is not None:
                 await self.channel_layer.group_discard(agent_channel(str(self.agent.id)), self.channel_name)
             with contextlib.suppress(Exception):
@@ -278,8 +284,11 @@ class AgentConsumer(_EventStream):
             await self.channel_layer.group_add(agent_channel(str(agent.id)), self.channel_name)
         current = await database_sync_to_async(agents_current)([str(agent.id)])
         self.memberships = current[str(agent.id)][1]
+        self.epochs = {group_id: e for group_id, (_roles, e) in self.memberships.items()}
         await self.send_json({"op": "welcome", "agent": str(agent.id), "session_epoch": epoch})
-        (await get_hub()).watch_agent(str(agent.id), self._check_current)
+        hub = await get_hub()
+        hub.watch_agent(str(agent.id), self._check_current)
+        hub.listen_agent(str(agent.id), self._agent_notice)
 
     async def op_subscribe(self, frame: dict[str, Any]) -> None:
         agent = self.require_hello()
@@ -333,10 +342,28 @@ class AgentConsumer(_EventStream):
         )
 
     async def agent_session(self, message: dict[str, Any]) -> None:
-        if message["session_epoch"] != self.session_epoch:
+        # A newer session fences this one (MWP-WRK-014); an older epoch's
+        # notice is old news.
+        if message["session_epoch"] > self.session_epoch:
             await self.close(code=CLOSE_SESSION_REPLACED, reason="session replaced")
 
-    async def _membership_changed(self, group_id: str, roles: list[str], epoch: int, active: bool) -> None:
+    async def _agent_notice(self, message: dict[str, Any]) -> None:
+        """The hub's hand-over of a notice from a commit on this machine."""
+        if message.get("type") == "agent.membership":
+            await self.agent_membership(message)
+        elif message.get("type") == "agent.session":
+            await self.agent_session(message)
+
+    async def _membership_changed(
+        self, group_id: str, roles: list[str], epoch: int, active: bool, *, checked: bool = False
+    ) -> None:
+        """``checked``: read from the database by the agent check, which
+        knows no removal's epoch; a notice older than one already taken is
+        ignored."""
+        seen = self.epochs.get(group_id, 0)
+        if epoch < seen and not checked:
+            return
+        self.epochs[group_id] = max(seen, epoch)
         known = self.memberships.get(group_id)
         if active and known == (roles, epoch):
             return
@@ -358,9 +385,9 @@ class AgentConsumer(_EventStream):
             await self.close(code=CLOSE_SESSION_REPLACED, reason="session replaced")
             return
         for group_id in set(self.memberships) - set(memberships):
-            await self._membership_changed(group_id, [], 0, False)
+            await self._membership_changed(group_id, [], 0, False, checked=True)
         for group_id, (roles, e) in memberships.items():
-            await self._membership_changed(group_id, roles, e, True)
+            await self._membership_changed(group_id, roles, e, True, checked=True)
 
 
 def _person_agent(user: Any) -> Agent | None:

@@ -21,11 +21,12 @@ to a thread with an event loop instead costs a thread wake-up (about 0.3 ms)
 and an asyncio round trip on the live path. A failed publish is logged and the notices go through the notifier
 thread below for the next few seconds.
 
-Before either, the head notices go straight to the hubs of this machine
-(``missions.local_notices``): one datagram hop, ahead of the layer's. With
-Redis, each hub also enters a registry (``_RedisPublisher.announce``), and
-head notices are published only when a listening hub did not take them
-from its socket (``notify_commit``).
+Before either, every notice goes straight to the hubs of this machine
+(``missions.local_notices``): one datagram hop, ahead of the layer's; a hub
+hands an Agent's notices to that Agent's connections in its process
+(``Hub.listen_agent``). With Redis, each hub also enters a registry
+(``_RedisPublisher.announce``), and a commit's notices are published only
+when a listening hub did not take them from its socket (``notify_commit``).
 
 Otherwise (the in-memory layer; or when Redis is failing) sending happens on
 one long-lived notifier thread with its own event loop: ``notify_commit()`` only
@@ -56,8 +57,13 @@ def group_channel(group_id: str) -> str:
     return f"mwp.group.{group_id}"
 
 
+AGENT_CHANNEL_PREFIX = "mwp.agent."
+# The notices for an Agent's connections (``membership_notice``, ``session_notice``).
+AGENT_NOTICES = frozenset({"agent.membership", "agent.session"})
+
+
 def agent_channel(agent_id: str) -> str:
-    return f"mwp.agent.{agent_id}"
+    return f"{AGENT_CHANNEL_PREFIX}{agent_id}"
 
 
 class _Notifier:
@@ -295,8 +301,9 @@ class CommitNotices:
     heads: list[CommittedHead]
     notices: list[tuple[str, dict[str, Any]]]
     payloads: list[tuple[str, bytes]] | None = None
-    # The head notices as datagrams for the hubs of this machine
-    # (``missions.local_notices``), when there are any, and their sender.
+    # The head notices, then the other notices, as datagrams for the hubs
+    # of this machine (``missions.local_notices``), when there are any, and
+    # their sender.
     local: list[bytes] | None = None
     sender: local_notices.Sender | None = None
 
@@ -309,28 +316,35 @@ def prepare_commit(heads: list[CommittedHead], notices: list[tuple[str, dict[str
         messages = [(group_channel(g), head_notice(g, seq, events)) for g, seq, events in heads]
         prepared.payloads = publisher.payloads(messages + notices)
     sender = local_notices.sender()
-    if sender is not None and heads and sender.hubs():
+    if sender is not None and (heads or notices) and sender.hubs():
         prepared.sender = sender
-        prepared.local = [notice_bytes(head_notice(*head), local_notices.encode) for head in heads]
+        prepared.local = [notice_bytes(head_notice(*head), local_notices.encode) for head in heads] + [
+            local_notices.encode(local_notice(channel_group, message)) for channel_group, message in notices
+        ]
     return prepared
+
+
+def local_notice(channel_group: str, message: dict[str, Any]) -> dict[str, Any]:
+    """An Agent's notice as a datagram to the hubs of this machine: the
+    message, with the channel-layer group it is for."""
+    return {**message, "to": channel_group}
 
 
 def notify_commit(prepared: CommitNotices) -> None:
     """Send a committed transaction's notices (``prepare_commit``): straight
     to the hubs of this machine first, then through the channel layer. With
-    Redis, head notices are published only when a hub that the local ones
-    did not reach is listening (the hub registry): on one machine, a second
-    copy of every notice would only compete for the processor with the
-    delivery of the first."""
+    Redis, they are published only when a hub that the local ones did not
+    reach is listening (the hub registry): on one machine, a second copy of
+    every notice would only compete for the processor with the delivery of
+    the first, and so would waking Redis to carry it."""
     reached: set[str] | None = None
     if prepared.sender is not None and prepared.local:
         reached = prepared.sender.send(prepared.local)
     publisher = redis_publisher()
     if publisher is not None and prepared.payloads is not None:
-        payloads = prepared.payloads
         if reached is not None and not publisher.listening_elsewhere(reached):
-            payloads = payloads[len(prepared.heads) :]  # every listening hub has its heads
-        if not payloads or publisher.publish(payloads):
+            return  # every listening hub has them all
+        if not prepared.payloads or publisher.publish(prepared.payloads):
             return
     joined = _joined_here()
     for group_id, sequence, events in prepared.heads:

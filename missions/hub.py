@@ -51,7 +51,7 @@ from django.db import connection, connections
 from mwportal.protocol import format_time
 
 from . import delivery, local_notices
-from .delivery import group_channel, register_serving_loop
+from .delivery import AGENT_CHANNEL_PREFIX, AGENT_NOTICES, group_channel, register_serving_loop
 from .local_notices import database_file
 from .models import Agent, Group, GroupEvent, Membership
 
@@ -338,6 +338,8 @@ class _Feed:
 
 
 AgentCallback = Callable[[int, dict[str, tuple[list[str], int]]], Awaitable[None]]
+# Takes an Agent's notice from a local commit (``agent.membership``, ``agent.session``).
+AgentNoticeHandler = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 def agents_current(agent_ids: list[str]) -> dict[str, tuple[int, dict[str, tuple[list[str], int]]]]:
@@ -360,6 +362,10 @@ class Hub:
     def __init__(self) -> None:
         self.feeds: dict[str, _Feed] = {}
         self.agents: dict[str, set[AgentCallback]] = {}
+        self.agent_listeners: dict[str, set[AgentNoticeHandler]] = {}
+        # Agents' notices from local commits, handed over one at a time, in
+        # the order they came.
+        self.agent_notices: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
         self.layer = get_channel_layer()
         self.channel: str | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -393,6 +399,7 @@ class Hub:
         self._watch_database()
         self._tasks.append(asyncio.create_task(self._poll()))
         self._tasks.append(asyncio.create_task(self._watch_agents()))
+        self._tasks.append(asyncio.create_task(self._hand_over_agent_notices()))
 
     async def _announce(self, publisher: Any) -> None:
         try:
@@ -434,6 +441,38 @@ class Hub:
             callbacks.discard(callback)
             if not callbacks:
                 del self.agents[agent_id]
+
+    def listen_agent(self, agent_id: str, handler: AgentNoticeHandler) -> None:
+        """Hand ``handler`` the Agent's notices of commits on this machine
+        (``missions.delivery.local_notice``) as they arrive. The channel
+        layer still brings those of other machines; a notice may come both
+        ways, so handlers take a notice they already had as old news."""
+        self.agent_listeners.setdefault(agent_id, set()).add(handler)
+
+    def unlisten_agent(self, agent_id: str, handler: AgentNoticeHandler) -> None:
+        handlers = self.agent_listeners.get(agent_id)
+        if handlers is not None:
+            handlers.discard(handler)
+            if not handlers:
+                del self.agent_listeners[agent_id]
+
+    def _agent_notice(self, message: dict[str, Any]) -> None:
+        to = message.get("to")
+        if not isinstance(to, str) or not to.startswith(AGENT_CHANNEL_PREFIX):
+            log.warning("a local notice for no Agent was dropped: %r", message.get("type"))
+            return
+        agent_id = to[len(AGENT_CHANNEL_PREFIX) :]
+        if agent_id in self.agent_listeners:
+            self.agent_notices.put_nowait((agent_id, message))
+
+    async def _hand_over_agent_notices(self) -> None:
+        while True:
+            agent_id, message = await self.agent_notices.get()
+            for handler in list(self.agent_listeners.get(agent_id, ())):
+                try:
+                    await handler(message)
+                except Exception:
+                    log.warning("an Agent's notice handler failed", exc_info=True)
 
     async def _watch_agents(self) -> None:
         """Catch what the channel layer could not tell us (another process's
@@ -624,7 +663,9 @@ class Hub:
                 log.exception("a malformed channel-layer message: %r", message)
 
     def _on_notice(self, message: dict[str, Any]) -> None:
-        if message.get("type") == "group.head" and not self.notice_now(message):
+        if message.get("type") in AGENT_NOTICES:
+            self._agent_notice(message)
+        elif message.get("type") == "group.head" and not self.notice_now(message):
             # A read: each Group's runs on its own (the feed's lock keeps one
             # Group's reads in order), so the next notice is received while
             # this one is read: notices of many Groups do not queue behind

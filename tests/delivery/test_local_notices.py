@@ -14,16 +14,25 @@ import logging
 import os
 import socket
 import stat
+import time
 from typing import Any
 
 import pytest
+from websockets.exceptions import ConnectionClosed
 
 from missions import local_notices
-from missions.delivery import MAX_CARRIED_BYTES, head_notice, notice_bytes
+from missions.delivery import (
+    MAX_CARRIED_BYTES,
+    head_notice,
+    local_notice,
+    membership_notice,
+    notice_bytes,
+    session_notice,
+)
 from missions.hub import Hub, _wire, get_hub
 from mwportal.protocol import GENESIS_HASH
-from tests.conftest import AgentKey
-from tests.delivery.conftest import Daphne
+from tests.conftest import AgentKey, group_revision
+from tests.delivery.conftest import Client, Daphne, in_db_thread
 from tests.delivery.test_carried_events import _chain, _hub_with_feed, _notice, _Recorder, _settle
 from tests.delivery.test_live_path import commits_of_this_process_reach_a_subscriber
 
@@ -217,6 +226,94 @@ def test_the_hub_of_a_closed_loop_gives_up_its_socket(notice_dir: str) -> None:
     second.release()
 
 
+def test_a_hub_hands_an_agents_notices_to_its_connections_in_order(notice_dir: str) -> None:
+    """An Agent's notices from a commit on this machine come through the
+    socket too, and the hub hands them to that Agent's connections in this
+    process, one at a time in the order they came; no one else's."""
+    got: list[tuple[str, Any]] = []
+
+    async def first(message: dict[str, Any]) -> None:
+        got.append(("first", message.get("membership_epoch", message.get("session_epoch"))))
+        await asyncio.sleep(0.01)  # a handler that waits does not let the next notice overtake it
+
+    async def second(message: dict[str, Any]) -> None:
+        got.append(("second", message.get("membership_epoch", message.get("session_epoch"))))
+
+    async def scenario() -> None:
+        hub = Hub()
+        hub.loop = asyncio.get_running_loop()
+        hub._receive_local_notices()
+        handing = asyncio.create_task(hub._hand_over_agent_notices())
+        hub.listen_agent("a", first)
+        hub.listen_agent("a", second)
+        hub.listen_agent("b", second)
+        hub.unlisten_agent("b", second)
+        sender = local_notices.Sender(notice_dir)
+        notices = [membership_notice("g", "a", ["worker"], 2, True), membership_notice("g", "b", [], 3, False),
+                   session_notice("a", 7), membership_notice("g", "a", [], 4, False)]  # fmt: skip
+        assert sender.send([local_notices.encode(local_notice(*n)) for n in notices])
+        for _ in range(100):
+            if len(got) == 6:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        handing.cancel()
+        hub.release()
+
+    asyncio.run(scenario())
+    assert [epoch for who, epoch in got if who == "first"] == [2, 7, 4]
+    assert sorted(got) == sorted([(w, e) for e in (2, 7, 4) for w in ("first", "second")])
+
+
+def test_a_connection_takes_an_agent_notice_it_already_had_as_old_news() -> None:
+    """A notice may come twice (from this machine's socket and through the
+    channel layer), the second copy after a newer notice: a connection does
+    not go back to an older Membership, nor close for an older session."""
+    from missions.consumers import AgentConsumer
+
+    consumer = AgentConsumer()
+    consumer.session_epoch = 3
+    consumer.memberships = {"g": (["worker"], 2)}
+    consumer.epochs = {"g": 2}
+    sent: list[dict[str, Any]] = []
+    closed: list[int] = []
+
+    async def send_json(frame: dict[str, Any]) -> None:
+        sent.append(frame)
+
+    async def stop_stream(group_id: str) -> None:
+        pass
+
+    async def close(code: int, reason: str = "") -> None:
+        closed.append(code)
+
+    consumer.send_json = send_json  # type: ignore[method-assign]
+    consumer.stop_stream = stop_stream  # type: ignore[method-assign]
+    consumer.close = close  # type: ignore[method-assign]
+
+    def notice(roles: list[str], epoch: int, active: bool) -> dict[str, Any]:
+        return local_notice(*membership_notice("g", "a", roles, epoch, active))
+
+    async def scenario() -> None:
+        await consumer._agent_notice(notice(["worker", "reviewer"], 3, True))
+        await consumer._agent_notice(notice(["worker"], 2, True))  # the older one, late
+        await consumer._agent_notice(notice(["worker", "reviewer"], 3, True))  # the same again
+        await consumer._agent_notice(notice([], 4, False))
+        await consumer._agent_notice(notice(["worker", "reviewer"], 3, True))  # older than the removal
+        await consumer._agent_notice(local_notice(*session_notice("a", 2)))  # an older session's
+        await consumer._agent_notice(local_notice(*session_notice("a", 3)))  # its own
+        assert closed == []
+        await consumer._agent_notice(local_notice(*session_notice("a", 4)))  # a newer session
+
+    asyncio.run(scenario())
+    assert [(f["roles"], f["membership_epoch"], f["active"]) for f in sent] == [
+        (["worker", "reviewer"], 3, True),
+        ([], 4, False),
+    ]
+    assert "g" not in consumer.memberships
+    assert closed == [4001]
+
+
 @pytest.fixture
 def head_poll_seconds() -> float:
     return 60.0  # far longer than the test waits
@@ -240,6 +337,45 @@ def test_a_commit_in_another_process_arrives_through_the_local_notice(
     settings.MWP_NOTICE_DIR = ""
     assert local_notices.directory() is not None
     commits_of_this_process_reach_a_subscriber(daphne, mission["group"], owner, worker)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_membership_change_and_a_new_session_in_another_process_reach_the_connection_at_once(
+    daphne: Daphne, mission: dict[str, str], owner: AgentKey, worker: AgentKey, settings: Any
+) -> None:
+    """A change of an Agent's Membership, then a new session, committed in
+    the test's process (as a Celery task's or a management command's would
+    be) reach that Agent's connection to daphne at once: a ``membership``
+    frame, then the close of the replaced session (MWP-WRK-014), with no
+    channel layer between the processes and the agent check minutes away."""
+    settings.MWP_LOCAL_NOTICES = True
+    settings.MWP_NOTICE_DIR = ""
+    g = mission["group"]
+
+    def set_roles() -> None:
+        owner.send("membership.set_roles", g, {"agent": worker.id, "roles": ["worker", "reviewer"]},
+                   target={"kind": "group", "id": g, "revision": group_revision(g)})  # fmt: skip
+
+    async def scenario() -> tuple[dict[str, Any], float, int | None, float]:
+        client = await Client.open(daphne, worker.extra["token"])
+        began = time.monotonic()
+        await in_db_thread(set_roles)
+        frame = await client.recv(timeout=10)
+        while frame["op"] != "membership":
+            frame = await client.recv(timeout=10)
+        changed = time.monotonic() - began
+        began = time.monotonic()
+        await in_db_thread(worker.open_session)
+        try:
+            while True:
+                await client.recv(timeout=10)
+        except ConnectionClosed as closed:
+            return frame, changed, closed.rcvd.code if closed.rcvd else None, time.monotonic() - began
+
+    frame, changed, code, replaced = asyncio.run(scenario())
+    assert (frame["group"], sorted(frame["roles"]), frame["active"]) == (g, ["reviewer", "worker"], True)
+    assert code == 4001
+    assert changed < 5 and replaced < 5
 
 
 needs_redis = pytest.mark.skipif(not os.environ.get("MWP_REDIS_URL"), reason="needs MWP_REDIS_URL (the Redis layer)")
@@ -279,11 +415,12 @@ def test_the_hub_registry_says_whether_a_hub_the_local_notices_missed_listens(re
 
 @needs_redis
 @pytest.mark.parametrize("case", ["all local", "one elsewhere", "queue full", "registry unreadable"])
-def test_with_redis_head_notices_are_published_unless_every_listening_hub_took_them_locally(
+def test_with_redis_notices_are_published_unless_every_listening_hub_took_them_locally(
     registry: Any, monkeypatch: pytest.MonkeyPatch, case: str
 ) -> None:
-    """Agent notices always go through Redis; head notices only when a hub
-    that is listening did not take them from its socket."""
+    """A commit's notices (heads and Agents') go through Redis only when a hub
+    that is listening did not take them from its socket: on one machine,
+    waking Redis would only compete with the delivery."""
     from missions import delivery
 
     class _Sender:
@@ -305,12 +442,12 @@ def test_with_redis_head_notices_are_published_unless_every_listening_hub_took_t
         heads=[("g", 1, None)],
         notices=[("mwp.agent.x", {"type": "agent.session", "session_epoch": 2})],
         payloads=[("head", b"h"), ("agent", b"a")],
-        local=[b"{}"],
+        local=[b"{}", b"{}"],
         sender=_Sender(),  # type: ignore[arg-type]
     )
     delivery.notify_commit(prepared)
     if case == "all local":
-        assert published == [[("agent", b"a")]]
+        assert published == []
     else:
         assert published == [[("head", b"h"), ("agent", b"a")]]
 
