@@ -301,9 +301,9 @@ class CommitNotices:
     heads: list[CommittedHead]
     notices: list[tuple[str, dict[str, Any]]]
     payloads: list[tuple[str, bytes]] | None = None
-    # The head notices, then the other notices, as datagrams for the hubs
-    # of this machine (``missions.local_notices``), when there are any, and
-    # their sender.
+    # The head notices, then the other notices, packed in datagrams for the
+    # hubs of this machine (``missions.local_notices.pack``), when there are
+    # any, and their sender.
     local: list[bytes] | None = None
     sender: local_notices.Sender | None = None
 
@@ -318,9 +318,10 @@ def prepare_commit(heads: list[CommittedHead], notices: list[tuple[str, dict[str
     sender = local_notices.sender()
     if sender is not None and (heads or notices) and sender.hubs():
         prepared.sender = sender
-        prepared.local = [notice_bytes(head_notice(*head), local_notices.encode) for head in heads] + [
-            local_notices.encode(local_notice(channel_group, message)) for channel_group, message in notices
-        ]
+        prepared.local = local_notices.pack(
+            [notice_bytes(head_notice(*head), local_notices.encode) for head in heads]
+            + [local_notices.encode(local_notice(channel_group, message)) for channel_group, message in notices]
+        )
     return prepared
 
 

@@ -114,9 +114,28 @@ def _private_directory(path: str) -> str | None:
 
 
 def encode(message: dict[str, Any]) -> bytes:
-    """A notice as a datagram (``delivery.notice_bytes`` keeps it within
+    """A notice as sent to a hub (``delivery.notice_bytes`` keeps it within
     ``MAX_DATAGRAM``)."""
     return json.dumps(message, separators=(",", ":")).encode()
+
+
+def pack(notices: list[bytes]) -> list[bytes]:
+    """A commit's notices (each ``encode``d) in as few datagrams as hold
+    them, in order: each datagram a JSON array of notices, at most
+    ``MAX_DATAGRAM`` bytes. One datagram is one send per hub and one
+    wake-up of it."""
+    datagrams: list[bytes] = []
+    batch: list[bytes] = []
+    size = 1
+    for notice in notices:
+        if batch and size + len(notice) + 1 > MAX_DATAGRAM:
+            datagrams.append(b"[" + b",".join(batch) + b"]")
+            batch, size = [], 1
+        batch.append(notice)
+        size += len(notice) + 1
+    if batch:
+        datagrams.append(b"[" + b",".join(batch) + b"]")
+    return datagrams
 
 
 class Sender:
@@ -191,8 +210,9 @@ def sender() -> Sender | None:
 
 
 class Receiver:
-    """A hub's socket: each datagram that decodes to a JSON object is handed
-    to ``handle`` on the event loop, as it arrives."""
+    """A hub's socket: each notice of a datagram (a JSON array of objects,
+    ``pack``, or one object) is handed to ``handle`` on the event loop, in
+    order, as it arrives."""
 
     def __init__(self, path: str, handle: Callable[[dict[str, Any]], None]) -> None:
         self.directory = path
@@ -227,17 +247,18 @@ class Receiver:
                 log.warning("reading a commit notice failed", exc_info=True)
                 return
             try:
-                message = json.loads(data)
+                decoded = json.loads(data)
             except ValueError:
                 log.warning("a malformed commit notice (%d bytes) was dropped", len(data))
                 continue
-            if not isinstance(message, dict):
-                log.warning("a commit notice that is not an object was dropped")
-                continue
-            try:
-                self.handle(message)
-            except Exception:
-                log.exception("a commit notice failed: %r", message.get("group"))
+            for message in decoded if isinstance(decoded, list) else [decoded]:
+                if not isinstance(message, dict):
+                    log.warning("a commit notice that is not an object was dropped")
+                    continue
+                try:
+                    self.handle(message)
+                except Exception:
+                    log.exception("a commit notice failed: %r", message.get("group"))
 
     @property
     def name(self) -> str:

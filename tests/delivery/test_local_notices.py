@@ -147,6 +147,37 @@ def test_an_oversized_notice_goes_without_its_events() -> None:
     assert json.loads(notice_bytes(small, local_notices.encode)) == small
 
 
+def test_a_commits_notices_go_in_as_few_datagrams_as_hold_them_and_arrive_in_order(notice_dir: str) -> None:
+    """One datagram per commit in the common case (one send per hub, one
+    wake-up of it); notices that would make a datagram too big start the
+    next one; the hub gets each notice, in order."""
+    big = [b"x" * 3000 for _ in range(3)]  # as the hub sees them these are malformed; the sizes count here
+    assert local_notices.pack([b"{}", b'{"a":1}']) == [b'[{},{"a":1}]']
+    assert local_notices.pack([]) == []
+    notices = [notice_bytes(head_notice("g", seq, [{"sequence": seq, "pad": "y" * 30_000}]), local_notices.encode)
+               for seq in range(1, 8)]  # fmt: skip
+    notices.append(local_notices.encode(local_notice(*session_notice("a", 2))))
+    datagrams = local_notices.pack(notices)
+    assert len(datagrams) == 4 and all(len(d) <= local_notices.MAX_DATAGRAM for d in datagrams)
+    assert len(local_notices.pack(big)) == 1
+
+    async def scenario() -> list[dict[str, Any]]:
+        loop = asyncio.get_running_loop()
+        receiver = local_notices.Receiver(notice_dir, lambda m: None)
+        assert receiver.start(loop)
+        got = _received(receiver)
+        assert local_notices.Sender(notice_dir).send(datagrams) == {receiver.name}
+        for _ in range(100):
+            if len(got) == len(notices):
+                break
+            await asyncio.sleep(0.01)
+        receiver.stop(loop)
+        return got
+
+    got = asyncio.run(scenario())
+    assert [m.get("sequence", m["type"]) for m in got] == [1, 2, 3, 4, 5, 6, 7, "agent.session"]
+
+
 def test_a_malformed_datagram_is_dropped_and_the_next_notice_still_taken(
     notice_dir: str, caplog: pytest.LogCaptureFixture
 ) -> None:
