@@ -148,7 +148,9 @@ def test_different_content_different_hash_MWP_EVT_003() -> None:
 # --- Refused: shape ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("data", [[], "envelope", None, 5, [valid()]], ids=repr)
+@pytest.mark.parametrize(
+    "data", [[], "envelope", None, 5, [valid()]], ids=["empty-array", "string", "null", "number", "array-of-envelope"]
+)
 def test_it_refuses_what_is_not_an_object(data: Any) -> None:
     assert_names(refusal(data), "envelope")
 
