@@ -436,11 +436,7 @@ class Hub:
         self.agents.setdefault(agent_id, set()).add(callback)
 
     def unwatch_agent(self, agent_id: str, callback: AgentCallback) -> None:
-        callbacks = self.agents.get(agent_id)
-        if callbacks is not None:
-            callbacks.discard(callback)
-            if not callbacks:
-                del self.agents[agent_id]
+        _discard(self.agents, agent_id, callback)
 
     def listen_agent(self, agent_id: str, handler: AgentNoticeHandler) -> None:
         """Hand ``handler`` the Agent's notices of commits on this machine
@@ -450,11 +446,7 @@ class Hub:
         self.agent_listeners.setdefault(agent_id, set()).add(handler)
 
     def unlisten_agent(self, agent_id: str, handler: AgentNoticeHandler) -> None:
-        handlers = self.agent_listeners.get(agent_id)
-        if handlers is not None:
-            handlers.discard(handler)
-            if not handlers:
-                del self.agent_listeners[agent_id]
+        _discard(self.agent_listeners, agent_id, handler)
 
     def _agent_notice(self, message: dict[str, Any]) -> None:
         to = message.get("to")
@@ -769,6 +761,15 @@ class Hub:
                 moved = True
                 await self.head_moved(group_id, sequence)
         return moved
+
+
+def _discard(registry: dict[str, set[Any]], key: str, member: Any) -> None:
+    """Take ``member`` out of ``registry[key]``, and the key with its last member."""
+    members = registry.get(key)
+    if members is not None:
+        members.discard(member)
+        if not members:
+            del registry[key]
 
 
 class _ImmediateQueue(asyncio.Queue[Any]):
