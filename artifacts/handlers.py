@@ -86,7 +86,7 @@ def check_signed_by_actor(ctx: HandlerContext, document: dict[str, Any], what: s
 # --- Artifacts (spec 13.1) ---------------------------------------------------------
 
 
-@command("artifact.upload", scope="any")
+@command("artifact.upload", internal=True)
 def upload_artifact(ctx: HandlerContext) -> Decision:
     """Record that this Group holds the stored bytes ``sha256`` (its members may
     read them). The bytes stay outside the log (spec 13.1); the Event names

@@ -36,6 +36,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 
@@ -231,6 +232,11 @@ def accept(command: Command, *, now: datetime | None = None) -> Receipt:
     spec = spec_for(env.type)
     if spec is None:
         raise ProtocolError(ErrorCode.MALFORMED, f"type: unknown command type {env.type!r}", {"field": "type"})
+    if spec.internal and command.auth in (Auth.SIGNED, Auth.SELF):
+        # Issue 16: an internal kind (artifact.upload: "this Group holds these
+        # bytes") is the server's own record of something it did; a client
+        # proves it holds bytes only by sending them.
+        raise ProtocolError(ErrorCode.FORBIDDEN, f"{env.type} is recorded by the server itself, never sent by a client")
     check_extensions(env, spec)
     now = now or timezone.now()
     for attempt in range(_MAX_ATTEMPTS):
@@ -255,7 +261,7 @@ def accept(command: Command, *, now: datetime | None = None) -> Receipt:
             # that committed while this one waited for the Group lock; then
             # the state it saw is the winner's, and the answer is the
             # winner's receipt.
-            stored = _stored_receipt(command.envelope)
+            stored = _stored_receipt(command)
             if stored is None:
                 raise
             return stored
@@ -288,7 +294,8 @@ def _sqlstate(exc: BaseException) -> str | None:
     return getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
 
 
-def _stored_receipt(env: Envelope) -> Receipt | None:
+def _stored_receipt(command: Command) -> Receipt | None:
+    env = command.envelope
     row = (
         ActionReceipt.objects.filter(actor=env.actor, action_id=env.action_id)
         .values_list("content_hash", "receipt")
@@ -296,7 +303,53 @@ def _stored_receipt(env: Envelope) -> Receipt | None:
     )
     if row is None or row[0] != env.content_hash():
         return None
+    with connection.cursor() as cur:
+        _verify_replay(cur, command)
     return {**row[1], "replayed": True}
+
+
+def _verify_replay(cur: Any, command: Command) -> None:
+    """A signed Command answered from its stored receipt is verified first: a
+    forged copy of a known envelope (same content, someone else's signature)
+    gets INVALID_SIGNATURE, never the receipt (issue 16; spec §8: signature
+    verification precedes every other use of a signed document)."""
+    if command.auth is not Auth.SIGNED:
+        return
+    env = command.envelope
+    key = None
+    if env.actor != SYSTEM_ACTOR:
+        cur.execute(f"SELECT public_key FROM {_T_AGENT} WHERE id = %s", [db_uuid(env.actor)])
+        row = cur.fetchone()
+        key = row[0] if row is not None else None
+    if key is None or not env.signature or not verify_bytes(key, env.signing_bytes, env.signature):
+        raise ProtocolError(ErrorCode.INVALID_SIGNATURE, "the signature does not verify with the actor's key")
+
+
+def check_fresh(env: Envelope, now: datetime) -> None:
+    """A newly presented signed Command's ``issued_at`` lies within the
+    Organization's bounded freshness and clock-skew window (spec §8): at most
+    ``MWP_COMMAND_MAX_AGE_SECONDS`` old and ``MWP_COMMAND_MAX_SKEW_SECONDS``
+    ahead of the server's clock. A retry of an accepted Command is answered
+    from its receipt before this check (spec §19: an unchanged retry keeps
+    its signed content)."""
+    age = (now - env.issued_at).total_seconds()
+    if age > _MAX_AGE_SECONDS:
+        raise ProtocolError(
+            ErrorCode.INVALID_SIGNATURE,
+            f"issued_at is {int(age)} s old; a new Command must be at most {_MAX_AGE_SECONDS} s old"
+            " (sign it again with a new action_id)",
+            {"field": "issued_at"},
+        )
+    if -age > _MAX_SKEW_SECONDS:
+        raise ProtocolError(
+            ErrorCode.INVALID_SIGNATURE,
+            f"issued_at is {int(-age)} s ahead of the server's clock (at most {_MAX_SKEW_SECONDS} s)",
+            {"field": "issued_at"},
+        )
+
+
+_MAX_AGE_SECONDS: int = settings.MWP_COMMAND_MAX_AGE_SECONDS
+_MAX_SKEW_SECONDS: int = settings.MWP_COMMAND_MAX_SKEW_SECONDS
 
 
 def _replayed(env: Envelope, content_hash: str, stored_hash: str, stored: Any) -> Receipt:
@@ -324,6 +377,7 @@ def _accept_once(command: Command, spec: CommandSpec, now: datetime) -> Receipt:
         if combined is not None:
             stored, group, maybe_actor = combined
             if stored is not None or maybe_actor is None:
+                _verify_replay(cur, command)
                 return _replayed(env, content_hash, *stored)
             actor = maybe_actor
         else:
@@ -333,10 +387,13 @@ def _accept_once(command: Command, spec: CommandSpec, now: datetime) -> Receipt:
             )
             row = cur.fetchone()
             if row is not None:
+                _verify_replay(cur, command)
                 return _replayed(env, content_hash, row[0], row[1])
             group = _lock_group(cur, env.group, spec)
             actor = _load_actor(cur, command, group)
         _check_actor(command, spec, actor, group)
+        if command.auth is Auth.SIGNED:
+            check_fresh(env, now)
 
         # Step 4: the Group aggregate's revision; handlers compare their own
         # aggregates through check_revision().

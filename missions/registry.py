@@ -43,6 +43,11 @@ class CommandSpec:
     # Envelope extensions (URNs) the handler understands; any other extension
     # marked critical refuses the Command.
     extensions: frozenset[str] = frozenset()
+    # Issued only by the server's own code paths (a view after it stored and
+    # hashed the bytes, say), never accepted from a signed client: holding
+    # bytes is proven only by sending them (issue 16). ``accept()`` refuses
+    # an internal kind arriving with ``Auth.SIGNED`` or ``Auth.SELF``.
+    internal: bool = False
 
 
 _REGISTRY: dict[str, CommandSpec] = {}
@@ -60,6 +65,7 @@ def command(
     actors: tuple[str, ...] = ("agent",),
     self_authenticating: bool = False,
     extensions: tuple[str, ...] = (),
+    internal: bool = False,
 ) -> Callable[[Callable[[HandlerContext], Decision]], Callable[[HandlerContext], Decision]]:
     """Register the decorated function as the handler of ``type_``."""
 
@@ -78,6 +84,7 @@ def command(
             actors=frozenset(actors),
             self_authenticating=self_authenticating,
             extensions=frozenset(extensions),
+            internal=internal,
         )
         return func
 

@@ -10,6 +10,10 @@ from rest_framework import serializers
 class ErrorBodySerializer(serializers.Serializer):
     code = serializers.CharField()
     message = serializers.CharField()
+    retryable = serializers.BooleanField(help_text="an unchanged retry may succeed (spec §19)")
+    retryAfterMs = serializers.IntegerField(  # noqa: N815 (the protocol's member name)
+        required=False, help_text="wait at least this long before retrying (RATE_LIMITED, BACKPRESSURE)"
+    )
     details = serializers.DictField()
 
 

@@ -38,6 +38,13 @@ class ErrorCode(StrEnum):
     CURSOR_TOO_OLD = "CURSOR_TOO_OLD"
     ARTIFACT_HASH_MISMATCH = "ARTIFACT_HASH_MISMATCH"
     OFFLINE_BINDING_INVALID = "OFFLINE_BINDING_INVALID"
+    # Policy rate or quota reached (spec §20); retry after ``retryAfterMs``.
+    RATE_LIMITED = "RATE_LIMITED"
+    # The receiver cannot take more traffic now (spec §19); retry after ``retryAfterMs``.
+    BACKPRESSURE = "BACKPRESSURE"
+    # The Authority failed without accepting the transition (spec §19): a
+    # database outage, an exhausted connection pool. Always retryable.
+    INTERNAL_ERROR = "INTERNAL_ERROR"
 
 
 # DESIGN §4: 400 malformed/contract, 401 signature/session, 403 membership,
@@ -65,25 +72,59 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.DEPENDENCY_UNMET: 422,
     ErrorCode.BUDGET_EXCEEDED: 422,
     ErrorCode.APPROVAL_REQUIRED: 422,
+    ErrorCode.RATE_LIMITED: 429,
+    ErrorCode.BACKPRESSURE: 503,
+    ErrorCode.INTERNAL_ERROR: 500,
 }
+
+# Codes whose unchanged retry may succeed once the cause passes (spec §19):
+# the sender keeps the Action ID and signed content and waits ``retryAfterMs``.
+RETRYABLE: frozenset[ErrorCode] = frozenset({ErrorCode.RATE_LIMITED, ErrorCode.BACKPRESSURE, ErrorCode.INTERNAL_ERROR})
 
 
 class ProtocolError(Exception):
     """A refusal with a protocol ``code``, a human ``message`` and ``details``."""
 
-    def __init__(self, code: ErrorCode | str, message: str, details: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        code: ErrorCode | str,
+        message: str,
+        details: dict[str, Any] | None = None,
+        *,
+        retry_after_ms: int | None = None,
+    ):
         self.code = ErrorCode(code)
         self.message = message
         self.details: dict[str, Any] = dict(details or {})
+        self.retry_after_ms = retry_after_ms
         super().__init__(f"{self.code}: {message}")
+
+    @property
+    def retryable(self) -> bool:
+        return self.code in RETRYABLE
 
     @property
     def http_status(self) -> int:
         return HTTP_STATUS[self.code]
 
     def as_dict(self) -> dict[str, Any]:
-        """The wire form: ``{"error": {"code", "message", "details"}}``."""
-        return {"error": {"code": str(self.code), "message": self.message, "details": self.details}}
+        """The wire form: ``{"error": {"code", "message", "retryable", "details"}}``,
+        with ``retryAfterMs`` when the sender should wait before retrying."""
+        error: dict[str, Any] = {
+            "code": str(self.code),
+            "message": self.message,
+            "retryable": self.retryable,
+            "details": self.details,
+        }
+        if self.retry_after_ms is not None:
+            error["retryAfterMs"] = self.retry_after_ms
+        return {"error": error}
+
+    def retry_after_header(self) -> str | None:
+        """``Retry-After`` (whole seconds, at least 1) for an HTTP answer, or None."""
+        if self.retry_after_ms is None:
+            return None
+        return str(max(1, -(-self.retry_after_ms // 1000)))
 
 
 def malformed(field: str, problem: str) -> ProtocolError:

@@ -174,7 +174,7 @@ def test_an_unknown_token_is_401(mission: dict[str, str], header: str) -> None:
 def test_a_bearer_header_without_a_token_is_refused(mission: dict[str, str]) -> None:
     response = http().get(events_url(mission["group"]), HTTP_AUTHORIZATION="Bearer")
     assert response.status_code in (400, 401), show(response)
-    assert set(response.json()["error"]) == {"code", "message", "details"}
+    assert set(response.json()["error"]) == {"code", "message", "retryable", "details"}
 
 
 def test_a_replaced_sessions_token_is_401_MWP_WRK_014(mission: dict[str, str], worker: AgentKey) -> None:

@@ -135,7 +135,7 @@ def test_it_documents_the_event_page(spec: dict[str, Any]) -> None:
 def test_it_documents_the_error_shape(spec: dict[str, Any]) -> None:
     error = body_schema(spec, spec["paths"][COMMANDS]["post"], "400")
     inner = resolve(spec, error["properties"]["error"])
-    assert set(inner["properties"]) == {"code", "message", "details"}
+    assert set(inner["properties"]) == {"code", "message", "retryable", "retryAfterMs", "details"}
 
 
 def test_it_documents_bearer_authentication_for_reading_events(spec: dict[str, Any]) -> None:

@@ -216,7 +216,7 @@ def test_a_body_over_one_mebibyte_is_malformed(org: dict[str, str], worker: Agen
 def test_other_methods_answer_in_the_error_shape(org: dict[str, str]) -> None:
     response = http().get(SESSIONS)
     assert response.status_code == 405, show(response)
-    assert set(response.json()["error"]) == {"code", "message", "details"}
+    assert set(response.json()["error"]) == {"code", "message", "retryable", "details"}
 
 
 def test_the_session_row_records_the_epoch_and_no_plain_token(org: dict[str, str], worker: AgentKey) -> None:
