@@ -328,7 +328,7 @@ def _verify_replay(cur: Any, command: Command) -> None:
 def check_fresh(env: Envelope, now: datetime) -> None:
     """A newly presented signed Command's ``issued_at`` lies within the
     Organization's bounded freshness and clock-skew window (spec §8): at most
-    ``MWP_COMMAND_MAX_AGE_SECONDS`` old and ``MWP_COMMAND_MAX_SKEW_SECONDS``
+    ``MWP_COMMAND_FRESHNESS_SECONDS`` old and ``MWP_COMMAND_MAX_SKEW_SECONDS``
     ahead of the server's clock. A retry of an accepted Command is answered
     from its receipt before this check (spec §19: an unchanged retry keeps
     its signed content)."""
@@ -348,7 +348,7 @@ def check_fresh(env: Envelope, now: datetime) -> None:
         )
 
 
-_MAX_AGE_SECONDS: int = settings.MWP_COMMAND_MAX_AGE_SECONDS
+_MAX_AGE_SECONDS: int = settings.MWP_COMMAND_FRESHNESS_SECONDS
 _MAX_SKEW_SECONDS: int = settings.MWP_COMMAND_MAX_SKEW_SECONDS
 
 

@@ -134,7 +134,7 @@ MWP_ONLINE_REPLAY_EVENTS = int(os.environ.get("MWP_ONLINE_REPLAY_EVENTS", "10000
 MWP_SESSION_REQUEST_MAX_SKEW_SECONDS = 300
 # A newly presented signed Command's issued_at window (spec §8 freshness):
 # at most this old, and at most this far ahead of the server's clock.
-MWP_COMMAND_MAX_AGE_SECONDS = int(os.environ.get("MWP_COMMAND_MAX_AGE_SECONDS", "900"))
+MWP_COMMAND_FRESHNESS_SECONDS = int(os.environ.get("MWP_COMMAND_FRESHNESS_SECONDS", "900"))
 MWP_COMMAND_MAX_SKEW_SECONDS = int(os.environ.get("MWP_COMMAND_MAX_SKEW_SECONDS", "300"))
 MWP_ARTIFACT_ROOT = os.environ.get("MWP_ARTIFACT_ROOT", str(VAR_DIR / "artifacts"))
 MWP_ARTIFACT_MAX_BYTES = int(os.environ.get("MWP_ARTIFACT_MAX_BYTES", str(2 * 1024**3)))
