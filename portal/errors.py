@@ -31,6 +31,9 @@ PLAIN_WORDS: dict[ErrorCode, str] = {
     ErrorCode.CURSOR_TOO_OLD: "this history is no longer online; reload",
     ErrorCode.ARTIFACT_HASH_MISMATCH: "a stored file no longer matches its fingerprint; do not trust it",
     ErrorCode.OFFLINE_BINDING_INVALID: "work recorded while offline could not be reconciled",
+    ErrorCode.RATE_LIMITED: "too many requests for now; wait a moment and try again",
+    ErrorCode.BACKPRESSURE: "the server is busy; wait a moment and try again",
+    ErrorCode.INTERNAL_ERROR: "the server failed and changed nothing; try again",
 }
 
 
