@@ -347,7 +347,11 @@ def _package_view(package: ContextPackage, forwarded: bool) -> dict[str, Any]:
 
 
 class ContextPackageListView(APIView):
-    @extend_schema(responses={200: OpenApiResponse(description='{"packages": [...]}'), **ERRORS})
+    @extend_schema(
+        # Distinct from the single package's GET, which drf-spectacular names alike (check --deploy warns).
+        operation_id="groups_context_packages_list",
+        responses={200: OpenApiResponse(description='{"packages": [...]}'), **ERRORS},
+    )
     def get(self, request: Request, group_id: str) -> Response:
         group = access_group(request_agent(request), parse_uuid(group_id, "group"))
         own = ContextPackage.objects.filter(group=group).order_by("package", "version")
