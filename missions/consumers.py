@@ -7,6 +7,31 @@ More than ``MAX_BAD_FRAMES`` bad frames within ``BAD_FRAME_WINDOW`` seconds
 close the connection with code 4008 (policy violation, in the
 application range) and a reason.
 
+Every ``error`` frame carries ``code``, ``message``, ``ref`` and
+``retryable``, and ``retryAfterMs`` when the client should wait before it
+sends the same frame again (spec §19). What a connection may do is bounded
+(issue 16 item 8; the settings are in ``missions/ws_limits.py``):
+
+- the Agents' route: a connection that has not said ``hello`` within
+  ``MWP_WS_HELLO_TIMEOUT_SECONDS`` is closed (4003), and no address holds
+  more than ``MWP_WS_MAX_UNAUTHENTICATED_PER_ADDRESS`` such connections in
+  one daphne process (the next is told RATE_LIMITED and closed, 4008);
+- a connection is one Agent: a second ``hello`` is refused (FORBIDDEN) and
+  closes the connection (4008), since keeping it open under a first identity
+  would only help a client that does not know whom it speaks for; a
+  ``command`` whose envelope actor is not that Agent is refused (FORBIDDEN),
+  so a connection cannot relay another Agent's signed Commands;
+- subscribes and unsubscribes, and presence frames, each draw on a
+  per-connection token bucket, and a connection follows at most
+  ``MWP_WS_MAX_SUBSCRIPTIONS`` Groups; past either, RATE_LIMITED (with
+  ``retryAfterMs`` for a rate). A refusal counts as a bad frame, so a client
+  that keeps sending past them meets the bad-frame bound and is closed.
+
+A failure inside the server (the database down, the connection pool
+exhausted) answers INTERNAL_ERROR, ``retryable: true`` with
+``retryAfterMs``, and leaves the connection up; it does not count as a bad
+frame, and its traceback goes to the log, never to the client.
+
 Commands arrive through ``accept()`` like every other write; reads come from
 the database through the per-process hub (``missions/hub.py``).
 """
@@ -17,6 +42,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import time
 from collections import deque
 from typing import Any
@@ -33,6 +59,7 @@ from mwportal.protocol import (
     parse_envelope,
     parse_uuid,
 )
+from mwportal.protocol.errors import RETRYABLE
 
 from .access import access_group
 from .auth import agent_for_token
@@ -42,6 +69,7 @@ from .direct_send import direct_sender
 from .hub import Event, Subscription, agents_current, get_hub
 from .models import Agent, AgentCursor, AgentPresence, Group, Membership
 from .snapshots import snapshot_for_cursor
+from .ws_limits import INTERNAL_ERROR_RETRY_AFTER_MS, Limits, TokenBucket, client_address, unauthenticated
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +81,26 @@ BAD_FRAME_WINDOW = 10.0
 CLOSE_POLICY = 4008
 CLOSE_SESSION_REPLACED = 4001
 CLOSE_UNAUTHENTICATED = 4003
+# 4011 mirrors 1011 "internal error" in the application range.
+CLOSE_INTERNAL = 4011
 
 
 class FrameError(Exception):
-    def __init__(self, code: ErrorCode | str, message: str, ref: Any = None):
+    def __init__(self, code: ErrorCode | str, message: str, ref: Any = None, *, retry_after_ms: int | None = None):
         super().__init__(message)
         self.code, self.message, self.ref = str(code), message, ref
+        self.retry_after_ms = retry_after_ms
+
+
+def internal_error(ref: Any = None) -> FrameError:
+    """What a client hears of a failure inside the server: retry later, nothing
+    more (the traceback is logged by the caller, never sent)."""
+    return FrameError(
+        ErrorCode.INTERNAL_ERROR,
+        "the server failed and changed nothing; try again",
+        ref,
+        retry_after_ms=INTERNAL_ERROR_RETRY_AFTER_MS,
+    )
 
 
 def _subscribe_check(agent: Agent, group_id: str, after: int) -> tuple[Group, dict[str, Any] | None, dict[str, Any]]:
@@ -128,11 +170,15 @@ class _EventStream(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
         async with self.send_lock:
             await self.send(text_data=json.dumps(frame, separators=(",", ":")))
 
-    async def error(self, code: str, message: str, ref: Any = None) -> None:
-        await self.send_json({"op": "error", "code": code, "message": message, "ref": ref})
+    async def error(self, code: str, message: str, ref: Any = None, retry_after_ms: int | None = None) -> None:
+        frame: dict[str, Any] = {"op": "error", "code": code, "message": message, "ref": ref}
+        frame["retryable"] = code in RETRYABLE
+        if retry_after_ms is not None:
+            frame["retryAfterMs"] = retry_after_ms
+        await self.send_json(frame)
 
-    async def bad_frame(self, code: str, message: str, ref: Any = None) -> None:
-        await self.error(code, message, ref)
+    async def bad_frame(self, code: str, message: str, ref: Any = None, retry_after_ms: int | None = None) -> None:
+        await self.error(code, message, ref, retry_after_ms)
         now = time.monotonic()
         self.bad_frames.append(now)
         while self.bad_frames and self.bad_frames[0] < now - BAD_FRAME_WINDOW:
@@ -167,9 +213,18 @@ class _EventStream(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
         try:
             await handler(frame)
         except FrameError as exc:
-            await self.bad_frame(exc.code, exc.message, exc.ref)
+            if exc.code == ErrorCode.INTERNAL_ERROR:
+                await self.error(exc.code, exc.message, exc.ref, exc.retry_after_ms)
+            else:
+                await self.bad_frame(exc.code, exc.message, exc.ref, exc.retry_after_ms)
         except ProtocolError as exc:
-            await self.bad_frame(str(exc.code), exc.message, frame.get("ref"))
+            await self.bad_frame(str(exc.code), exc.message, frame.get("ref"), exc.retry_after_ms)
+        except Exception:
+            # A database outage, an exhausted pool, a bug: the client may try
+            # again; the connection and its subscriptions stay up.
+            log.exception("%s frame failed inside the server", frame["op"][:40])
+            failure = internal_error(frame.get("ref"))
+            await self.error(failure.code, failure.message, failure.ref, failure.retry_after_ms)
 
     async def start_stream(self, agent: Agent, group_id: str, after: int, ref: Any = None) -> None:
         """Subscribe to a Group from ``after``; CURSOR_TOO_OLD when that is outside the online window."""
@@ -177,6 +232,9 @@ class _EventStream(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             group, snapshot, _ = await database_sync_to_async(_subscribe_check)(agent, group_id, after)
         except ProtocolError as exc:
             raise FrameError(exc.code, exc.message, ref or group_id) from None
+        except Exception:
+            log.exception("subscribe to %s failed inside the server", group_id)
+            raise internal_error(ref or group_id) from None
         if snapshot is not None:
             await self.send_json({"op": "cursor_too_old", "group": group_id, "snapshot": snapshot})
             return
@@ -225,7 +283,11 @@ class _EventStream(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
                 direct.send(event)
             return True
 
-        self.subscriptions[group_id] = await hub.subscribe(str(group.id), after, deliver, deliver_now)
+        try:
+            self.subscriptions[group_id] = await hub.subscribe(str(group.id), after, deliver, deliver_now)
+        except Exception:
+            log.exception("subscribe to %s failed inside the server", group_id)
+            raise internal_error(ref or group_id) from None
 
     async def stop_stream(self, group_id: str) -> None:
         sub = self.subscriptions.pop(group_id, None)
@@ -244,6 +306,11 @@ class AgentConsumer(_EventStream):
     """``/ws/v1/agent``: ``hello``, then any number of ``subscribe``s, ``ack``,
     ``command`` and ``presence`` frames on one connection."""
 
+    # Until connect() has run: a connection that failed there holds no slot.
+    counted = False
+    hello_timer: asyncio.TimerHandle | None = None
+    hello_task: asyncio.Future[None] | None = None
+
     async def connect(self) -> None:
         self.session_epoch = 0
         self.memberships: dict[str, tuple[list[str], int]] = {}
@@ -251,9 +318,48 @@ class AgentConsumer(_EventStream):
         # notice can come twice (from this machine's commit and through the
         # channel layer), and the second copy may follow a newer notice.
         self.epochs: dict[str, int] = {}
+        self.hello_seen = False
+        self.limits = Limits.from_settings()
+        now = time.monotonic()
+        self.subscribe_bucket = TokenBucket(self.limits.subscribe_rate, self.limits.subscribe_burst, now)
+        self.presence_bucket = TokenBucket(self.limits.presence_rate, self.limits.presence_burst, now)
+        self.address = client_address(self.scope)
+        self.counted = unauthenticated.admit(self.address, self.limits.max_unauthenticated)
         await super().connect()
+        if not self.counted:
+            # Accepted first so the client learns why; nothing else happens on it.
+            await self.error(
+                ErrorCode.RATE_LIMITED,
+                f"more than {self.limits.max_unauthenticated} connections from {self.address} are waiting"
+                " for their hello",
+                retry_after_ms=math.ceil(self.limits.hello_timeout * 1000),
+            )
+            await self.close(code=CLOSE_POLICY, reason="too many unauthenticated connections")
+            return
+        self.hello_timer = asyncio.get_running_loop().call_later(self.limits.hello_timeout, self._hello_due)
+
+    def _hello_due(self) -> None:
+        self.hello_timer = None
+        # Held on the consumer: the loop keeps only a weak reference to a task.
+        self.hello_task = asyncio.ensure_future(self._hello_timed_out())
+
+    def _authenticated(self) -> None:
+        """The connection is past hello: it no longer counts against its address."""
+        if self.hello_timer is not None:
+            self.hello_timer.cancel()
+            self.hello_timer = None
+        if self.counted:
+            self.counted = False
+            unauthenticated.release(self.address)
+
+    async def _hello_timed_out(self) -> None:
+        if self.agent is not None or self.closing:
+            return
+        await self.error(ErrorCode.STALE_SESSION, f"no hello within {self.limits.hello_timeout:g} s")
+        await self.close(code=CLOSE_UNAUTHENTICATED, reason="no hello")
 
     async def disconnect(self, code: int) -> None:
+        self._authenticated()
         if self.agent is not None:
             hub = await get_hub()
             hub.unwatch_agent(str(self.agent.id), self._check_current)
@@ -270,6 +376,17 @@ class AgentConsumer(_EventStream):
         return self.agent
 
     async def op_hello(self, frame: dict[str, Any]) -> None:
+        """Bind the connection to the token's Agent, once.
+
+        A second hello, valid or not, is refused and closes the connection:
+        it would otherwise switch the identity that every later frame, and
+        every subscription already open, runs under. Frames are handled one
+        at a time, so nothing else runs between the check and the binding."""
+        if self.hello_seen:
+            reason = "hello: this connection already said hello; open a new one for another session"
+            await self.error(ErrorCode.FORBIDDEN, reason, frame.get("ref"))
+            await self.close(code=CLOSE_POLICY, reason="a second hello")
+            return
         token = frame.get("token")
         if not isinstance(token, str) or not token:
             raise FrameError("MALFORMED", "token: is required")
@@ -279,10 +396,15 @@ class AgentConsumer(_EventStream):
             await self.error(str(exc.code), exc.message)
             await self.close(code=CLOSE_UNAUTHENTICATED, reason="the session token is not current")
             return
-        self.agent, self.session_epoch = agent, epoch
+        # Everything that can fail inside the server comes before the
+        # connection takes the identity, so an INTERNAL_ERROR leaves it
+        # unauthenticated and a retried hello starts afresh.
+        current = await database_sync_to_async(agents_current)([str(agent.id)])
         if self.channel_layer is not None:
             await self.channel_layer.group_add(agent_channel(str(agent.id)), self.channel_name)
-        current = await database_sync_to_async(agents_current)([str(agent.id)])
+        self.hello_seen = True
+        self._authenticated()
+        self.agent, self.session_epoch = agent, epoch
         self.memberships = current[str(agent.id)][1]
         self.epochs = {group_id: e for group_id, (_roles, e) in self.memberships.items()}
         await self.send_json({"op": "welcome", "agent": str(agent.id), "session_epoch": epoch})
@@ -290,14 +412,32 @@ class AgentConsumer(_EventStream):
         hub.watch_agent(str(agent.id), self._check_current)
         hub.listen_agent(str(agent.id), self._agent_notice)
 
+    def _draw(self, bucket: TokenBucket, what: str, ref: Any) -> None:
+        wait_ms = bucket.take(time.monotonic())
+        if wait_ms:
+            raise FrameError(ErrorCode.RATE_LIMITED, f"{what}: too many; retry after {wait_ms} ms", ref,
+                             retry_after_ms=wait_ms)  # fmt: skip
+
     async def op_subscribe(self, frame: dict[str, Any]) -> None:
         agent = self.require_hello()
         group_id = parse_uuid(frame.get("group"), "group")
-        await self.start_stream(agent, group_id, _after(frame), frame.get("ref"))
+        after = _after(frame)
+        ref = frame.get("ref") or group_id
+        self._draw(self.subscribe_bucket, "subscribe", ref)
+        if group_id not in self.subscriptions and len(self.subscriptions) >= self.limits.max_subscriptions:
+            raise FrameError(
+                ErrorCode.RATE_LIMITED,
+                f"subscribe: this connection follows {len(self.subscriptions)} Groups, the most it may;"
+                " unsubscribe from one first",
+                ref,
+            )
+        await self.start_stream(agent, group_id, after, frame.get("ref"))
 
     async def op_unsubscribe(self, frame: dict[str, Any]) -> None:
         self.require_hello()
-        await self.stop_stream(parse_uuid(frame.get("group"), "group"))
+        group_id = parse_uuid(frame.get("group"), "group")
+        self._draw(self.subscribe_bucket, "unsubscribe", frame.get("ref") or group_id)
+        await self.stop_stream(group_id)
 
     async def op_ack(self, frame: dict[str, Any]) -> None:
         agent = self.require_hello()
@@ -315,14 +455,27 @@ class AgentConsumer(_EventStream):
             await database_sync_to_async(_store_ack)(str(agent.id), group_id, seq)
 
     async def op_command(self, frame: dict[str, Any]) -> None:
-        self.require_hello()
+        agent = self.require_hello()
         envelope = parse_envelope(frame.get("envelope"))
+        if envelope.actor != str(agent.id):
+            # The connection speaks for the Agent of its hello only: another
+            # Agent's signed envelope, captured or handed over, is not this
+            # connection's to submit.
+            raise FrameError(
+                ErrorCode.FORBIDDEN,
+                f"actor: this connection is Agent {agent.id}; it cannot send Commands of {envelope.actor}",
+                envelope.action_id,
+            )
         try:
             receipt = await database_sync_to_async(accept)(Command(envelope, Auth.SIGNED))
         except ProtocolError as exc:
             # A refused Command is an answer, not a bad frame.
-            await self.error(str(exc.code), exc.message, envelope.action_id)
+            await self.error(str(exc.code), exc.message, envelope.action_id, exc.retry_after_ms)
             return
+        except Exception:
+            # accept() is one transaction: failing, it accepted nothing.
+            log.exception("command %s failed inside the server", envelope.action_id)
+            raise internal_error(envelope.action_id) from None
         await self.send_json({"op": "receipt", "receipt": receipt})
 
     async def op_presence(self, frame: dict[str, Any]) -> None:
@@ -332,6 +485,7 @@ class AgentConsumer(_EventStream):
             isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in capacity.values()
         ):
             raise FrameError("MALFORMED", "capacity: must be an object of non-negative integers")
+        self._draw(self.presence_bucket, "presence", frame.get("ref"))
         await database_sync_to_async(_store_presence)(str(agent.id), capacity, True)
 
     # --- notices from accept() through the channel layer ------------------
@@ -403,27 +557,40 @@ class GroupUIConsumer(_EventStream):
 
     async def connect(self) -> None:
         await super().connect()
+        try:
+            await self._start()
+        except FrameError as exc:
+            # A refusal closes as policy (the page does not retry); a failure
+            # inside the server closes as internal, and the page retries.
+            await self.error(exc.code, exc.message, exc.ref, exc.retry_after_ms)
+            internal = exc.code == ErrorCode.INTERNAL_ERROR
+            await self.close(code=CLOSE_INTERNAL if internal else CLOSE_POLICY, reason=exc.code)
+        except (ProtocolError, ValueError) as exc:
+            code = str(getattr(exc, "code", "MALFORMED"))
+            await self.error(code, getattr(exc, "message", str(exc)))
+            await self.close(code=CLOSE_POLICY, reason=code)
+        except Exception:
+            log.exception("the UI stream failed inside the server")
+            failure = internal_error()
+            await self.error(failure.code, failure.message, None, failure.retry_after_ms)
+            await self.close(code=CLOSE_INTERNAL, reason=failure.code)
+
+    async def _start(self) -> None:
         agent = await database_sync_to_async(_person_agent)(self.scope.get("user"))
         if agent is None:
             await self.error("STALE_SESSION", "sign in to the portal first")
             await self.close(code=CLOSE_UNAUTHENTICATED, reason="not signed in")
             return
         self.agent = agent
-        group_id = self.scope["url_route"]["kwargs"]["group_id"]
+        group_id = parse_uuid(self.scope["url_route"]["kwargs"]["group_id"], "group")
         query = dict(
             part.split("=", 1) for part in self.scope.get("query_string", b"").decode().split("&") if "=" in part
         )
-        try:
-            group_id = parse_uuid(group_id, "group")
-            head = await database_sync_to_async(
-                lambda: Group.objects.filter(id=group_id).values_list("last_sequence", flat=True).first()
-            )()
-            after = int(query["after"]) if "after" in query else max((head or 0) - 50, 0)
-            await self.start_stream(agent, group_id, max(after, 0))
-        except (FrameError, ProtocolError, ValueError) as exc:
-            code = getattr(exc, "code", "MALFORMED")
-            await self.error(str(code), getattr(exc, "message", str(exc)))
-            await self.close(code=CLOSE_POLICY, reason=str(code))
+        head = await database_sync_to_async(
+            lambda: Group.objects.filter(id=group_id).values_list("last_sequence", flat=True).first()
+        )()
+        after = int(query["after"]) if "after" in query else max((head or 0) - 50, 0)
+        await self.start_stream(agent, group_id, max(after, 0))
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         await self.bad_frame("MALFORMED", "this stream is read-only; issue Commands through the portal")

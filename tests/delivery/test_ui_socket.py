@@ -32,7 +32,8 @@ def person(name: str) -> tuple[str, str]:
 
 async def stream(server: Daphne, group: str, cookie: str, until: int | None) -> tuple[list[dict[str, Any]], Any]:
     frames: list[dict[str, Any]] = []
-    headers = {"Cookie": cookie, "Origin": "http://localhost"}
+    # The portal's own origin: the scheme, host and port the page was served from.
+    headers = {"Cookie": cookie, "Origin": f"http://127.0.0.1:{server.port}"}
     async with connect(f"{server.url}/ws/v1/ui/groups/{group}?after=0", additional_headers=headers) as ws:
         try:
             while until is None or not frames or frames[-1].get("event", {}).get("sequence", 0) < until:
