@@ -224,6 +224,17 @@ MWP_LOCAL_NOTICES = os.environ.get("MWP_LOCAL_NOTICES", "1") == "1"
 MWP_NOTICE_DIR = os.environ.get("MWP_NOTICE_DIR", "")
 # The embedded database's file watch (inotify; missions/hub.py FileChanges). Off: "0".
 MWP_DATABASE_WATCH = os.environ.get("MWP_DATABASE_WATCH", "1") == "1"
+# WebSocket bounds (missions/ws_limits.py, which says what each means; issue
+# 16 item 8). MWP_WS_ALLOWED_ORIGINS: origins besides the portal's own that a
+# browser may open sockets from, comma-separated (https://host[:port]).
+MWP_WS_ALLOWED_ORIGINS = [o.strip() for o in os.environ.get("MWP_WS_ALLOWED_ORIGINS", "").split(",") if o.strip()]
+MWP_WS_HELLO_TIMEOUT_SECONDS = float(os.environ.get("MWP_WS_HELLO_TIMEOUT_SECONDS", "10"))
+MWP_WS_MAX_UNAUTHENTICATED_PER_ADDRESS = int(os.environ.get("MWP_WS_MAX_UNAUTHENTICATED_PER_ADDRESS", "32"))
+MWP_WS_MAX_SUBSCRIPTIONS = int(os.environ.get("MWP_WS_MAX_SUBSCRIPTIONS", "1024"))
+MWP_WS_SUBSCRIBE_PER_SECOND = float(os.environ.get("MWP_WS_SUBSCRIBE_PER_SECOND", "50"))
+MWP_WS_SUBSCRIBE_BURST = int(os.environ.get("MWP_WS_SUBSCRIBE_BURST", "1024"))
+MWP_WS_PRESENCE_PER_MINUTE = float(os.environ.get("MWP_WS_PRESENCE_PER_MINUTE", "300"))
+MWP_WS_PRESENCE_BURST = int(os.environ.get("MWP_WS_PRESENCE_BURST", "30"))
 
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
