@@ -2,21 +2,38 @@
 
 from __future__ import annotations
 
+from django.db.models import Exists, OuterRef, Q
+
 from mwportal.protocol import ErrorCode, ProtocolError
 
 from .models import Agent, Group, Membership
 
 
+def group_not_found(group_id: str) -> ProtocolError:
+    """The one answer for a Group the caller may not see, whether it is absent
+    or exists without them: spec §17.2 and DESIGN §4 (GROUP_NOT_FOUND "absent
+    or intentionally undisclosed"). Anything that differs between the two
+    cases (status, code, message, details) would tell an outsider that a
+    Group ID exists (issue 16 item 8)."""
+    return ProtocolError(
+        ErrorCode.NOT_FOUND,
+        f"group {group_id} does not exist or you are not a member",
+        {"group": str(group_id)},
+    )
+
+
 def access_group(agent: Agent, group_id: str) -> Group:
     """The Group if ``agent`` may read it: an active member of a Mission Group,
-    or any Agent of the Organization for its administrative Group."""
-    group = Group.objects.filter(id=group_id).first()
+    or any Agent of the Organization for its administrative Group. Else
+    ``group_not_found``, the same answer as for an absent Group.
+
+    One query decides both "exists" and "visible", so an unseen Group does
+    not cost a second query that an absent one would not (timing)."""
+    membership = Membership.objects.filter(group_id=OuterRef("pk"), agent=agent, active=True)
+    visible = Q(kind=Group.KIND_ADMIN, organization_id=agent.organization_id) | (
+        ~Q(kind=Group.KIND_ADMIN) & Q(Exists(membership))
+    )
+    group = Group.objects.filter(visible, id=group_id).first()
     if group is None:
-        raise ProtocolError(ErrorCode.NOT_FOUND, f"group {group_id} does not exist", {"group": group_id})
-    if group.kind == Group.KIND_ADMIN:
-        if group.organization_id != agent.organization_id:
-            raise ProtocolError(ErrorCode.NOT_A_MEMBER, "not an Agent of this Organization")
-        return group
-    if not Membership.objects.filter(group=group, agent=agent, active=True).exists():
-        raise ProtocolError(ErrorCode.NOT_A_MEMBER, "not a member of this Group")
+        raise group_not_found(group_id)
     return group

@@ -291,7 +291,15 @@ def authorize(ctx: HandlerContext) -> Decision:
         if proposal.status != "open":
             raise refuse(ErrorCode.INVALID_TRANSITION, f"proposal {proposal_id} is already authorized")
     if WorkItem.objects.filter(id=item_id).exists():
-        raise refuse(ErrorCode.INVALID_TRANSITION, f"WorkItem {item_id} exists")
+        # WorkItem IDs are global, so a taken one must be refused wherever it
+        # was taken; the answer is the same for one in this Group and one in a
+        # Group the Coordinator cannot see, and names neither (issue 16 item 8:
+        # "WorkItem ... exists" was an oracle on other Groups' items).
+        raise refuse(
+            ErrorCode.INVALID_TRANSITION,
+            "body.workitem: this ID cannot be used; authorize with a new UUID",
+            field="body.workitem",
+        )
     mission = Mission.objects.get(group_id=ctx.group.id)
     if mission.status != "active":
         raise refuse(ErrorCode.INVALID_TRANSITION, f"the Mission is {mission.status}")
