@@ -111,6 +111,12 @@ BUDGET_DIMENSIONS = ("financial", "tokens", "tool_calls", "compute_seconds", "wa
 # Refusals that mean "this lease is not yours any more": the slot stops, no further lease-bound Command.
 START_RETRY_SECONDS = 5.0  # a refused work.start is tried again after this, if its row did not change
 ACK_INTERVAL = 0.2  # seconds between ACK frames while a replay streams in
+HEAD_RETRY_SECONDS = 1.0  # a Group head that could not be read is asked again after this
+# A Command refused INVALID_SIGNATURE when signed longer ago than this is sent
+# once more as a new Command (spec §19): the server's freshness window is the
+# Organization's (900 s by default), and a resend after a long disconnect
+# outlives it. A Command signed just now is not stale: its refusal stands.
+REFRESH_AFTER_SECONDS = 60.0
 # The critical extension of progress buffered while the Group service is
 # unreachable, and how long after its lease the Worker may go on buffering
 # (the Group Authority's MWP_OFFLINE_GRACE_SECONDS must be at least this).
@@ -828,6 +834,7 @@ class Worker:
         renew_fraction: float = 0.5,
         reconnect: Callable[[], Iterator[float]] = backoff,
         offline_grace_seconds: float = OFFLINE_GRACE_SECONDS,
+        refresh_after_seconds: float = REFRESH_AFTER_SECONDS,
     ):
         if slots < 1:
             raise ValueError("slots must be at least 1")
@@ -862,6 +869,18 @@ class Worker:
         self._reconciled.set()
         self._disconnected_at: datetime | None = None
         self.offline_grace = timedelta(seconds=offline_grace_seconds)
+        self.refresh_after_seconds = refresh_after_seconds
+        # Catching up (issue 16 item 12): per connection, the head of each
+        # Group read after the welcome, and the Groups whose durable Cursor
+        # has reached it. Nothing bound to ownership (work.start, every
+        # lease-bound Command) goes out for a Group before it is caught up:
+        # a restarted Worker's store may still show a WorkItem as it was
+        # before its own lease revocation, and acting on that is what earned
+        # REVISION_MISMATCH after a restart.
+        self._connection = 0
+        self._heads: dict[str, int] = {}
+        self._synced: set[str] = set()
+        self._head_reads: set[str] = set()
         self._wake = asyncio.Event()
         self._changed = asyncio.Event()
         self._stopping = False
@@ -1108,6 +1127,12 @@ class Worker:
         if self.session_epoch is not None and welcome.session_epoch != self.session_epoch:
             self._fail_pending(Refused("STALE_SESSION", "a new session"))
         self.session_epoch = welcome.session_epoch
+        # Whatever happened while disconnected (a replaced session's lease
+        # revocations above all) is behind every head read from now on.
+        self._connection += 1
+        self._heads.clear()
+        self._synced.clear()
+        self._head_reads.clear()
         # In-flight Commands of this session go again with their action IDs (MWP-EVT-003).
         for envelope, fut in list(self._pending.values()):
             if not fut.done():
@@ -1115,6 +1140,7 @@ class Worker:
         self._connected.set()
         self._spawn(self._reconcile())
         self._spawn(self._after_welcome(self._session))
+        self._wake.set()  # the reactor asks for the heads of the Groups it has work in
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task: asyncio.Task[Any] = asyncio.ensure_future(coro)
@@ -1232,6 +1258,73 @@ class Worker:
         self._wake.set()
         self._notify()
 
+    # --- catching up before acting on ownership (issue 16 item 12) ---------------------
+
+    def _caught_up(self, group: str) -> bool:
+        """Whether ``group``'s durable Cursor has reached the head read on this
+        connection. The first ask on a connection sends for that head."""
+        if group in self._synced:
+            return True
+        head = self._heads.get(group)
+        if head is None:
+            self._read_head(group)
+            return False
+        if self.store.cursor(group).sequence < head:
+            return False
+        self._synced.add(group)
+        return True
+
+    def _read_head(self, group: str) -> None:
+        if group in self._head_reads or not self._connected.is_set():
+            return
+        self._head_reads.add(group)
+        self._spawn(self._fetch_head(group, self._connection))
+
+    async def _fetch_head(self, group: str, connection: int) -> None:
+        """Read ``group``'s head after this connection's welcome (the ``head``
+        of ``GET /api/v1/groups/{id}/events``). Read after the session was
+        opened, it includes the Events of everything the server did when it
+        opened (a replaced session's lease revocations, MWP-WRK-014). Tried
+        again while this connection lasts; given up when the Group refuses
+        this Agent (it is not a member: nothing ownership-bound can go out)."""
+        after = self.store.cursor(group).sequence
+        while connection == self._connection and not self._stopping:
+            path = f"/api/v1/groups/{group}/events?after={after}&limit=1"
+            try:
+                status, payload = await self._http.call("GET", path, token=self._token)
+            except OSError as exc:
+                status, payload = 0, {"error": {"code": "HTTP", "message": str(exc)}}
+            if connection != self._connection:
+                return
+            if status == 200 and isinstance(payload, dict) and isinstance(payload.get("head"), int):
+                self._heads[group] = payload["head"]
+                self._wake.set()
+                self._notify()
+                return
+            snapshot = payload.get("snapshot") if isinstance(payload, dict) else None
+            if status == 410 and isinstance(snapshot, dict) and isinstance(snapshot.get("sequence"), int):
+                after = max(after, snapshot["sequence"])  # outside the online window: ask after the snapshot
+                continue
+            err = _error_of(status, payload)
+            if err.code in ("NOT_A_MEMBER", "NOT_FOUND", "FORBIDDEN"):
+                log.info("head of %s: %s; nothing ownership-bound goes out there", group, err)
+                return
+            log.warning("head of %s: %s; asking again", group, err)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop_event.wait(), HEAD_RETRY_SECONDS)
+
+    async def _catch_up(self, group: str, slot: _Slot | None = None) -> bool:
+        """Wait until ``group`` is caught up on the current connection (a
+        reconnect while waiting moves the head along). False when ``slot``
+        was stopped meanwhile: its lease ended, nothing lease-bound goes out."""
+        while not self._caught_up(group):
+            if slot is not None and slot.stopped is not None:
+                return False
+            changed = self._changed
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), 0.5)
+        return True
+
     # --- Commands --------------------------------------------------------------------
 
     async def _command(
@@ -1247,6 +1340,12 @@ class Worker:
         """Sign and send a Command over the agent socket; its receipt, or ``Refused``."""
         await self._connected.wait()
         await self._reconciled.wait()
+        if ownership_epoch is not None:
+            # Ownership-bound (work.start and every lease-bound Command): not
+            # before the Group is caught up (issue 16 item 12). The callers
+            # waited already and read their target after; this holds the
+            # rule when a reconnect came in between.
+            await self._catch_up(group)
         assert self.session_epoch is not None
         envelope = make_envelope(
             type=type_, actor=self.me, group=group, body=body, session_epoch=self.session_epoch,
@@ -1254,7 +1353,17 @@ class Worker:
         )  # fmt: skip
         return await self._send(envelope)
 
-    async def _send(self, envelope: dict[str, Any]) -> dict[str, Any]:
+    async def _send(self, envelope: dict[str, Any], *, refresh: bool = True) -> dict[str, Any]:
+        """Send ``envelope`` (again on every reconnect, unchanged) until it is answered.
+
+        An ``INVALID_SIGNATURE`` refusal of a Command signed more than
+        ``refresh_after_seconds`` ago may be its ``issued_at`` freshness (the
+        wire does not say which check failed, spec §8): it is then sent once
+        as a new Command (spec §19), with a new action ID, a current
+        ``issued_at`` and a new signature. That cannot apply anything twice:
+        the server answers a known action ID from its receipt before it
+        checks freshness. A second refusal is the caller's.
+        """
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[envelope["action_id"]] = (envelope, fut)
         if self._session is not None and self._session.state != "closed":
@@ -1265,9 +1374,26 @@ class Worker:
         except Refused as exc:
             if exc.code == "STALE_SESSION" and self.session_epoch == envelope["session_epoch"]:
                 self._session_lost()
+            if refresh and exc.code == "INVALID_SIGNATURE" and self._signed_long_ago(envelope):
+                fresh = self._refreshed(envelope)
+                log.info("%s %s refused as stale; sent again as %s", envelope["type"], envelope["action_id"],
+                         fresh["action_id"])  # fmt: skip
+                self.log.append(("command.refreshed", envelope["type"], fresh["action_id"]))
+                return await self._send(fresh, refresh=False)
             raise
         finally:
             self._pending.pop(envelope["action_id"], None)
+
+    def _signed_long_ago(self, envelope: Mapping[str, Any]) -> bool:
+        issued = parse_time(envelope["issued_at"], "issued_at")  # this Worker's own envelope
+        return (utcnow() - issued).total_seconds() > self.refresh_after_seconds
+
+    def _refreshed(self, envelope: Mapping[str, Any]) -> dict[str, Any]:
+        """The same Command as a new one: new action ID, current ``issued_at``, new signature (spec §19)."""
+        unsigned = {k: v for k, v in envelope.items() if k not in ("signature", "action_id", "issued_at")}
+        return signed(self.identity.private_key, {
+            **unsigned, "action_id": str(uuid.uuid4()), "issued_at": format_time(utcnow()),
+        })  # fmt: skip
 
     # --- bounded offline execution (spec 11.5; MWP-WRK-020..022) ----------------------
 
@@ -1487,7 +1613,10 @@ class Worker:
     async def _fill_slots(self) -> None:
         while len(self._running) < self.slots and self._connected.is_set():
             now = utcnow()
-            candidates = await asyncio.to_thread(self._candidates, now)
+            # A Group not caught up to its head yet may still show a WorkItem
+            # as it was before this Worker's own lease revocation (issue 16
+            # item 12): its rows wait; the head's arrival wakes the reactor.
+            candidates = [r for r in await asyncio.to_thread(self._candidates, now) if self._caught_up(r.group_id)]
             running: dict[str, int] = {}
             for slot in self._running.values():
                 running[slot.group] = running.get(slot.group, 0) + 1
@@ -1526,6 +1655,18 @@ class Worker:
         self._notify()
 
     async def _start_lease(self, slot: _Slot) -> None:
+        if not self._caught_up(slot.group):
+            # The revision the caller knew may be older than the Group's head:
+            # wait for it, then start from what the caught-up store says.
+            if not await self._catch_up(slot.group, slot):
+                raise Refused("STALE_LEASE", f"{slot.workitem} stopped while its Group caught up")
+            row = await asyncio.to_thread(self.store.row, slot.group, slot.workitem)
+            if (
+                row is None or row.state != "queued" or row.owner != self.me
+                or row.ownership_epoch != slot.ownership_epoch
+            ):  # fmt: skip
+                raise Refused("STALE_OWNERSHIP", f"{slot.workitem} is no longer this Worker's to start")
+            slot.revision = row.revision
         target = {"kind": "workitem", "id": slot.workitem, "revision": slot.revision}
         receipt = await self._command("work.start", slot.group, {}, target=target,
                                       ownership_epoch=slot.ownership_epoch)  # fmt: skip
@@ -1689,7 +1830,9 @@ class Worker:
         """A Command naming the slot's current Lease ID (MWP-WRK-013); ``LeaseLost``
         when the Group Authority says the lease is not ours any more."""
         async with slot.lock:
-            if slot.lease_id is None:
+            # Caught up first (issue 16 item 12): a revocation still in the
+            # replay stops the slot here instead of earning a refusal.
+            if not await self._catch_up(slot.group, slot) or slot.lease_id is None:
                 raise LeaseLost("no current lease")
             lease_id = slot.lease_id
             target = {"kind": "workitem", "id": slot.workitem, "revision": slot.revision if revision else None}
@@ -1717,6 +1860,8 @@ class Worker:
             if slot.lease_id != lease:
                 continue  # a checkpoint moved the slot to a new lease meanwhile
             async with slot.lock:
+                if not await self._catch_up(slot.group, slot):
+                    return  # stopped while its Group caught up (issue 16 item 12)
                 if slot.lease_id != lease:
                     continue
                 target = {"kind": "workitem", "id": slot.workitem}
