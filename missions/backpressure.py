@@ -30,8 +30,10 @@ Exception tree: none of its own; misconfiguration raises Django's
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -53,8 +55,14 @@ DEFAULT_LIMIT = 8
 DEFAULT_WAIT_MS = 50
 # What a shed sender is told to wait before retrying.
 DEFAULT_RETRY_AFTER_MS = 1000
+# A shed request is not logged one by one (thousands a second past
+# saturation); one warning at most this often says how many were shed.
+LOG_EVERY_S = 1.0
 # The requests that run accept(): (method, path).
 GUARDED = frozenset({("POST", "/api/v1/commands"), ("POST", "/api/v1/sessions")})
+
+
+log = logging.getLogger(__name__)
 
 
 def _setting(name: str, default: int, minimum: int) -> int:
@@ -205,12 +213,29 @@ class BackpressureMiddleware:
         wait_ms = _setting("MWP_BACKPRESSURE_WAIT_MS", DEFAULT_WAIT_MS, 0)
         self.retry_after_ms = _setting("MWP_BACKPRESSURE_RETRY_AFTER_MS", DEFAULT_RETRY_AFTER_MS, 1)
         self.admission = Admission(self.limit, wait_ms / 1000)
+        self._shed_since_log = 0
+        self._logged_at = 0.0
         self.is_async = iscoroutinefunction(get_response)
         if self.is_async:
             markcoroutinefunction(self)
 
     def shed(self) -> HttpResponse:
-        return backpressure_response(self.retry_after_ms, self.limit)
+        response = backpressure_response(self.retry_after_ms, self.limit)
+        # Django logs every 5xx at ERROR; shedding is the server working as
+        # intended, and logging each one would cost the CPU it saves. Its
+        # flag (django.utils.log.log_response) marks this one as logged.
+        response._has_been_logged = True  # type: ignore[attr-defined]
+        # Unlocked on the sync path: a lost increment only miscounts a log line.
+        self._shed_since_log += 1
+        now = time.monotonic()
+        if now - self._logged_at >= LOG_EVERY_S:
+            log.warning(
+                "backpressure: shed %d Command request(s) since the last report (%d in flight allowed)",
+                self._shed_since_log,
+                self.limit,
+            )
+            self._shed_since_log, self._logged_at = 0, now
+        return response
 
     def __call__(self, request: HttpRequest) -> Any:
         if self.is_async:
