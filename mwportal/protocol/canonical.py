@@ -9,7 +9,13 @@ are refused rather than silently rounded.
 
 ``loads_strict(text)`` is the matching parser for untrusted input: it refuses
 duplicate member names, NaN/Infinity and unsafe integers, so that what was
-signed is exactly what is canonicalised.
+signed is exactly what is canonicalised. It also refuses the NUL character
+(``\u0000``) in any string or member name: JSON can carry it, but neither
+PostgreSQL's text columns nor its jsonb can store it, so a document holding
+one would be refused only at the database, as a server error, on one
+backend and not the other (issue 16 item 6). Every binding (REST, WebSocket,
+the Worker's reader) parses with this function, so the refusal is the same
+400 MALFORMED everywhere, naming where the NUL is.
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ import json
 import math
 from decimal import Decimal
 from json.encoder import encode_basestring as _encode_basestring
-from typing import Any
+from json.encoder import encode_basestring_ascii as _encode_basestring_ascii
+from typing import Any, NoReturn
 
 MAX_SAFE_INTEGER = 2**53 - 1
 # Deeper nesting is refused on input: no protocol document needs it, and it
@@ -27,7 +34,16 @@ MAX_DEPTH = 64
 
 
 class CanonicalizationError(ValueError):
-    """The value has no RFC 8785 form (NaN, infinity, unsafe integer, bad type)."""
+    """The value has no RFC 8785 form (NaN, infinity, unsafe integer, bad type).
+
+    ``field`` is the JSON path of the offending member inside the parsed
+    document (``body.title``, ``body.contract.criteria[0]``) when the parser
+    can tell, else None; a binding names it in its MALFORMED answer.
+    """
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
 
 
 def _string(s: str) -> str:
@@ -189,31 +205,79 @@ def _finite_float(text: str) -> float:
     return value
 
 
+def _bad_text(s: str) -> str | None:
+    """Why ``s`` cannot be protocol text, or None when it can."""
+    if "\x00" in s:
+        return "holds a NUL character (\\u0000), which no text column can store"
+    if _has_surrogate(s):
+        return "holds a lone surrogate, which is not Unicode text"
+    return None
+
+
+def _member_path(parent: str, key: str) -> str:
+    """``parent.key`` for a name that reads as one, else ``parent["..."]``
+    with the name JSON-escaped (so a NUL or a dot in it stays visible)."""
+    if key.isidentifier() and key.isascii():
+        return f"{parent}.{key}" if parent else key
+    return f"{parent}[{_encode_basestring_ascii(key)}]"
+
+
 def _check_depth_and_text(value: Any) -> None:
-    """Refuse nesting deeper than MAX_DEPTH and strings with lone surrogates,
-    iteratively (no recursion limit to trip over)."""
+    """Refuse nesting deeper than MAX_DEPTH and strings or member names that
+    are not protocol text (NUL, lone surrogates), iteratively (no recursion
+    limit to trip over). The path is built only once something is wrong: the
+    common case pays for no string building."""
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, str):
-            if _has_surrogate(item):
-                raise CanonicalizationError("a string holds a lone surrogate, which is not Unicode text")
+            if "\x00" in item or _has_surrogate(item):
+                _refuse_bad_text(value)
         elif isinstance(item, dict | list):
             if depth >= MAX_DEPTH:
                 raise CanonicalizationError(f"nesting is deeper than {MAX_DEPTH} levels")
-            children = list(item.items()) if isinstance(item, dict) else [(None, v) for v in item]
-            for key, child in children:
-                if key is not None and _has_surrogate(key):
-                    raise CanonicalizationError("an object key holds a lone surrogate")
-                stack.append((child, depth + 1))
+            if isinstance(item, dict):
+                for key, child in item.items():
+                    if "\x00" in key or _has_surrogate(key):
+                        _refuse_bad_text(value)
+                    stack.append((child, depth + 1))
+            else:
+                stack.extend((child, depth + 1) for child in item)
+
+
+def _refuse_bad_text(value: Any) -> NoReturn:
+    """Raise for the first bad string or member name of ``value``, naming its path.
+
+    Called only once ``_check_depth_and_text`` saw one, so the walk finds it;
+    it is iterative too, and a path is at most as deep as ``json.loads`` let
+    the document be."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            problem = _bad_text(item)
+            if problem is not None:
+                where = path or "the document"
+                raise CanonicalizationError(f"{where}: a string {problem}", path or None)
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                problem = _bad_text(key)
+                child_path = _member_path(path, key)
+                if problem is not None:
+                    raise CanonicalizationError(f"{child_path}: an object key {problem}", child_path)
+                stack.append((child, child_path))
+        elif isinstance(item, list):
+            stack.extend((child, f"{path}[{i}]") for i, child in enumerate(item))
+    raise AssertionError("_refuse_bad_text found nothing to refuse")
 
 
 def loads_strict(data: str | bytes) -> Any:
     """Parse untrusted JSON, refusing what canonicalisation could not preserve.
 
     Bytes must be UTF-8 (RFC 8259 §8.1); duplicate member names, NaN and
-    Infinity, numbers that overflow or round, lone surrogates and nesting
-    deeper than ``MAX_DEPTH`` are refused with ``CanonicalizationError``.
+    Infinity, numbers that overflow or round, lone surrogates, NUL characters
+    and nesting deeper than ``MAX_DEPTH`` are refused with
+    ``CanonicalizationError`` (whose ``field`` names the member, when known).
     """
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
