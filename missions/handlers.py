@@ -87,6 +87,13 @@ def create_org(ctx: HandlerContext) -> Decision:
 
 @command("agent.register", scope="admin", org_roles=("admin",), actors=("system", "agent"))
 def register_agent(ctx: HandlerContext) -> Decision:
+    """Register an Agent (a machine with its key) or a person (issue 16 item 5).
+
+    A person's Django user and signing key are bound only as
+    ``check_person_enrollment`` allows: an Organization admin never binds a
+    user outside their Organization and never supplies a person's key; the
+    person supplies it themselves, signed in (``agent.enroll``).
+    """
     body = ctx.body
     check_members(body, ["agent", "name", "kind", "org_roles"], ["public_key", "user"])
     agent_id = check_uuid(body, "agent")
@@ -97,26 +104,12 @@ def register_agent(ctx: HandlerContext) -> Decision:
     roles = check_roles(body, "org_roles", ORG_ROLES)
     public_key = body.get("public_key") or ""
     if public_key:
-        from mwportal.protocol.signing import load_public_key
-
-        try:
-            load_public_key(public_key)
-        except ValueError as exc:
-            raise refuse(ErrorCode.MALFORMED, f"body.public_key: {exc}", field="body.public_key") from None
+        check_public_key(public_key)
     elif kind == Agent.KIND_AGENT:
         raise refuse(
             ErrorCode.MALFORMED, "body.public_key: an agent needs an Ed25519 public key", field="body.public_key"
         )
-    user = None
-    if body.get("user") is not None:
-        from django.contrib.auth import get_user_model
-
-        username = check_text(body, "user", max_length=150)
-        user = get_user_model().objects.filter(username=username).first()
-        if user is None:
-            raise refuse(ErrorCode.NOT_FOUND, f"no user {username!r}", field="body.user")
-        if Agent.objects.filter(user=user).exists():
-            raise refuse(ErrorCode.INVALID_TRANSITION, f"user {username!r} already has an Agent")
+    user = check_person_enrollment(ctx, kind, public_key)
     if Agent.objects.filter(id=agent_id).exists():
         raise refuse(ErrorCode.INVALID_TRANSITION, f"agent {agent_id} exists", agent=agent_id)
     Agent.objects.create(
@@ -132,6 +125,102 @@ def register_agent(ctx: HandlerContext) -> Decision:
     ref = AggregateRef("agent", agent_id, 1)
     event_body = {"agent": agent_id, "name": name, "kind": kind, "org_roles": roles, "public_key": public_key}
     return Decision([Emit("agent.registered", ref, event_body)], ref)
+
+
+def check_public_key(public_key: Any) -> None:
+    """``body.public_key`` is an Ed25519 public key (base64url)."""
+    from mwportal.protocol.signing import load_public_key
+
+    try:
+        load_public_key(public_key)
+    except (TypeError, ValueError) as exc:
+        raise refuse(ErrorCode.MALFORMED, f"body.public_key: {exc}", field="body.public_key") from None
+
+
+def check_person_enrollment(ctx: HandlerContext, kind: str, public_key: str) -> Any:
+    """The Django user ``body.user`` names, if any, checked against who enrolls (issue 16 item 5).
+
+    A Django user belongs to an Organization through its person Agent
+    (``Agent.user`` is one-to-one, ``Agent.organization`` the Organization):
+    there is no other relation, and a user without an Agent belongs to none.
+    So:
+
+    - only a person is linked to a user: a user bound to a machine Agent's
+      key would let whoever holds that key act as the person;
+    - an Organization admin (an Agent actor) never supplies a person's key:
+      the admin registers the person without one, and the person enrolls
+      their own, signed in to the portal (``agent.enroll``);
+    - an admin never links a user that does not already belong to the
+      admin's Organization. Such a user already has their Agent, so an
+      admin's Command never links a user; linking one stays with the
+      server's operator (``mwp create-agent --kind person --user``, the
+      demo), who registers the person without a key as well.
+
+    Unknown users and users of other Organizations get the same answer, so
+    the refusal tells an admin nothing about who exists elsewhere.
+    """
+    body = ctx.body
+    if kind == Agent.KIND_PERSON and public_key and not ctx.actor.is_system:
+        raise refuse(
+            ErrorCode.FORBIDDEN,
+            "body.public_key: a person's key comes from the person: register them without one;"
+            " they supply theirs signed in to the portal (agent.enroll)",
+            field="body.public_key",
+        )
+    if body.get("user") is None:
+        return None
+    username = check_text(body, "user", max_length=150)
+    if kind != Agent.KIND_PERSON:
+        raise refuse(ErrorCode.MALFORMED, "body.user: only a person Agent is linked to a user", field="body.user")
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.filter(username=username).first()
+    if not ctx.actor.is_system:
+        if user is None or not Agent.objects.filter(user=user, organization_id=ctx.group.organization_id).exists():
+            raise refuse(
+                ErrorCode.FORBIDDEN,
+                f"user {username!r} does not belong to this Organization; a person is enrolled by themselves"
+                " or by an admin of an Organization they belong to",
+                field="body.user",
+            )
+    elif user is None:
+        raise refuse(ErrorCode.NOT_FOUND, f"no user {username!r}", field="body.user")
+    if Agent.objects.filter(user=user).exists():
+        raise refuse(ErrorCode.INVALID_TRANSITION, f"user {username!r} already has an Agent")
+    return user
+
+
+@command("agent.enroll", scope="admin")
+def enroll_agent(ctx: HandlerContext) -> Decision:
+    """A person supplies their own Ed25519 public key (issue 16 item 5).
+
+    Only a person without a key may, and only as themselves: a keyless Agent
+    cannot sign, the system actor may not send this, so the one way to speak
+    as it is a portal Command of the signed-in user whose Agent it is
+    (``Auth.PORTAL``, the actor resolved from ``request.user``). The key is
+    the one the person's browser (or tool) generated; nobody else ever held
+    the private half. Replacing a key is not this Command.
+    """
+    check_members(ctx.body, ["public_key"])
+    public_key = ctx.body["public_key"]
+    if not isinstance(public_key, str) or not public_key:
+        raise refuse(ErrorCode.MALFORMED, "body.public_key: must be a non-empty string", field="body.public_key")
+    check_public_key(public_key)
+    # The Agent row is written only under its Organization's administrative
+    # Group lock, which accept() holds: no concurrent enroll or register races.
+    agent = Agent.objects.get(id=ctx.actor.id)
+    if agent.kind != Agent.KIND_PERSON:
+        raise refuse(ErrorCode.FORBIDDEN, "agent.enroll is for a person; an agent's key is set when it is registered")
+    if agent.public_key:
+        raise refuse(ErrorCode.INVALID_TRANSITION, "this person already has a key", agent=ctx.actor.id)
+    if Agent.objects.filter(public_key=public_key).exists():
+        # A key already bound to another Agent was not generated for this
+        # person: whoever holds it could act as both.
+        raise refuse(ErrorCode.FORBIDDEN, "body.public_key: this key belongs to another Agent", field="body.public_key")
+    Agent.objects.filter(id=ctx.actor.id).update(public_key=public_key)
+    # The Agent's second state: registered (revision 1), then enrolled.
+    ref = AggregateRef("agent", ctx.actor.id, 2)
+    return Decision([Emit("agent.enrolled", ref, {"agent": ctx.actor.id, "public_key": public_key})], ref)
 
 
 @command("agent.open_session", scope="admin", self_authenticating=True)

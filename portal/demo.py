@@ -6,12 +6,20 @@ Every change goes through ``accept()``: the people's Commands are portal
 Commands of their person Agents, the Workers' are signed with their own keys
 (written under ``var/demo/``, mode 0600, for a Worker process to reuse).
 Running it again changes nothing: the Missions have fixed ids.
+
+Each demo person's password is generated on the first run and kept in
+``var/demo-logins.json`` (mode 0600; issue 16 item 4: no installation shares
+a known password), and every run prints them as ``login: NAME / PASSWORD``
+lines, which ``./mw serve`` shows. The file sits beside ``var/demo/``, not in
+it: ``./mw serve`` starts a Worker for every key file there.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
+import secrets
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -34,27 +42,67 @@ PEOPLE = (
     ("coordinator", "Carl Coordinator", ["coordinator"]),
 )
 WORKERS = ("demo-worker-1", "demo-worker-2")
+LOGINS_FILE = "demo-logins.json"
 
 
 def _id(*parts: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, "mwp:demo:" + ":".join(parts)))
 
 
-def ensure_people(password: str) -> dict[str, Agent]:
-    """The demo logins and their person Agents (created once)."""
+def demo_passwords() -> tuple[dict[str, str], set[str]]:
+    """Each demo person's password, and the people whose password is new.
+
+    Read from ``VAR_DIR/demo-logins.json``; a person missing from it (the
+    first run, or an installation from before the file) gets a random
+    password, and the file is rewritten (mode 0600) before any user's
+    password changes, so a password is never set that the file does not
+    hold.
+    """
+    from missions.management.commands.mwp import write_key_file
+
+    path = Path(settings.VAR_DIR) / LOGINS_FILE
+    stored: dict[str, str] = {}
+    if path.exists():
+        os.chmod(path, 0o600)  # a copy restored with looser permissions is closed again
+        try:
+            loaded = json.loads(path.read_text())
+        except ValueError as exc:
+            raise ValueError(f"{path}: not JSON ({exc}); delete it to generate new demo passwords") from None
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{path}: must be an object of user name to password; delete it to start over")
+        stored = {k: v for k, v in loaded.items() if isinstance(k, str) and isinstance(v, str) and v}
+    fresh = {username for username, _, _ in PEOPLE if username not in stored}
+    if fresh:
+        for username in sorted(fresh):
+            stored[username] = secrets.token_urlsafe(12)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_key_file(path, stored)
+    return stored, fresh
+
+
+def ensure_people() -> tuple[dict[str, Agent], dict[str, str]]:
+    """The demo logins and their person Agents (created once), and their passwords."""
     create_organization(ORG, "Demo Organization")
+    passwords, fresh = demo_passwords()
     user_model = get_user_model()
     agents = {}
     for username, name, roles in PEOPLE:
         user = user_model.objects.filter(username=username).first()
         if user is None:
-            user = user_model.objects.create_user(username, password=password, is_staff=True)
+            user = user_model.objects.create_user(username, password=passwords[username], is_staff=True)
+        elif username in fresh:
+            # An installation seeded before demo-logins.json (the fixed
+            # password of old): the user gets the new password now.
+            user.set_password(passwords[username])
+            user.save(update_fields=["password"])
         agent = Agent.objects.filter(user=user).first()
         if agent is None:
+            # A person without a key (issue 16 item 5): the portal acts for
+            # them by their session; a key is theirs to enroll.
             register_agent(ORG, name, "person", roles, "", user=username)
             agent = Agent.objects.get(user=user)
         agents[username] = agent
-    return agents
+    return agents, passwords
 
 
 class _Worker:
@@ -199,9 +247,9 @@ class _Mission:
         self.person(self.coordinator, "work.accept_result", {"evidence": evidence}, target=self.rev(item))
 
 
-def seed(password: str) -> list[str]:
+def seed() -> list[str]:
     """Create (once) the demo people, Workers and Missions; the login lines to print."""
-    people = ensure_people(password)
+    people, passwords = ensure_people()
     workers = [_Worker(name) for name in WORKERS]
     w1, w2 = workers
     report = _Mission("report", people["owner"], people["coordinator"], workers)
@@ -249,6 +297,6 @@ def seed(password: str) -> list[str]:
         web.authorize("images", contract("Compress hero images", [
             ("size", "every image under 200 KB", "deterministic_check")]))  # fmt: skip
     return [
-        f"login: owner / {password} (MissionOwner of the demo Organization)",
-        f"login: coordinator / {password} (Coordinator of the demo Missions)",
+        f"login: owner / {passwords['owner']} (MissionOwner and admin of the demo Organization)",
+        f"login: coordinator / {passwords['coordinator']} (Coordinator of the demo Missions)",
     ]

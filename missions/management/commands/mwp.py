@@ -1,12 +1,17 @@
 """``python manage.py mwp <subcommand>``: Organizations, Agents, log checks.
 
     mwp create-org SLUG [--name NAME]
-    mwp create-agent --org SLUG --name NAME --roles r1,r2 --out key.json [--kind agent|person] [--user U]
+    mwp create-agent --org SLUG --name NAME --roles r1,r2 --out key.json     an agent and its key file
+    mwp create-agent --org SLUG --name NAME --roles r1,r2 --kind person --user U
+                                  a person linked to Django user U, without a key: the person
+                                  supplies their own, signed in (agent.enroll; issue 16 item 5)
     mwp verify-log GROUP_ID
     mwp export-audit GROUP_ID --out FILE [--no-bytes]   a Group's audit bundle (artifacts/audit.py)
     mwp verify-audit FILE [--server-key KEY]            check a bundle offline, no database
     mwp review WORKITEM_ID        run the review pipeline of a WorkItem's latest submission
-    mwp demo [--password PW]      the demo Organization: MissionOwner and Coordinator logins, Missions
+    mwp demo                      the demo Organization: MissionOwner and Coordinator logins
+                                  (a password per person, generated once, kept in
+                                  var/demo-logins.json, mode 0600), Missions
 
 Every change goes through ``accept()`` as the system actor.
 """
@@ -60,7 +65,7 @@ class Command(BaseCommand):
         agent.add_argument("--org", required=True)
         agent.add_argument("--name", required=True)
         agent.add_argument("--roles", required=True, help=f"comma-separated: {','.join(ORG_ROLES)}")
-        agent.add_argument("--out", required=True, type=Path)
+        agent.add_argument("--out", type=Path, help="the key file of an agent (not for a person)")
         agent.add_argument("--kind", default="agent", choices=["agent", "person"])
         agent.add_argument("--user", default=None, help="link a person Agent to this Django user")
         verify = sub.add_parser("verify-log", help="recompute a Group's sequences and hash chain")
@@ -74,8 +79,7 @@ class Command(BaseCommand):
         check.add_argument("--server-key", default=None, help="pin the server's public key (base64url)")
         review = sub.add_parser("review", help="run the review pipeline of a WorkItem's latest submission")
         review.add_argument("workitem_id")
-        demo = sub.add_parser("demo", help="create the demo Organization, its logins and Missions")
-        demo.add_argument("--password", default="missionweave")
+        sub.add_parser("demo", help="create the demo Organization, its logins and Missions")
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -93,11 +97,18 @@ class Command(BaseCommand):
         if not Organization.objects.filter(slug=options["org"]).exists():
             raise CommandError(f"no Organization {options['org']!r}; create it with: mwp create-org SLUG")
         roles = [r.strip() for r in options["roles"].split(",") if r.strip()]
-        out: Path = options["out"]
+        if options["kind"] == "person":
+            self._create_person(options, roles)
+            return
+        out: Path | None = options["out"]
+        if out is None:
+            raise CommandError("an agent needs --out FILE for its key")
+        if options["user"] is not None:
+            raise CommandError("--user links a person (--kind person), never an agent's key")
         if not out.parent.exists():
             raise CommandError(f"{out.parent} does not exist")
         private_key, public_key = generate_keypair()
-        agent_id = register_agent(options["org"], options["name"], options["kind"], roles, public_key, options["user"])
+        agent_id = register_agent(options["org"], options["name"], "agent", roles, public_key)
         org = Organization.objects.get(slug=options["org"])
         write_key_file(
             out,
@@ -105,6 +116,21 @@ class Command(BaseCommand):
         )
         self.stdout.write(agent_id)
         self.stderr.write(f"Agent {options['name']} ({agent_id}); key written to {out} (mode 0600)")
+
+    def _create_person(self, options: dict[str, Any], roles: list[str]) -> None:
+        """A person is registered without a key (issue 16 item 5): whoever runs
+        this must never hold the private key of the person they enroll; the
+        person supplies their own public key, signed in (``agent.enroll``)."""
+        if options["out"] is not None:
+            raise CommandError("a person gets no key file: they supply their own key, signed in (agent.enroll)")
+        if options["user"] is None:
+            raise CommandError("a person needs --user USERNAME, the Django user who signs in as them")
+        agent_id = register_agent(options["org"], options["name"], "person", roles, "", options["user"])
+        self.stdout.write(agent_id)
+        self.stderr.write(
+            f"Person {options['name']} ({agent_id}), linked to user {options['user']!r}; no key yet:"
+            " they supply their own public key, signed in (agent.enroll)"
+        )
 
     def do_verify_log(self, options: dict[str, Any]) -> None:
         group_id = parse_uuid(options["group_id"], "GROUP_ID")
@@ -160,5 +186,5 @@ class Command(BaseCommand):
     def do_demo(self, options: dict[str, Any]) -> None:
         from portal.demo import seed
 
-        for line in seed(options["password"]):
+        for line in seed():
             self.stdout.write(line)
