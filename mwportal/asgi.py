@@ -14,9 +14,10 @@ from django.conf import settings  # noqa: E402
 from missions.routing import websocket_urlpatterns  # noqa: E402
 
 http_app = django_asgi_app
-if settings.DEBUG:
-    # The embedded default serves the admin's static files itself, as
-    # runserver would; production puts them behind the proxy.
+if settings.MWP_SERVE_STATIC:
+    # The embedded default serves the portal's and the admin's static files
+    # itself, as runserver would, debug or not; production (MWP_PRODUCTION=1)
+    # puts them behind the proxy (docs/deploy.md).
     from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 
     http_app = ASGIStaticFilesHandler(django_asgi_app)

@@ -6,7 +6,20 @@
   otherwise the in-memory layer and Celery's filesystem broker.
 - ``MWP_SIGNING_KEY_FILE``: the server's Ed25519 key, generated if absent.
 - ``MWP_ONLINE_REPLAY_EVENTS``: how many Events replay stays online.
-- ``MWP_SECRET_KEY``, ``MWP_DEBUG``, ``MWP_ALLOWED_HOSTS``.
+- ``MWP_SECRET_KEY``: Django's secret; without it, a per-installation key
+  generated on first run into ``var/secret_key`` (mode 0600). Required when
+  ``MWP_PRODUCTION=1``.
+- ``MWP_DEBUG=1``: Django's debug mode (technical error pages); off unless set.
+- ``MWP_ALLOWED_HOSTS``: comma-separated host names.
+- ``MWP_PRODUCTION=1``: behind the documented TLS proxy (docs/deploy.md):
+  HSTS, Secure cookies, HTTPS redirect trusting ``X-Forwarded-Proto``,
+  ``MWP_CSRF_TRUSTED_ORIGINS``; static files come from the proxy.
+- ``MWP_DB_POOL_MIN``/``MWP_DB_POOL_MAX``/``MWP_DB_POOL_TIMEOUT``: the
+  per-process PostgreSQL connection pool.
+
+Every file the server creates is its user's alone: ``var/`` is 0700, the
+SQLite files and the secret key 0600, and the process umask is 077 from the
+moment these settings load (issue 16 item 8).
 """
 
 from __future__ import annotations
@@ -15,14 +28,39 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from mwportal.security import installation_secret, private_dir, private_file
+
+# Set before anything below creates a file: the database, the broker's
+# folders, the Artifact store and the notice sockets are the server user's
+# alone (issue 16 item 8). Static files, which a proxy reads, are given their
+# own modes (STORAGES below).
+os.umask(0o077)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(os.environ.get("MWP_VAR_DIR", BASE_DIR / "var"))
-VAR_DIR.mkdir(parents=True, exist_ok=True)
+VAR_DIR = private_dir(Path(os.environ.get("MWP_VAR_DIR", BASE_DIR / "var")))
 
-SECRET_KEY = os.environ.get("MWP_SECRET_KEY", "mwp-embedded-default-not-for-production")
-DEBUG = os.environ.get("MWP_DEBUG", "1") == "1"
-ALLOWED_HOSTS = os.environ.get("MWP_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",")
+# Production behind the documented proxy (docs/deploy.md); off for the
+# embedded default and the tests.
+MWP_PRODUCTION = os.environ.get("MWP_PRODUCTION", "") == "1"
+# Debug is opt-in: its technical pages show settings and the database URL
+# (issue 16 item 3).
+DEBUG = os.environ.get("MWP_DEBUG", "") == "1"
+if MWP_PRODUCTION and DEBUG:
+    raise ImproperlyConfigured("MWP_DEBUG=1 is refused with MWP_PRODUCTION=1: debug pages show settings and secrets")
+if os.environ.get("MWP_SECRET_KEY"):
+    SECRET_KEY = os.environ["MWP_SECRET_KEY"]
+elif MWP_PRODUCTION:
+    raise ImproperlyConfigured(
+        "MWP_PRODUCTION=1 needs MWP_SECRET_KEY: set it to a long random value kept outside the checkout, "
+        'e.g. python -c "import secrets; print(secrets.token_urlsafe(50))" (docs/deploy.md)'
+    )
+else:
+    # Generated on first run, as the server's signing key is; kept across restarts.
+    SECRET_KEY = installation_secret(VAR_DIR / "secret_key")
+# The test client's "testserver" is added by Django's test set-up, never here.
+ALLOWED_HOSTS = [h for h in os.environ.get("MWP_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h]
 
 INSTALLED_APPS = [
     "daphne",
@@ -45,6 +83,8 @@ MIDDLEWARE = [
     # First: a Command shed past the in-flight bound costs nothing else (issue 16 item 9).
     "missions.backpressure.BackpressureMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Every portal page's Content-Security-Policy (issue 16 item 2).
+    "mwportal.security.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -67,17 +107,21 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "mwportal.security.csp_nonce",
             ],
         },
     },
 ]
 
 DATABASE_URL = os.environ.get("MWP_DATABASE_URL", f"sqlite:///{VAR_DIR / 'mwportal.sqlite3'}")
-# Persistent connections (checked before reuse): daphne's consumers and the
-# hub run their reads in a thread pool, and opening a PostgreSQL connection per
-# read would cost more than the read.
-_db = dj_database_url.parse(DATABASE_URL, conn_max_age=300, conn_health_checks=True)
+# No persistent connections: under ASGI every request thread would keep its
+# own, and two daphnes ran PostgreSQL out of connections (issue 16 item 9).
+# PostgreSQL connections come from a bounded pool per process instead.
+_db = dj_database_url.parse(DATABASE_URL, conn_max_age=0)
 if _db["ENGINE"] == "django.db.backends.sqlite3":
+    # The embedded database is created private (its -wal/-shm follow its mode).
+    if _db["NAME"] and _db["NAME"] != ":memory:":
+        private_file(Path(_db["NAME"]))
     # WAL lets readers run beside the one writer; IMMEDIATE takes the write
     # lock at BEGIN so concurrent writers (daphne threads, Celery) queue on
     # the busy timeout instead of failing with "database is locked" when a
@@ -95,7 +139,24 @@ elif _db["ENGINE"] in ("django.db.backends.postgresql", "django.db.backends.post
     # Server-side binding with a prepare threshold lets psycopg prepare the
     # write path's statements after five uses (Django disables preparing
     # unless asked): PostgreSQL stops re-planning them on every Command.
-    _db["OPTIONS"] = {"server_side_binding": True, "prepare_threshold": 5}
+    _db["OPTIONS"] = {
+        "server_side_binding": True,
+        "prepare_threshold": 5,
+        # Per process (each daphne, each Celery worker process): at most
+        # MWP_DB_POOL_MAX connections, so N processes hold at most N x max
+        # (docs/deploy.md sizes it against max_connections). A request that
+        # finds the pool empty waits MWP_DB_POOL_TIMEOUT seconds and then
+        # fails with OperationalError, which the API answers as a retryable
+        # error instead of queueing without bound.
+        "pool": {
+            "min_size": int(os.environ.get("MWP_DB_POOL_MIN", "2")),
+            "max_size": int(os.environ.get("MWP_DB_POOL_MAX", "10")),
+            "timeout": float(os.environ.get("MWP_DB_POOL_TIMEOUT", "3")),
+            # Idle connections above min_size are closed after a minute, so
+            # a burst's connections do not stay open on the server.
+            "max_idle": float(os.environ.get("MWP_DB_POOL_MAX_IDLE", "60")),
+        },
+    }
     # Several checkouts may test against one server at once: each names its
     # own test database (default: Django's ``test_<name>``).
     if os.environ.get("MWP_TEST_DATABASE_NAME"):
@@ -114,7 +175,45 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = VAR_DIR / "static"
+# In production the proxy serves collectstatic's output: put it outside var/
+# (MWP_STATIC_ROOT), which only the server user can enter.
+STATIC_ROOT = Path(os.environ.get("MWP_STATIC_ROOT", VAR_DIR / "static"))
+# Under the 077 umask collected files would be unreadable to the proxy; they
+# are public by nature.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage",
+        "OPTIONS": {"file_permissions_mode": 0o644, "directory_permissions_mode": 0o755},
+    },
+}
+# Without the proxy (the embedded default, the tests) daphne serves them itself.
+MWP_SERVE_STATIC = os.environ.get("MWP_SERVE_STATIC", "0" if MWP_PRODUCTION else "1") == "1"
+
+# Portal sessions live in the database under a hash of their key: a copy of
+# the database (or a reader of django_session) holds no usable session cookie.
+SESSION_ENGINE = "mwportal.sessions"
+X_FRAME_OPTIONS = "DENY"
+
+if MWP_PRODUCTION:
+    # Behind the TLS-terminating proxy of docs/deploy.md, which sets
+    # X-Forwarded-Proto and strips it from clients (issue 16 item 3).
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    SECURE_HSTS_SECONDS = int(os.environ.get("MWP_HSTS_SECONDS", str(365 * 24 * 3600)))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = os.environ.get("MWP_HSTS_INCLUDE_SUBDOMAINS", "1") == "1"
+    SECURE_HSTS_PRELOAD = os.environ.get("MWP_HSTS_PRELOAD", "1") == "1"
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    # No page script reads the CSRF cookie (forms carry the token).
+    CSRF_COOKIE_HTTPONLY = True
+    CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("MWP_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+    # An operator who opts out of subdomains or preloading has decided so;
+    # check --deploy would otherwise warn about it forever.
+    SILENCED_SYSTEM_CHECKS = [
+        *([] if SECURE_HSTS_INCLUDE_SUBDOMAINS else ["security.W005"]),
+        *([] if SECURE_HSTS_PRELOAD else ["security.W021"]),
+    ]
 # The portal's own CSS and JavaScript: local files, never a CDN (issue 7).
 STATICFILES_DIRS = [BASE_DIR / "static"]
 
@@ -255,9 +354,19 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
 }
 
+# One stderr handler for the project's and Django's loggers. A 4xx is logged
+# as one line: django.request and django.security attach the exception, which
+# printed a 35-line traceback per refused request (issue 16 item 8).
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"missions": {"handlers": ["console"], "level": os.environ.get("MWP_LOG_LEVEL", "INFO")}},
+    "filters": {"one_line_client_errors": {"()": "mwportal.security.OneLineClientErrors"}},
+    "formatters": {"line": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "filters": ["one_line_client_errors"], "formatter": "line"}
+    },
+    "loggers": {
+        "missions": {"handlers": ["console"], "level": os.environ.get("MWP_LOG_LEVEL", "INFO")},
+        "django": {"handlers": ["console"], "level": os.environ.get("MWP_DJANGO_LOG_LEVEL", "INFO")},
+    },
 }

@@ -128,7 +128,7 @@
         if (!box) return;
         var pct = total ? Math.round(1000 * r.w / total) / 10 : 0;
         box.querySelector(".pct").textContent = pct + "%";
-        box.querySelector(".share-bar span").style.width = pct + "%";
+        box.querySelector(".share-bar").value = pct;  // a <progress>: no style attribute under the CSP
         box.querySelector(".cls").textContent = (r.cls || "?") + " · weight " + r.w;
       });
     }
