@@ -1,8 +1,10 @@
 """The Celery app. Tasks build Commands and call ``accept()`` as the system actor.
 
-Embedded default: the filesystem broker under ``var/celery`` and beat run
-inside the worker (``celery -A mwportal.celery worker -B``). With ``MWP_REDIS_URL``
-set, Redis is the broker.
+Embedded default: the filesystem broker under ``var/celery``; ``./mw serve``
+runs the worker and beat as two processes of its supervised tree
+(``mwportal/supervise.py``), never the worker's embedded ``-B`` (issue 16
+item 11). With ``MWP_REDIS_URL`` set, Redis is the broker. In production beat
+is its own supervised service, exactly one per deployment.
 """
 
 import os

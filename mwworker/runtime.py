@@ -46,6 +46,18 @@ session: in-flight Commands are sent again with the same action IDs (the
 server answers a repeat with its stored receipt, MWP-EVT-003). A replaced
 session (close 4001) revoked every lease on the server (MWP-WRK-014): every
 slot stops and the WorkItems wait in their queues for the new session.
+
+Catching up (issue 16 item 12): after every welcome, nothing bound to
+ownership (``work.start``, renewals, checkpoints, blocks, submissions,
+failures) goes out for a Group until its durable Cursor has reached the
+Group's head, read after that welcome (``GET /api/v1/groups/{id}/events``).
+A restarted Worker's store may still show a WorkItem as it was before the
+restart's own lease revocation; starting from that earned REVISION_MISMATCH.
+
+A Command refused ``INVALID_SIGNATURE`` that was signed a while ago (a resend
+after a long disconnect outlives the server's ``issued_at`` freshness window)
+is sent once more as a new Command, with a new action ID, a current
+``issued_at`` and a new signature (spec §19); a second refusal stands.
 """
 
 from __future__ import annotations

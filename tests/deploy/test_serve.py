@@ -202,3 +202,25 @@ def test_it_takes_its_children_along_when_it_is_killed_outright(var: Path) -> No
         if supervisor.poll() is None:
             supervisor.kill()
             supervisor.wait()
+
+
+GIVING_UP = """
+import sys
+from mwportal import supervise
+supervise.RESTART_LIMIT = 2  # two deaths in the window: given up (the first is restarted after 1 s)
+crasher = supervise.Child("crasher", ["sh", "-c", "exit 3"], None)
+children = [crasher, supervise.Child("sleeper", ["sleep", "300"], None)]
+raise SystemExit(supervise.Supervisor(children, [], "127.0.0.1", int(sys.argv[1])).run(lambda: None))
+"""
+
+
+def test_it_stops_the_whole_tree_when_an_essential_child_keeps_dying(var: Path) -> None:
+    """issue 16 item 11: a child restarted and dead again gives up; its siblings are stopped, exit 1."""
+    done = subprocess.run(  # noqa: S603
+        [sys.executable, "-c", GIVING_UP, str(free_port())], cwd=ROOT, env=base_env(var),
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "crasher exited (status 3); restarting it in 1 s" in done.stdout
+    assert "crasher exited (status 3) 2 times in 60 s" in done.stdout and "stopping everything" in done.stdout
+    assert processes_of(var) == {}  # the sleeper went with it
