@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
 from django.conf import settings
-from django.http import HttpRequest
+from django.core.exceptions import PermissionDenied
+from django.db import DatabaseError, InterfaceError
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.utils.log import log_response
+from django.views import defaults
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import exceptions as drf_exceptions
+from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView, exception_handler
+from rest_framework.views import APIView, set_rollback
 
 from mwportal.protocol import (
     CanonicalizationError,
@@ -36,23 +42,100 @@ log = logging.getLogger(__name__)
 ERRORS = {code: s.ErrorSerializer for code in (400, 401, 403, 404, 409, 410, 422)}
 
 
-def protocol_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """Every refusal leaves in the one error shape of DESIGN §4."""
+# How long a client waits before retrying after INTERNAL_ERROR: a pool
+# checkout waits MWP_DB_POOL_TIMEOUT (3 s) before failing, so a retry sooner
+# than a second would mostly join the same queue.
+INTERNAL_RETRY_AFTER_MS = 1000
+
+# A database that cannot be reached or answer (an outage, a connection that
+# broke, an exhausted pool) is the Authority failing, not the request being
+# wrong: spec §19 INTERNAL_ERROR, retryable. Django wraps the driver's errors
+# in these; psycopg_pool.PoolTimeout is listed too for a checkout that fails
+# outside Django's wrapper.
+DATABASE_ERRORS: tuple[type[BaseException], ...] = (DatabaseError, InterfaceError)
+with contextlib.suppress(ImportError):
+    from psycopg_pool import PoolTimeout
+
+    DATABASE_ERRORS = (*DATABASE_ERRORS, PoolTimeout)
+
+
+def internal_error(exc: BaseException) -> ProtocolError:
+    """The INTERNAL_ERROR document for an unexpected failure; it says nothing
+    of the cause (which is logged server-side), only that a retry is safe: a
+    Command is accepted in one transaction or not at all, and an unchanged
+    retry of one that was accepted answers with its receipt (MWP-EVT-003)."""
+    what = "its database" if isinstance(exc, DATABASE_ERRORS) else "an unexpected error"
+    return ProtocolError(
+        ErrorCode.INTERNAL_ERROR,
+        f"the Authority failed ({what}); retry the same request unchanged",
+        retry_after_ms=INTERNAL_RETRY_AFTER_MS,
+    )
+
+
+def error_response(err: ProtocolError, status: int | None = None) -> Response:
+    """``err`` in the one error shape, with ``Retry-After`` when it says when to retry."""
+    response = Response(err.as_dict(), status=status or err.http_status)
+    retry_after = err.retry_after_header()
+    if retry_after is not None:
+        response["Retry-After"] = retry_after
+    return response
+
+
+def protocol_exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
+    """Every refusal leaves in the one error shape of DESIGN §4, and so does
+    every failure: a database error or any other unexpected exception is the
+    INTERNAL_ERROR document with ``Retry-After`` (issue 16 item 10), never
+    Django's HTML page. The traceback is logged once, server-side."""
     if isinstance(exc, ProtocolError):
-        return Response(exc.as_dict(), status=exc.http_status)
+        if exc.code is ErrorCode.INTERNAL_ERROR:
+            # BACKPRESSURE (503) is a refusal the server chose; only a failure
+            # is worth a traceback.
+            return _logged(error_response(exc), exc, context)
+        return error_response(exc)
     if isinstance(exc, drf_exceptions.NotAuthenticated | drf_exceptions.AuthenticationFailed):
-        err = ProtocolError(ErrorCode.STALE_SESSION, str(exc.detail))
-        return Response(err.as_dict(), status=401)
-    if isinstance(exc, drf_exceptions.PermissionDenied):
-        return Response(ProtocolError(ErrorCode.FORBIDDEN, str(exc.detail)).as_dict(), status=403)
-    if isinstance(exc, drf_exceptions.NotFound):
-        return Response(ProtocolError(ErrorCode.NOT_FOUND, str(exc.detail)).as_dict(), status=404)
-    if isinstance(exc, drf_exceptions.APIException):
+        return error_response(ProtocolError(ErrorCode.STALE_SESSION, str(exc.detail)), 401)
+    if isinstance(exc, drf_exceptions.PermissionDenied | PermissionDenied):
+        return error_response(ProtocolError(ErrorCode.FORBIDDEN, _detail(exc, "forbidden")), 403)
+    if isinstance(exc, drf_exceptions.NotFound | Http404):
+        return error_response(ProtocolError(ErrorCode.NOT_FOUND, _detail(exc, "not found")), 404)
+    if isinstance(exc, drf_exceptions.APIException) and exc.status_code < 500:
         # Method not allowed, unsupported media type, throttling: the status
         # is DRF's, the shape is ours.
-        err = ProtocolError(ErrorCode.MALFORMED, str(exc.detail))
-        return Response(err.as_dict(), status=exc.status_code)
-    return exception_handler(exc, context)
+        return error_response(ProtocolError(ErrorCode.MALFORMED, str(exc.detail)), exc.status_code)
+    set_rollback()
+    return _logged(error_response(internal_error(exc)), exc, context)
+
+
+def _detail(exc: Exception, default: str) -> str:
+    detail = getattr(exc, "detail", None) or (exc.args[0] if exc.args else None)
+    return str(detail) if detail else default
+
+
+def _logged(response: Response, exc: BaseException, context: dict[str, Any]) -> Response:
+    """Log a 5xx with its traceback the way Django logs an uncaught one
+    (``django.request``), and mark the response logged so Django's handler
+    does not log it a second time without the traceback."""
+    request = context.get("request")
+    path = getattr(request, "path", "?")
+    log_response("%s: %s", "Internal Server Error", path, response=response, request=request, exception=exc)
+    return response
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """``handler500``: an exception that escaped a view outside DRF (the
+    Work Contract schema, middleware) under ``/api/`` answers the
+    INTERNAL_ERROR document too; the portal's pages keep their HTML page.
+    Django has already logged the traceback when it calls this."""
+    if request.path.startswith("/api/"):
+        err = ProtocolError(
+            ErrorCode.INTERNAL_ERROR,
+            "the Authority failed; retry the same request unchanged",
+            retry_after_ms=INTERNAL_RETRY_AFTER_MS,
+        )
+        response = JsonResponse(err.as_dict(), status=500)
+        response["Retry-After"] = err.retry_after_header() or "1"
+        return response
+    return defaults.server_error(request)
 
 
 def read_json_body(request: Request) -> Any:
@@ -70,6 +153,10 @@ def read_json_body(request: Request) -> Any:
     try:
         return loads_strict(raw)
     except CanonicalizationError as exc:
+        if exc.field:
+            # The member inside the document (issue 16 item 6: "body.title:
+            # a string holds a NUL character"); the message already names it.
+            raise ProtocolError(ErrorCode.MALFORMED, str(exc), {"field": exc.field}) from None
         raise malformed("body", str(exc)) from None
 
 
@@ -77,6 +164,7 @@ class SessionsView(APIView):
     """Open an Agent Session with a signed request; the previous one is revoked."""
 
     authentication_classes: list[Any] = []
+    parser_classes = [JSONParser]  # as CommandsView: strict JSON only
 
     @extend_schema(request=s.SessionRequestSerializer, responses={201: s.SessionSerializer, **ERRORS})
     def post(self, request: Request) -> Response:
@@ -131,6 +219,9 @@ class CommandsView(APIView):
 
     # The envelope's Ed25519 signature is the authentication.
     authentication_classes: list[Any] = []
+    # The body is read as strict JSON whatever its Content-Type; the schema
+    # then documents only application/json instead of DRF's form parsers.
+    parser_classes = [JSONParser]
 
     @extend_schema(
         request=s.EnvelopeSerializer, responses={200: s.ReceiptSerializer, 201: s.ReceiptSerializer, **ERRORS}

@@ -12,3 +12,7 @@ urlpatterns = [
     path("api/v1/", include("artifacts.urls")),
     path("", include("portal.urls")),
 ]
+
+# An exception that escapes a view: under /api/ the INTERNAL_ERROR document
+# (issue 16 item 10), elsewhere the portal's page (missions/views.py).
+handler500 = "missions.views.server_error"
