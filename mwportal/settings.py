@@ -25,6 +25,7 @@ moment these settings load (issue 16 item 8).
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -77,6 +78,8 @@ INSTALLED_APPS = [
     "workitems",
     "artifacts",
     "portal",
+    # Sign-in throttling (issue 16 item 4; portal/login.py).
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -91,6 +94,9 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as axes requires: turns a locked-out sign-in into the sign-in page
+    # with its refusal (portal.login.lockout_response).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "mwportal.urls"
@@ -221,6 +227,19 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 LOGIN_URL = "portal:login"
 LOGIN_REDIRECT_URL = "portal:home"
 LOGOUT_REDIRECT_URL = "portal:login"
+
+# Sign-in throttling (issue 16 item 4; portal/login.py says how): per account
+# and per address, MWP_LOGIN_FAILURE_LIMIT failures lock for
+# MWP_LOGIN_COOLOFF_MINUTES, the right password included.
+AUTHENTICATION_BACKENDS = ["portal.login.SignInThrottle", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = int(os.environ.get("MWP_LOGIN_FAILURE_LIMIT", "10"))
+AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("MWP_LOGIN_COOLOFF_MINUTES", "15")))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_RESET_ON_SUCCESS = False  # portal.login.clear_failures_on_sign_in resets (account, address) only
+AXES_LOCKOUT_CALLABLE = "portal.login.lockout_response"
+AXES_CLIENT_IP_CALLABLE = "portal.login.client_address"
+AXES_DISABLE_ACCESS_LOG = True  # failures are what is counted; a row per success would only grow
 
 # Commands are at most 1 MiB (DESIGN §4); the command view reads the body
 # itself and answers MALFORMED for anything larger, so Django's own limit
