@@ -5,7 +5,7 @@ Django runs each sync view in a thread of its own under ASGI, so the threads,
 their PostgreSQL connections and the latency all grew without bound until
 the server ran out of connections and answered HTML 500s (issue 16 item 9).
 
-``BackpressureMiddleware`` bounds, per process, how many requests that run
+This module bounds, per process, how many requests that run
 ``accept()`` (``POST /api/v1/commands`` and ``POST /api/v1/sessions``) are in
 flight at once: at most ``MWP_MAX_INFLIGHT_COMMANDS``, each further one waits
 at most ``MWP_BACKPRESSURE_WAIT_MS`` for a slot, and one that gets none is
@@ -15,13 +15,20 @@ Action ID), before any database work. The bound's default follows the
 connection pool when one is configured (``OPTIONS["pool"]["max_size"]``), so
 admitted Commands never queue on the pool; otherwise ``DEFAULT_LIMIT``.
 
-Under ASGI the middleware runs on the event loop: a shed request costs no
-thread and no connection, and a waiting one only a future. A slot is held
-until the view's thread has finished, even when the client went away and
-Django cancelled the request, because that thread still holds its database
-connection. Reads and WebSocket frames are not bounded here.
+Two pieces share the process's bound (``process_gate()``):
 
-Put it first in ``MIDDLEWARE``: nothing before it runs for a shed request.
+- ``BackpressureASGI`` wraps Django's ASGI application (``mwportal/asgi.py``)
+  and sheds on the event loop before Django sees the request: a shed request
+  costs no thread (Django sends ``request_started`` from a thread of its own
+  for every request), no request object and no database connection, and a
+  waiting one only a future;
+- ``BackpressureMiddleware``, first in ``MIDDLEWARE``, takes over the slot
+  the gate admitted the request with and holds it until the view's thread has
+  finished, even when the client went away and Django cancelled the request,
+  because that thread still holds its database connection. Without the gate
+  (WSGI, or a bare Django ASGI handler) it admits and sheds by itself.
+
+Reads and WebSocket frames are not bounded here.
 
 Exception tree: none of its own; misconfiguration raises Django's
 ``ImproperlyConfigured`` at start-up.
@@ -30,6 +37,7 @@ Exception tree: none of its own; misconfiguration raises Django's
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import threading
@@ -187,44 +195,25 @@ class Admission:
         return self._withdraw(waiter)
 
 
-def backpressure_response(retry_after_ms: int, limit: int) -> HttpResponse:
-    """The 503 BACKPRESSURE document (DESIGN §4 error shape) with Retry-After."""
-    err = ProtocolError(
-        ErrorCode.BACKPRESSURE,
-        f"this server has {limit} Commands in flight; retry the same Command after {retry_after_ms} ms",
-        {"limit": limit},
-        retry_after_ms=retry_after_ms,
-    )
-    response = JsonResponse(err.as_dict(), status=err.http_status)
-    response["Retry-After"] = err.retry_after_header() or "1"
-    return response
+class Gate:
+    """The process's bound: its ``Admission``, what a shed sender is told, and
+    the once-a-second report of how many were shed."""
 
-
-class BackpressureMiddleware:
-    """Bounds the requests that run ``accept()`` in flight in this process;
-    answers 503 BACKPRESSURE past the bound (see the module docstring)."""
-
-    sync_capable = True
-    async_capable = True
-
-    def __init__(self, get_response: Callable[[HttpRequest], Any]):
-        self.get_response = get_response
-        self.limit = _setting("MWP_MAX_INFLIGHT_COMMANDS", default_limit(), 1)
-        wait_ms = _setting("MWP_BACKPRESSURE_WAIT_MS", DEFAULT_WAIT_MS, 0)
-        self.retry_after_ms = _setting("MWP_BACKPRESSURE_RETRY_AFTER_MS", DEFAULT_RETRY_AFTER_MS, 1)
-        self.admission = Admission(self.limit, wait_ms / 1000)
+    def __init__(self, limit: int, wait_ms: int, retry_after_ms: int):
+        self.limit, self.wait_ms, self.retry_after_ms = limit, wait_ms, retry_after_ms
+        self.admission = Admission(limit, wait_ms / 1000)
         self._shed_since_log = 0
         self._logged_at = 0.0
-        self.is_async = iscoroutinefunction(get_response)
-        if self.is_async:
-            markcoroutinefunction(self)
 
-    def shed(self) -> HttpResponse:
-        response = backpressure_response(self.retry_after_ms, self.limit)
-        # Django logs every 5xx at ERROR; shedding is the server working as
-        # intended, and logging each one would cost the CPU it saves. Its
-        # flag (django.utils.log.log_response) marks this one as logged.
-        response._has_been_logged = True  # type: ignore[attr-defined]
+    def error(self) -> ProtocolError:
+        return ProtocolError(
+            ErrorCode.BACKPRESSURE,
+            f"this server has {self.limit} Commands in flight; retry the same Command after {self.retry_after_ms} ms",
+            {"limit": self.limit},
+            retry_after_ms=self.retry_after_ms,
+        )
+
+    def count_shed(self) -> None:
         # Unlocked on the sync path: a lost increment only miscounts a log line.
         self._shed_since_log += 1
         now = time.monotonic()
@@ -235,26 +224,158 @@ class BackpressureMiddleware:
                 self.limit,
             )
             self._shed_since_log, self._logged_at = 0, now
-        return response
+
+
+_gate: Gate | None = None
+_gate_lock = threading.Lock()
+
+
+def process_gate() -> Gate:
+    """This process's ``Gate``, from the settings as they are now (a test that
+    changes them gets a new one; a server reads them once)."""
+    global _gate
+    config = (
+        _setting("MWP_MAX_INFLIGHT_COMMANDS", default_limit(), 1),
+        _setting("MWP_BACKPRESSURE_WAIT_MS", DEFAULT_WAIT_MS, 0),
+        _setting("MWP_BACKPRESSURE_RETRY_AFTER_MS", DEFAULT_RETRY_AFTER_MS, 1),
+    )
+    with _gate_lock:
+        if _gate is None or (_gate.limit, _gate.wait_ms, _gate.retry_after_ms) != config:
+            _gate = Gate(*config)
+        return _gate
+
+
+class Slot:
+    """One admitted request's slot, released once, by whoever holds it last:
+    the ASGI gate, or the Django middleware once it has taken it over."""
+
+    def __init__(self, admission: Admission):
+        self._admission = admission
+        self._released = False
+        self._lock = threading.Lock()
+        self.taken_over = False
+
+    def release(self) -> None:
+        # Locked: with a sync middleware chain the middleware releases from
+        # Django's thread while the gate may release on the event loop (a
+        # request cancelled before the chain reached the middleware).
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+        self._admission.release()
+
+
+SLOT_KEY = "mwp.backpressure_slot"
+
+
+class BackpressureASGI:
+    """The gate in front of Django under ASGI: a shed request never reaches
+    Django, so it costs no thread (Django sends ``request_started`` from a
+    thread of its own for every request) and no request object. An admitted
+    request carries its ``Slot`` in the scope for ``BackpressureMiddleware``
+    to hold until the view's work is done."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]]):
+        self.app = app
+        self.gate: Gate | None = None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or (scope["method"], _path_info(scope)) not in GUARDED:
+            await self.app(scope, receive, send)
+            return
+        if self.gate is None:  # settings are ready by the first request
+            self.gate = process_gate()
+        gate = self.gate
+        if not await gate.admission.enter_async():
+            gate.count_shed()
+            err = gate.error()
+            body = json.dumps(err.as_dict()).encode()
+            await send({"type": "http.response.start", "status": err.http_status, "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"retry-after", (err.retry_after_header() or "1").encode()),
+            ]})  # fmt: skip
+            await send({"type": "http.response.body", "body": body})
+            return
+        slot = Slot(gate.admission)
+        try:
+            await self.app({**scope, SLOT_KEY: slot}, receive, send)
+        finally:
+            if not slot.taken_over:
+                slot.release()
+
+
+def _path_info(scope: dict[str, Any]) -> str:
+    """The path as Django's ``path_info`` sees it (without ``root_path``)."""
+    path: str = scope.get("path", "")
+    root: str = scope.get("root_path", "") or ""
+    return path.removeprefix(root) if root and path.startswith(root) else path
+
+
+def backpressure_response(gate: Gate) -> HttpResponse:
+    """The 503 BACKPRESSURE document (DESIGN §4 error shape) with Retry-After."""
+    err = gate.error()
+    response = JsonResponse(err.as_dict(), status=err.http_status)
+    response["Retry-After"] = err.retry_after_header() or "1"
+    # Set here because a shed request skips CommonMiddleware, which would.
+    response["Content-Length"] = str(len(response.content))
+    # Django logs every 5xx at ERROR; shedding is the server working as
+    # intended, and logging each one would cost the CPU it saves. Its flag
+    # (django.utils.log.log_response) marks this one as logged; the gate
+    # reports the count once a second instead.
+    response._has_been_logged = True  # type: ignore[attr-defined]
+    gate.count_shed()
+    return response
+
+
+class BackpressureMiddleware:
+    """Bounds the requests that run ``accept()`` in flight in this process;
+    answers 503 BACKPRESSURE past the bound (see the module docstring). Under
+    ASGI behind ``BackpressureASGI`` it holds the slot the gate admitted the
+    request with; without it (WSGI, a bare ASGI handler) it admits itself."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[HttpRequest], Any]):
+        self.get_response = get_response
+        self.gate = process_gate()
+        self.limit = self.gate.limit
+        self.admission = self.gate.admission
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
 
     def __call__(self, request: HttpRequest) -> Any:
         if self.is_async:
             return self.__acall__(request)
         if (request.method, request.path_info) not in GUARDED:
             return self.get_response(request)
-        if not self.admission.enter():
-            return self.shed()
+        # Under ASGI with a sync-only middleware further in, Django runs the
+        # whole chain in one thread: the gate's slot is held here until that
+        # thread is done with the view.
+        slot: Slot | None = getattr(request, "scope", {}).get(SLOT_KEY)
+        if slot is None:
+            if not self.admission.enter():
+                return backpressure_response(self.gate)
+            slot = Slot(self.admission)
+        slot.taken_over = True
         try:
             return self.get_response(request)
         finally:
-            self.admission.release()
+            slot.release()
 
     async def __acall__(self, request: HttpRequest) -> HttpResponse:
         get_response: Callable[[HttpRequest], Awaitable[HttpResponse]] = self.get_response
         if (request.method, request.path_info) not in GUARDED:
             return await get_response(request)
-        if not await self.admission.enter_async():
-            return self.shed()
+        slot: Slot | None = getattr(request, "scope", {}).get(SLOT_KEY)
+        if slot is None:
+            if not await self.admission.enter_async():
+                return backpressure_response(self.gate)
+            slot = Slot(self.admission)
+        slot.taken_over = True
         # Django cancels a request whose client disconnected, but a sync
         # view's thread runs on, holding its connection: the slot is given
         # back when the work itself is done, not when the await is cancelled.
@@ -263,11 +384,12 @@ class BackpressureMiddleware:
             return await asyncio.shield(work)
         finally:
             if work.done():
-                self.admission.release()
+                slot.release()
             else:
-                work.add_done_callback(self._release_after)
+                work.add_done_callback(lambda done: _release_after(slot, done))
 
-    def _release_after(self, work: asyncio.Future[HttpResponse]) -> None:
-        self.admission.release()
-        if not work.cancelled():
-            work.exception()  # retrieved: the client is gone, nobody else will
+
+def _release_after(slot: Slot, work: asyncio.Future[HttpResponse]) -> None:
+    slot.release()
+    if not work.cancelled():
+        work.exception()  # retrieved: the client is gone, nobody else will

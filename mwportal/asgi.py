@@ -11,6 +11,7 @@ django_asgi_app = get_asgi_application()
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402  (needs Django set up first)
 from django.conf import settings  # noqa: E402
 
+from missions.backpressure import BackpressureASGI  # noqa: E402
 from missions.routing import websocket_urlpatterns  # noqa: E402
 
 http_app = django_asgi_app
@@ -21,6 +22,10 @@ if settings.MWP_SERVE_STATIC:
     from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 
     http_app = ASGIStaticFilesHandler(django_asgi_app)
+
+# Past the bound on Commands in flight, shed before Django: no thread, no
+# request object (missions/backpressure.py; issue 16 item 9).
+http_app = BackpressureASGI(http_app)
 
 application = ProtocolTypeRouter({"http": http_app, "websocket": URLRouter(websocket_urlpatterns)})
 

@@ -6,8 +6,9 @@ Mission Group's row lock (PostgreSQL) or the database's write lock (SQLite),
 so a first Command sits inside ``accept()``; a second one must then be
 answered ``503 BACKPRESSURE`` at once, with ``retryAfterMs`` and
 ``Retry-After``, writing nothing, and pass when retried unchanged below the
-bound. Then the middleware's sync path (WSGI) and its accounting when Django
-cancels a request whose client went away.
+bound. Then the ASGI gate (it sheds before Django), the middleware's sync
+path (WSGI), and the accounting when Django cancels a request whose client
+went away.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.test import RequestFactory
 
-from missions.backpressure import BackpressureMiddleware
+from missions.backpressure import BackpressureASGI, BackpressureMiddleware, process_gate
 from missions.models import ActionReceipt, Group
 from tests.conftest import AgentKey
 from tests.delivery.conftest import Daphne, daphne  # noqa: F401  (daphne: the real-server fixture)
@@ -236,5 +237,112 @@ def test_it_holds_the_slot_until_a_cancelled_requests_work_is_done(settings: Any
             await asyncio.sleep(0)
         assert middleware.admission.in_flight == 0
         assert (await middleware(command_request())).status_code == 201
+
+    asyncio.run(scenario())
+
+
+def asgi_scope(method: str = "POST", path: str = "/api/v1/commands") -> dict[str, Any]:
+    return {"type": "http", "method": method, "path": path, "root_path": "", "headers": [], "query_string": b""}
+
+
+async def call_asgi(app: Any, scope: dict[str, Any]) -> list[dict[str, Any]]:
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    return sent
+
+
+def test_it_sheds_before_django_under_asgi(settings: Any) -> None:
+    """Past the bound the gate answers itself: the application behind it
+    (Django: a request object and a thread for request_started) never runs."""
+    settings.MWP_MAX_INFLIGHT_COMMANDS = 1
+    settings.MWP_BACKPRESSURE_WAIT_MS = 0
+
+    async def scenario() -> None:
+        calls: list[str] = []
+        release = asyncio.Event()
+
+        async def django(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            calls.append(f"{scope['method']} {scope['path']}")
+            if len(calls) == 1:
+                await release.wait()
+            await send({"type": "http.response.start", "status": 201, "headers": []})
+            await send({"type": "http.response.body", "body": b"{}"})
+
+        gate = BackpressureASGI(django)
+        held = asyncio.ensure_future(call_asgi(gate, asgi_scope()))
+        while not calls:
+            await asyncio.sleep(0)
+        shed = await call_asgi(gate, asgi_scope())
+        read = await call_asgi(gate, asgi_scope("GET", "/api/v1/memberships"))
+        release.set()
+        assert (await held)[0]["status"] == 201
+        assert calls == ["POST /api/v1/commands", "GET /api/v1/memberships"]  # the shed one never got through
+        start, body = shed
+        assert start["status"] == 503
+        headers = dict(start["headers"])
+        assert headers[b"retry-after"] == b"1"
+        assert int(headers[b"content-length"]) == len(body["body"])
+        error = json.loads(body["body"])["error"]
+        assert error["code"] == "BACKPRESSURE"
+        assert error["retryable"] is True
+        assert error["retryAfterMs"] == 1000
+        assert read[0]["status"] == 201
+        assert (await call_asgi(gate, asgi_scope()))[0]["status"] == 201  # below the bound again
+        assert process_gate().admission.in_flight == 0
+
+    asyncio.run(scenario())
+
+
+def test_it_keeps_the_gates_slot_until_the_views_work_is_done(settings: Any) -> None:
+    """Behind the gate the middleware holds the gate's slot; Django cancelling
+    the request (client gone) does not give it back while the view runs on."""
+    settings.MWP_MAX_INFLIGHT_COMMANDS = 1
+    settings.MWP_BACKPRESSURE_WAIT_MS = 0
+
+    async def scenario() -> None:
+        entered, release = asyncio.Event(), asyncio.Event()
+        running: list[asyncio.Future[HttpResponse]] = []
+
+        async def work() -> HttpResponse:
+            entered.set()
+            await release.wait()
+            return HttpResponse(status=201)
+
+        async def view(request: HttpRequest) -> HttpResponse:
+            running.append(asyncio.ensure_future(work()))
+            return await asyncio.shield(running[-1])  # like sync_to_async's thread: runs on when cancelled
+
+        middleware = BackpressureMiddleware(view)
+
+        async def django(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            request = command_request()
+            request.scope = scope  # type: ignore[attr-defined]  # what ASGIRequest carries
+            response = await middleware(request)
+            await send({"type": "http.response.start", "status": response.status_code, "headers": []})
+            await send({"type": "http.response.body", "body": response.content})
+
+        gate = BackpressureASGI(django)
+        admission = process_gate().admission
+        request_task = asyncio.ensure_future(call_asgi(gate, asgi_scope()))
+        await entered.wait()
+        request_task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await request_task
+        assert admission.in_flight == 1
+        assert (await call_asgi(gate, asgi_scope()))[0]["status"] == 503
+        release.set()
+        await running[0]
+        for _ in range(10):  # the view resumes, then the middleware's done-callback runs
+            await asyncio.sleep(0)
+        assert admission.in_flight == 0
+        assert (await call_asgi(gate, asgi_scope()))[0]["status"] == 201
+        assert admission.in_flight == 0  # released once, not twice
 
     asyncio.run(scenario())
