@@ -12,8 +12,9 @@ at most ``MWP_BACKPRESSURE_WAIT_MS`` for a slot, and one that gets none is
 answered at once ``503 BACKPRESSURE`` with ``retryAfterMs`` and
 ``Retry-After`` (spec §19: retryable; the sender retries unchanged, same
 Action ID), before any database work. The bound's default follows the
-connection pool when one is configured (``OPTIONS["pool"]["max_size"]``), so
-admitted Commands never queue on the pool; otherwise ``DEFAULT_LIMIT``.
+connection pool when one is configured: ``OPTIONS["pool"]["max_size"]``
+(``MWP_DB_POOL_MAX``) less ``POOL_RESERVE`` for reads, so admitted Commands
+do not queue on the pool; otherwise ``DEFAULT_LIMIT``.
 
 Two pieces share the process's bound (``process_gate()``):
 
@@ -58,6 +59,8 @@ from mwportal.protocol import ErrorCode, ProtocolError
 # spend part of their time waiting on the database, few enough that a
 # process's threads and connections stay small (issue 16 item 9).
 DEFAULT_LIMIT = 8
+# Connections of a process's pool left to everything that is not a Command.
+POOL_RESERVE = 2
 # How long a request may wait for a slot: a short burst is absorbed, a
 # sustained overload is shed before clients time out.
 DEFAULT_WAIT_MS = 50
@@ -90,11 +93,13 @@ def _setting(name: str, default: int, minimum: int) -> int:
 
 
 def default_limit() -> int:
-    """The connection pool's size when there is one: an admitted Command then
-    always finds a connection; else ``DEFAULT_LIMIT``."""
+    """With a connection pool, its size less ``POOL_RESERVE``: admitted
+    Commands then find a connection without waiting out the pool's timeout
+    (which would answer INTERNAL_ERROR), and reads, the hub and WebSocket
+    consumers still find one; else ``DEFAULT_LIMIT``."""
     pool = settings.DATABASES.get("default", {}).get("OPTIONS", {}).get("pool")
     if isinstance(pool, dict) and isinstance(pool.get("max_size"), int) and pool["max_size"] > 0:
-        return int(pool["max_size"])
+        return max(1, int(pool["max_size"]) - POOL_RESERVE)
     return DEFAULT_LIMIT
 
 

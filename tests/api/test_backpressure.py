@@ -346,3 +346,12 @@ def test_it_keeps_the_gates_slot_until_the_views_work_is_done(settings: Any) -> 
         assert admission.in_flight == 0  # released once, not twice
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(("value", "problem"), [("many", "must be an integer"), ("0", "must be at least 1")])
+def test_it_refuses_a_bad_bound_clearly(settings: Any, value: str, problem: str) -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    settings.MWP_MAX_INFLIGHT_COMMANDS = value
+    with pytest.raises(ImproperlyConfigured, match=f"MWP_MAX_INFLIGHT_COMMANDS {problem}"):
+        process_gate()
