@@ -499,9 +499,18 @@ class Hub:
         feed = self.feeds.get(group_id)
         if feed is None:
             feed = self.feeds[group_id] = _Feed(group_id)
-            if self.layer is not None and self.channel is not None:
-                await self.layer.group_add(group_channel(group_id), self.channel)
-            heads = await database_sync_to_async(_heads)([group_id])
+            try:
+                if self.layer is not None and self.channel is not None:
+                    await self.layer.group_add(group_channel(group_id), self.channel)
+                heads = await database_sync_to_async(_heads)([group_id])
+            except BaseException:
+                # A feed whose head was never read must not stay: every later
+                # subscribe would wait for it forever (issue 16 item 10).
+                # Those already waiting start afresh.
+                if self.feeds.get(group_id) is feed:
+                    del self.feeds[group_id]
+                feed.ready.set()
+                raise
             feed.head = max(feed.head, heads.get(group_id, 0))
             feed.ready.set()
             # Subscribers that joined while the head was read wake up now.
@@ -509,6 +518,8 @@ class Hub:
                 other.wake.set()
         else:
             await feed.ready.wait()
+            if self.feeds.get(group_id) is not feed:
+                return await self.subscribe(group_id, after, deliver, deliver_now)
         sub = Subscription(group_id, after, deliver, deliver_now)
         feed.subscribers.add(sub)
         sub.task = asyncio.create_task(self._run(feed, sub))
