@@ -126,6 +126,10 @@ def test_it_restarts_a_killed_celery_worker_leaves_no_orphan_and_stops_the_tree(
         eventually(lambda: None if answers(port) else "no answer", BOOT_SECONDS, "the portal answers")
         eventually(lambda: None if "Demo Workers" in log.read_text() else log.read_text()[-2000:], 20,
                    "the banner, after the demo Workers started")  # fmt: skip
+        # ./mw serve leaves debug off (issue 16 item 3): a 404 is the portal's page, not Django's technical one.
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/no-such-page/", timeout=5)  # noqa: S310
+        assert missing.value.code == 404 and b"URLconf" not in missing.value.read()
         procs = processes_of(var)
         tree = under(procs, supervisor.pid)
         assert set(procs) == tree, f"outside the tree: {[procs[p] for p in set(procs) - tree]}"
