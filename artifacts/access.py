@@ -1,7 +1,17 @@
 """``access_*`` gates of the artifacts app: the only way views fetch what an
 Agent may read. Each raises NOT_FOUND for what does not exist (or does not
 exist where it was asked for) and NOT_A_MEMBER for what the Agent's
-Memberships do not reach."""
+Memberships do not reach, except blobs: a blob the Agent may not read is
+NOT_FOUND exactly like one that does not exist, so a hash cannot be probed
+for existence (issue 16 item 8).
+
+Holding bytes is proven only by sending them (issue 16 item 1): a Group holds
+a blob when bytes were uploaded into it (``BlobGroup``, written by
+``artifact.upload``, which only the upload views issue after storing and
+hashing the bytes); an Agent reads a blob only through an *active* Membership
+of such a Group. A hash learned anywhere else (a forwarded Context Package, an
+Event seen before a removal) opens nothing.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +20,7 @@ from missions.models import Agent, Group, Membership
 from mwportal.protocol import ErrorCode, ProtocolError
 from workitems.models import WorkItem
 
-from .models import Artifact, Blob, BlobGroup, ContextPackage
+from .models import Blob, BlobGroup, ContextPackage
 
 
 def member_groups(agent: Agent) -> set[str]:
@@ -18,16 +28,45 @@ def member_groups(agent: Agent) -> set[str]:
     return {str(g) for g in Membership.objects.filter(agent=agent, active=True).values_list("group_id", flat=True)}
 
 
+def blob_not_found(sha256: str) -> ProtocolError:
+    """The one answer for a blob that is absent *or* not readable by the caller."""
+    return ProtocolError(ErrorCode.NOT_FOUND, f"no Artifact {sha256}", {"sha256": sha256})
+
+
 def access_blob(agent: Agent, sha256: str) -> Blob:
-    """The blob, if the Agent is a member of a Group that holds it (uploaded or published there)."""
-    blob = Blob.objects.filter(sha256=sha256).first()
-    if blob is None:
-        raise ProtocolError(ErrorCode.NOT_FOUND, f"no Artifact {sha256}", {"sha256": sha256})
-    groups = {str(g) for g in BlobGroup.objects.filter(blob=blob).values_list("group_id", flat=True)}
-    groups |= {str(g) for g in Artifact.objects.filter(sha256=sha256).values_list("group_id", flat=True)}
-    if not groups & member_groups(agent):
-        raise ProtocolError(ErrorCode.NOT_A_MEMBER, "not a member of a Group this Artifact belongs to")
-    return blob
+    """The blob, if the Agent is an active member of a Mission Group it was
+    uploaded into; NOT_FOUND otherwise (whether or not it exists).
+
+    Published manifests add no Group of their own: ``artifact.publish``
+    requires the content to be held by its Group already.
+    """
+    held = (
+        BlobGroup.objects.filter(
+            blob_id=sha256,
+            group__kind=Group.KIND_MISSION,
+            group_id__in=Membership.objects.filter(agent=agent, active=True).values("group_id"),
+        )
+        .select_related("blob")
+        .first()
+    )
+    if held is None:
+        raise blob_not_found(sha256)
+    return held.blob
+
+
+def access_upload_group(agent: Agent, group_id: str) -> Group:
+    """The Group an upload goes into: a Mission Group the Agent is an active
+    member of (``access_group``'s answers otherwise). The Organization's
+    administrative Group holds no Artifacts (issue 16 item 1): FORBIDDEN,
+    before a byte of the body is read."""
+    group = access_group(agent, group_id)
+    if group.kind != Group.KIND_MISSION:
+        raise ProtocolError(
+            ErrorCode.FORBIDDEN,
+            "Artifacts are uploaded into a Mission Group, never the Organization's administrative Group",
+            {"group": str(group.id)},
+        )
+    return group
 
 
 def access_workitem(agent: Agent, workitem_id: str) -> WorkItem:

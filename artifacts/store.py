@@ -8,6 +8,11 @@ check the hash before a byte is served. A blob whose bytes no longer match is
 never served (ARTIFACT_HASH_MISMATCH): the mismatch is logged and recorded on
 the ``Blob`` row (``integrity = "mismatch"``), where the portal shows it.
 Nothing is ever held whole in memory: every loop moves ``CHUNK`` bytes.
+
+The store is private to the server's user (issue 16 item 8): its
+directories are created 0700 and its files 0600 (``private_dir``; staged
+files come from ``mkstemp``, which makes them 0600, and keep that mode when
+they are moved under their hash).
 """
 
 from __future__ import annotations
@@ -34,13 +39,23 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from missions.models import Agent, Group
-from mwportal.protocol import ErrorCode, ProtocolError, make_envelope, parse_envelope
+from mwportal.protocol import ErrorCode, ProtocolError, make_envelope, malformed, parse_envelope
 
 from .models import Blob, BlobGroup
 
 log = logging.getLogger("missions.artifacts")
 CHUNK = 1024 * 1024
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+# RFC 6838 section 4.2: type-name "/" subtype-name, each a restricted-name of
+# 1-127 characters starting with a letter or digit. No parameters (the view
+# drops them) and nothing a header or a database text column could choke on.
+_RESTRICTED_NAME = r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"
+MEDIA_TYPE_RE = re.compile(rf"^{_RESTRICTED_NAME}/{_RESTRICTED_NAME}$")
+# ``Blob.media_type`` and ``Artifact.media_type`` are CharField(max_length=200):
+# longer is refused here, not by PostgreSQL as a 500 (issue 16 item 6).
+MEDIA_TYPE_MAX = Blob._meta.get_field("media_type").max_length or 200
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
 
 
 def storage() -> Storage:
@@ -50,10 +65,47 @@ def storage() -> Storage:
 
 @cache
 def _storage(dotted: str, root: str) -> Storage:
-    if not dotted:
-        return FileSystemStorage(location=root)
-    cls = import_string(dotted)
-    return cls() if cls is not FileSystemStorage else FileSystemStorage(location=root)
+    cls = import_string(dotted) if dotted else FileSystemStorage
+    if cls is not FileSystemStorage:
+        return cls()
+    # The modes also cover what Django's own save() writes (a storage other
+    # than the fast path of ``_put``).
+    return FileSystemStorage(
+        location=root, file_permissions_mode=PRIVATE_FILE_MODE, directory_permissions_mode=PRIVATE_DIR_MODE
+    )
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` as a directory, creating each missing level with mode 0700.
+
+    ``Path.mkdir(parents=True)`` would give the parents the default mode
+    (0755 under the usual umask): the store would be listable by every user
+    of the machine. The store root is tightened once if an older
+    installation left it open, which is enough: nothing below it can be
+    reached without traversing it.
+    """
+    missing = []
+    level = path
+    while not level.exists():
+        missing.append(level)
+        level = level.parent
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # a concurrent request made it first
+            directory.mkdir(mode=PRIVATE_DIR_MODE)
+    return path
+
+
+def _private_root(root: Path) -> None:
+    if root in _TIGHTENED:
+        return
+    private_dir(root)
+    if root.stat().st_mode & 0o077:
+        log.warning("artifact store %s was readable by other users; setting mode 0700", root)
+        os.chmod(root, PRIVATE_DIR_MODE)
+    _TIGHTENED.add(root)
+
+
+_TIGHTENED: set[Path] = set()
 
 
 def blob_name(sha256: str) -> str:
@@ -66,12 +118,25 @@ def check_sha256(value: object, field: str = "sha256") -> str:
     return value
 
 
+def check_media_type(value: object, field: str = "Content-Type") -> str:
+    """``value`` if it is an RFC 6838 media type (``type/subtype``, no
+    parameters) of at most ``MEDIA_TYPE_MAX`` characters; MALFORMED otherwise."""
+    if not isinstance(value, str) or not MEDIA_TYPE_RE.match(value):
+        raise malformed(field, "must be a media type type/subtype (RFC 6838 tokens), such as application/json")
+    if len(value) > MEDIA_TYPE_MAX:
+        raise malformed(field, f"a media type is at most {MEDIA_TYPE_MAX} characters")
+    return value
+
+
 def spool_dir() -> Path:
+    """The private staging directory: ``<root>/tmp``, on the same filesystem
+    as the blobs so a staged file moves under its hash by a rename. With
+    another storage it still lives under ``MWP_ARTIFACT_ROOT`` (this machine's
+    disk), never in the shared system temp directory."""
     store = storage()
-    base = Path(store.location) if isinstance(store, FileSystemStorage) else Path(tempfile.gettempdir())
-    spool = base / "tmp"
-    spool.mkdir(parents=True, exist_ok=True)
-    return spool
+    root = Path(store.location) if isinstance(store, FileSystemStorage) else Path(settings.MWP_ARTIFACT_ROOT)
+    _private_root(root)
+    return private_dir(root / "tmp")
 
 
 def store_stream(
@@ -84,6 +149,7 @@ def store_stream(
     fact of its log, accepted as ``artifact.upload`` (``link_to_group``).
     Publishing the Artifact (its signed manifest) is ``artifact.publish``.
     """
+    check_media_type(media_type)
     blob = store_bytes(stream, media_type, max_bytes, expected_size)
     link_to_group(blob, group, agent)
     return blob
@@ -223,7 +289,7 @@ def _put(sha: str, tmp_path: str) -> None:
     name = blob_name(sha)
     if isinstance(store, FileSystemStorage):
         final = Path(store.path(name))
-        final.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(final.parent)
         os.replace(tmp_path, final)  # same bytes, same name: replacing is harmless
         return
     if store.exists(name):

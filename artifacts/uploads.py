@@ -15,7 +15,15 @@ whole) ever holds more than a chunk of an Artifact in memory.
 Staging is content, not authoritative state: files, no model. Only the Agent
 that created an upload sees it (anyone else: NOT_FOUND). An upload older than
 ``MWP_ARTIFACT_UPLOAD_TTL_SECONDS`` is deleted when it is next touched and by
-the sweep each ``create_upload`` runs.
+the sweep each ``create_upload`` runs; ``cancel_upload`` deletes one at once.
+
+An upload reserves disk until it completes, is cancelled or expires, so each
+Agent has a quota (issue 16 item 8): at most ``MWP_ARTIFACT_UPLOAD_MAX_OPEN``
+open uploads and ``MWP_ARTIFACT_UPLOAD_MAX_RESERVED_BYTES`` of declared
+``Upload-Length`` between them. Past either, ``create_upload`` answers
+RATE_LIMITED with ``retryAfterMs``. The count and the new upload are made
+under one lock of the uploads directory, so concurrent creates cannot both
+take the last place.
 """
 
 from __future__ import annotations
@@ -37,7 +45,16 @@ from missions.models import Agent, Group
 from mwportal.protocol import ErrorCode, ProtocolError, malformed
 
 from .models import Blob
-from .store import CHUNK, hash_file, link_to_group, put_staged, spool_dir
+from .store import (
+    CHUNK,
+    PRIVATE_FILE_MODE,
+    check_media_type,
+    hash_file,
+    link_to_group,
+    private_dir,
+    put_staged,
+    spool_dir,
+)
 
 UPLOAD_ID_RE = re.compile(r"^[0-9a-f]{32}$")
 
@@ -47,9 +64,7 @@ def chunk_max() -> int:
 
 
 def uploads_dir() -> Path:
-    path = spool_dir() / "uploads"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return private_dir(spool_dir() / "uploads")
 
 
 def _paths(upload_id: str) -> tuple[Path, Path]:
@@ -71,35 +86,104 @@ def _delete(upload_id: str) -> None:
             path.unlink()
 
 
-def sweep_stale_uploads(now: float | None = None) -> int:
-    """Delete the uploads older than the TTL; how many went."""
-    now = time.time() if now is None else now
-    gone = 0
+def _metas() -> Iterator[tuple[str, dict[str, Any]]]:
     for meta_path in uploads_dir().glob("*.json"):
         try:
             meta = json.loads(meta_path.read_text())
         except (OSError, ValueError):
             meta = {}
+        yield meta_path.stem, meta
+
+
+def _open_metas(now: float) -> list[dict[str, Any]]:
+    """The metas of the uploads still open, deleting the stale ones on the way."""
+    found = []
+    for upload_id, meta in _metas():
         if _is_stale(meta, now):
-            _delete(meta_path.stem)
+            _delete(upload_id)
+        else:
+            found.append(meta)
+    return found
+
+
+def sweep_stale_uploads(now: float | None = None) -> int:
+    """Delete the uploads older than the TTL; how many went."""
+    now = time.time() if now is None else now
+    gone = 0
+    for upload_id, meta in _metas():
+        if _is_stale(meta, now):
+            _delete(upload_id)
             gone += 1
     return gone
 
 
+@contextlib.contextmanager
+def _directory_locked() -> Iterator[None]:
+    """One quota decision at a time (this machine's uploads directory)."""
+    with open(spool_dir() / "uploads.lock", "a") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        yield
+
+
+def check_quota(agent: Agent, length: int, now: float) -> None:
+    """RATE_LIMITED when one more upload of ``length`` bytes would take the
+    Agent past its open uploads or reserved bytes (sweeping stale uploads).
+
+    ``retryAfterMs`` is when the Agent's oldest open upload expires, the
+    latest moment a place frees by itself, bounded to a minute: completing
+    or cancelling (``DELETE``) one of its uploads frees a place at once.
+    """
+    mine = [m for m in _open_metas(now) if m.get("agent") == str(agent.id)]
+    max_open = int(settings.MWP_ARTIFACT_UPLOAD_MAX_OPEN)
+    max_bytes = int(settings.MWP_ARTIFACT_UPLOAD_MAX_RESERVED_BYTES)
+    reserved = sum(int(m.get("length", 0)) for m in mine)
+    if len(mine) < max_open and reserved + length <= max_bytes:
+        return
+    oldest = min((float(m.get("created", now)) for m in mine), default=now)
+    expires_in = max(0.0, oldest + settings.MWP_ARTIFACT_UPLOAD_TTL_SECONDS - now)
+    raise ProtocolError(
+        ErrorCode.RATE_LIMITED,
+        f"this Agent has {len(mine)} open uploads reserving {reserved} bytes (at most {max_open} uploads and "
+        f"{max_bytes} bytes): complete or DELETE one first",
+        {"open": len(mine), "max_open": max_open, "reserved_bytes": reserved, "max_reserved_bytes": max_bytes,
+         "length": length},
+        retry_after_ms=max(1000, min(60_000, int(expires_in * 1000))),
+    )  # fmt: skip
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+
+
 def create_upload(group: Group, agent: Agent, media_type: str, length: int) -> str:
-    """Stage an empty upload of ``length`` bytes; its id."""
+    """Stage an empty upload of ``length`` bytes; its id. MALFORMED for a bad
+    length or media type, RATE_LIMITED past the Agent's quota."""
+    check_media_type(media_type)
     if not 0 < length <= settings.MWP_ARTIFACT_MAX_BYTES:
         raise malformed("Upload-Length", f"must be from 1 to {settings.MWP_ARTIFACT_MAX_BYTES} bytes")
-    sweep_stale_uploads()
-    upload_id = uuid.uuid4().hex
-    part, meta_path = _paths(upload_id)
-    part.touch(exist_ok=False)
-    meta = {"group": str(group.id), "agent": str(agent.id), "media_type": media_type, "length": length,
-            "created": time.time()}  # fmt: skip
-    tmp = meta_path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(meta))
-    os.replace(tmp, meta_path)
+    with _directory_locked():
+        now = time.time()
+        check_quota(agent, length, now)  # also sweeps the stale uploads
+        upload_id = uuid.uuid4().hex
+        part, meta_path = _paths(upload_id)
+        part.touch(mode=PRIVATE_FILE_MODE, exist_ok=False)
+        meta = {"group": str(group.id), "agent": str(agent.id), "media_type": media_type, "length": length,
+                "created": now}  # fmt: skip
+        tmp = meta_path.with_suffix(".json.tmp")
+        _write_private(tmp, json.dumps(meta))
+        os.replace(tmp, meta_path)
     return upload_id
+
+
+def cancel_upload(upload_id: str, agent: Agent) -> None:
+    """Delete an upload of ``agent`` and its staged bytes (NOT_FOUND for any
+    other): its place in the quota frees at once. Waits for a PATCH or a
+    completion in progress on it."""
+    load_upload(upload_id, agent)
+    with _locked(upload_id):
+        _delete(upload_id)
 
 
 def load_upload(upload_id: str, agent: Agent) -> dict[str, Any]:

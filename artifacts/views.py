@@ -23,7 +23,18 @@ the server never holds more than a chunk of one (bench/artifacts.py).
 Reads only: the signed manifest arrives with ``artifact.publish``, Context
 Packages with ``context.publish``/``context.forward``, through
 ``POST /api/v1/commands``. Everything is for members of the Group concerned;
-anyone else gets 403 NOT_A_MEMBER (or 404 when the thing is not in that Group).
+anyone else gets 403 NOT_A_MEMBER (or 404 when the thing is not in that
+Group), except a blob: one the caller may not read is 404 NOT_FOUND like one
+that does not exist (``access_blob``; issue 16 item 8).
+
+The byte routes (uploads and the download) authenticate by bearer token
+only, never by the portal's session cookie (issue 16 item 2): a browser
+that holds the cookie cannot be led into fetching Worker-supplied bytes from
+the API. The download is always an attachment, ``nosniff``, under
+``Content-Security-Policy: sandbox`` (``attachment_headers``), so HTML or SVG
+a Worker uploaded never runs in the portal's origin. Uploads go into Mission
+Groups only (``access_upload_group``); a resumable upload's reservation
+counts against the Agent's quota (``artifacts.uploads``).
 """
 
 from __future__ import annotations
@@ -40,16 +51,19 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from missions.access import access_group
-from missions.auth import request_agent
+from missions.auth import BearerTokenAuthentication, request_agent
 from missions.models import GroupEvent
 from missions.views import ERRORS
 from mwportal.protocol import ErrorCode, ProtocolError, malformed, parse_uuid
 
-from .access import access_blob, access_context_package, access_workitem, member_groups
-from .models import Artifact, ArtifactSource, ContextForward, ContextPackage
+from .access import access_blob, access_context_package, access_upload_group, access_workitem, member_groups
+from .models import Artifact, ArtifactSource, Blob, ContextForward, ContextPackage
 from .review import review_summary
-from .store import achunks, check_served, check_sha256, open_verified, store_stream
-from .uploads import append_chunk, chunk_max, complete_upload, create_upload, load_upload
+from .store import achunks, check_media_type, check_served, check_sha256, open_verified, store_stream
+from .uploads import append_chunk, cancel_upload, chunk_max, complete_upload, create_upload, load_upload
+
+# The byte routes: a bearer token only (issue 16 item 2).
+BYTE_ROUTE_AUTHENTICATION = [BearerTokenAuthentication]
 
 
 class _RawParser(BaseParser):
@@ -62,6 +76,7 @@ class _RawParser(BaseParser):
 
 
 class ArtifactUploadView(APIView):
+    authentication_classes = BYTE_ROUTE_AUTHENTICATION
     parser_classes = [_RawParser]
 
     @extend_schema(
@@ -71,9 +86,12 @@ class ArtifactUploadView(APIView):
     )
     def post(self, request: Request) -> Response:
         agent = request_agent(request)
-        group = access_group(agent, parse_uuid(request.query_params.get("group"), "group"))
+        group = access_upload_group(agent, parse_uuid(request.query_params.get("group"), "group"))
         media_type = _media_type(request)
         declared = request._request.META.get("CONTENT_LENGTH") or ""
+        if declared.isdigit() and int(declared) > settings.MWP_ARTIFACT_MAX_BYTES:
+            # Refused before a byte of the body is read.
+            raise malformed("body", f"an Artifact is at most {settings.MWP_ARTIFACT_MAX_BYTES} bytes")
         if isinstance(request._request, ASGIRequest) and declared.isdigit() and int(declared) > chunk_max():
             # daphne has queued the whole body in memory before this view
             # runs: past a chunk, Artifacts take the resumable upload.
@@ -93,10 +111,9 @@ class ArtifactUploadView(APIView):
 
 
 def _media_type(request: Request) -> str:
-    media_type = (request.content_type or "application/octet-stream").split(";")[0].strip()
-    if not media_type or "/" not in media_type:
-        raise malformed("Content-Type", "must be a media type such as application/json")
-    return media_type
+    """The upload's media type: the Content-Type without its parameters,
+    checked (RFC 6838 tokens, at most the column's length: issue 16 item 6)."""
+    return check_media_type((request.content_type or "application/octet-stream").split(";")[0].strip())
 
 
 def _header_int(request: Request, name: str) -> int:
@@ -117,6 +134,7 @@ UPLOAD_HEADERS = {"Cache-Control": "no-store"}
 class ResumableUploadCreateView(APIView):
     """Start a resumable upload of ``Upload-Length`` bytes into a Group."""
 
+    authentication_classes = BYTE_ROUTE_AUTHENTICATION
     parser_classes = [_RawParser]
 
     @extend_schema(
@@ -131,11 +149,18 @@ class ResumableUploadCreateView(APIView):
             ),
         ],  # fmt: skip
         request=None,
-        responses={201: OpenApiResponse(description='{"upload", "offset": 0, "chunk_max"}'), **ERRORS},
+        responses={
+            201: OpenApiResponse(description='{"upload", "offset": 0, "chunk_max"}'),
+            **ERRORS,
+            429: OpenApiResponse(
+                description="RATE_LIMITED: the Agent's open uploads or reserved bytes are at their bound "
+                "(MWP_ARTIFACT_UPLOAD_MAX_OPEN, MWP_ARTIFACT_UPLOAD_MAX_RESERVED_BYTES); retryAfterMs"
+            ),
+        },
     )
     def post(self, request: Request) -> Response:
         agent = request_agent(request)
-        group = access_group(agent, parse_uuid(request.query_params.get("group"), "group"))
+        group = access_upload_group(agent, parse_uuid(request.query_params.get("group"), "group"))
         media_type = _media_type(request)
         length = _header_int(request, "Upload-Length")
         upload_id = create_upload(group, agent, media_type, length)
@@ -147,8 +172,11 @@ class ResumableUploadCreateView(APIView):
 
 
 class ResumableUploadView(APIView):
-    """A resumable upload: its offset (``HEAD``/``GET``), and a chunk appended (``PATCH``)."""
+    """A resumable upload: its offset (``HEAD``/``GET``), a chunk appended
+    (``PATCH``), or the upload abandoned (``DELETE``: its reservation is
+    released at once)."""
 
+    authentication_classes = BYTE_ROUTE_AUTHENTICATION
     parser_classes = [_RawParser]
 
     @extend_schema(
@@ -199,9 +227,18 @@ class ResumableUploadView(APIView):
             return Response(exc.as_dict(), status=409, headers={"Upload-Offset": str(exc.details["offset"])})
         return Response(status=204, headers={"Upload-Offset": str(new_offset), **UPLOAD_HEADERS})
 
+    @extend_schema(
+        request=None, responses={204: OpenApiResponse(description="the upload and its staged bytes are gone"), **ERRORS}
+    )
+    def delete(self, request: Request, upload_id: str) -> Response:
+        cancel_upload(upload_id, request_agent(request))
+        return Response(status=204, headers=UPLOAD_HEADERS)
+
 
 class ResumableUploadCompleteView(APIView):
     """Store a fully received upload under its SHA-256 (and record the Group holding it)."""
+
+    authentication_classes = BYTE_ROUTE_AUTHENTICATION
 
     @extend_schema(
         parameters=[OpenApiParameter("sha256", str, description="the SHA-256 the client expects the bytes to have")],
@@ -220,12 +257,36 @@ class ResumableUploadCompleteView(APIView):
         if expected is not None:
             check_sha256(expected)
         meta = load_upload(upload_id, agent)
-        group = access_group(agent, meta["group"])  # still a member
+        group = access_upload_group(agent, meta["group"])  # still an active member
         blob = complete_upload(upload_id, agent, group, expected)
         return Response({"sha256": blob.sha256, "size": blob.size, "media_type": blob.media_type}, status=201)
 
 
+def attachment_headers(response: StreamingHttpResponse, blob: Blob) -> StreamingHttpResponse:
+    """Serve ``blob`` as a download that no browser renders (issue 16 item 2).
+
+    A Worker chooses the media type of what it uploads: ``text/html`` or
+    ``image/svg+xml`` served inline from the portal's origin would run its
+    script with the viewer's session. ``attachment`` makes a browser save
+    the bytes instead of rendering them, ``nosniff`` stops it guessing
+    another type, and ``sandbox`` puts anything rendered anyway (a browser
+    that ignores the disposition, an ``<iframe>``) in an opaque origin with
+    scripts off. The file name is the hash alone: nothing the uploader chose
+    reaches the header. ``private``: a shared cache must not keep bytes
+    served to one authorised viewer.
+    """
+    response["Content-Disposition"] = f'attachment; filename="{blob.sha256}"'
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Content-Security-Policy"] = "sandbox; default-src 'none'"
+    response["Cache-Control"] = "private"
+    response["Content-Length"] = str(blob.size)
+    response["ETag"] = f'"{blob.sha256}"'
+    return response
+
+
 class ArtifactDownloadView(APIView):
+    authentication_classes = BYTE_ROUTE_AUTHENTICATION
+
     @extend_schema(
         responses={
             200: OpenApiResponse(description="the Artifact's bytes, after their SHA-256 was checked"),
@@ -246,9 +307,7 @@ class ArtifactDownloadView(APIView):
             response = StreamingHttpResponse(achunks(sha256), content_type=blob.media_type)
         else:
             response = StreamingHttpResponse(open_verified(sha256), content_type=blob.media_type)
-        response["Content-Length"] = str(blob.size)
-        response["ETag"] = f'"{sha256}"'
-        return response
+        return attachment_headers(response, blob)
 
 
 def _node(artifacts: list[Artifact]) -> list[dict[str, Any]]:

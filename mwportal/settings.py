@@ -264,6 +264,10 @@ MWP_ARTIFACT_MAX_BYTES = int(os.environ.get("MWP_ARTIFACT_MAX_BYTES", str(2 * 10
 MWP_ARTIFACT_CHUNK_BYTES = int(os.environ.get("MWP_ARTIFACT_CHUNK_BYTES", str(8 * 1024**2)))
 # A resumable upload not completed within this long is deleted.
 MWP_ARTIFACT_UPLOAD_TTL_SECONDS = int(os.environ.get("MWP_ARTIFACT_UPLOAD_TTL_SECONDS", "86400"))
+# Per Agent, the resumable uploads it may hold open and the bytes their
+# Upload-Length may reserve between them; past either, RATE_LIMITED (issue 16 item 8).
+MWP_ARTIFACT_UPLOAD_MAX_OPEN = int(os.environ.get("MWP_ARTIFACT_UPLOAD_MAX_OPEN", "16"))
+MWP_ARTIFACT_UPLOAD_MAX_RESERVED_BYTES = int(os.environ.get("MWP_ARTIFACT_UPLOAD_MAX_RESERVED_BYTES", str(4 << 30)))
 # The storage class of Artifact bytes (dotted path; empty: a FileSystemStorage
 # under MWP_ARTIFACT_ROOT).
 MWP_ARTIFACT_STORAGE = os.environ.get("MWP_ARTIFACT_STORAGE", "")

@@ -146,11 +146,11 @@ def test_a_context_package_of_group_a_cannot_be_read_through_group_b_13_3(
     )
 
 
-def test_non_members_get_403_and_unknown_packages_404(art: Artifacts, outsider: AgentKey) -> None:
+def test_non_members_and_unknown_packages_get_the_same_404_issue_16_item_8(art: Artifacts, outsider: AgentKey) -> None:
     doc = package_doc(art, art.coordinator)
     publish(art.coordinator, art.group, doc)
-    error_of(art.get(f"/api/v1/groups/{art.group}/context-packages/{doc['package']}", outsider), 403, "NOT_A_MEMBER")
-    error_of(art.get(f"/api/v1/groups/{art.group}/context-packages", outsider), 403, "NOT_A_MEMBER")
+    error_of(art.get(f"/api/v1/groups/{art.group}/context-packages/{doc['package']}", outsider), 404, "NOT_FOUND")
+    error_of(art.get(f"/api/v1/groups/{art.group}/context-packages", outsider), 404, "NOT_FOUND")
     error_of(art.get(f"/api/v1/groups/{art.group}/context-packages/{uuid.uuid4()}"), 404, "NOT_FOUND")
 
 
@@ -190,8 +190,8 @@ def test_forwarding_across_groups_needs_permission_and_leaves_an_auditable_event
     outsider_of_a = _b_only_member(owner, other["group"])
     error_of(
         art.get(f"/api/v1/groups/{other['group']}/context-packages/{doc['package']}/events", outsider_of_a),
-        403,
-        "NOT_A_MEMBER",
+        404,
+        "NOT_FOUND",
     )
     refused(ErrorCode.INVALID_TRANSITION, art.coordinator.send, "context.forward", art.group, body)
 

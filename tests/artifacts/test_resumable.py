@@ -173,7 +173,7 @@ def test_an_expected_hash_mismatch_is_refused_and_nothing_is_stored(art: Artifac
 
 
 def test_non_members_cannot_start_an_upload(art: Artifacts, outsider: AgentKey) -> None:
-    error_of(start(art, 10, agent=outsider), 403, "NOT_A_MEMBER")
+    error_of(start(art, 10, agent=outsider), 404, "NOT_FOUND")
     client, auth = art.client(art.worker)
     error_of(
         client.post(f"{UPLOADS}?group=00000000-0000-4000-8000-000000000000", content_type="text/csv",

@@ -61,24 +61,29 @@ def test_a_vanished_blob_is_refused_not_crashed(art: Artifacts) -> None:
     assert Blob.objects.get(sha256=sha).integrity == "missing"
 
 
-def test_non_members_cannot_download_and_unknown_hashes_are_404(art: Artifacts, outsider: AgentKey) -> None:
-    sha = art.upload(b"members only")
-    error_of(art.download(sha, outsider), 403, "NOT_A_MEMBER")
-    error_of(art.download("0" * 64, art.coordinator), 404, "NOT_FOUND")
+def test_it_answers_a_non_member_as_if_the_blob_did_not_exist_issue_16_item_8(
+    art: Artifacts, outsider: AgentKey
+) -> None:
+    """No existence oracle: a blob the caller may not read is NOT_FOUND with
+    the same message shape as a hash nobody uploaded."""
+    sha, unknown = art.upload(b"members only"), "0" * 64
+    hidden = error_of(art.download(sha, outsider), 404, "NOT_FOUND")
+    absent = error_of(art.download(unknown, outsider), 404, "NOT_FOUND")
+    assert hidden == {**absent, "message": absent["message"].replace(unknown, sha), "details": {"sha256": sha}}
     error_of(art.download("not-a-hash", art.coordinator), 400, "MALFORMED")
 
 
 def test_a_blob_of_group_b_is_not_readable_by_a_member_of_group_a_only(art: Artifacts, other: dict[str, str]) -> None:
     # Carl uploads to B; Wanda is a member of A only, Walt of both.
     sha = art.upload(b"mission B content", agent=art.coordinator, group=other["group"])
-    error_of(art.download(sha, art.worker), 403, "NOT_A_MEMBER")
+    error_of(art.download(sha, art.worker), 404, "NOT_FOUND")
     assert art.download(sha, art.worker2).status_code == 200
 
 
 def test_upload_needs_group_membership(art: Artifacts, outsider: AgentKey) -> None:
     client, auth = art.client(outsider)
     response = client.post(f"/api/v1/artifacts?group={art.group}", data=b"x", content_type="text/plain", **auth)
-    error_of(response, 403, "NOT_A_MEMBER")
+    error_of(response, 404, "NOT_FOUND")
 
 
 @pytest.mark.django_db(transaction=True)  # the ASGI handler's thread reads committed rows
@@ -139,3 +144,29 @@ def test_a_body_shorter_than_its_content_length_is_refused_not_stored(art: Artif
     assert info.value.code == ErrorCode.MALFORMED
     assert not Blob.objects.filter(sha256=hashlib.sha256(b"cut sh").hexdigest()).exists()
     assert not list((Path(settings.MWP_ARTIFACT_ROOT) / "tmp").iterdir())
+
+
+def test_it_keeps_the_store_private_to_the_servers_user_issue_16_item_8(art: Artifacts) -> None:
+    """Directories 0700, files 0600, whatever the umask; an older store left open is tightened."""
+    import os
+    import stat
+
+    root = Path(settings.MWP_ARTIFACT_ROOT)
+    root.mkdir(mode=0o755)
+    os.chmod(root, 0o755)  # noqa: S103 (the open mode an older installation left, to be tightened)
+    old_umask = os.umask(0o022)
+    try:
+        sha = art.upload(b"private bytes")
+        client, auth = art.client(art.worker)
+        upload = client.post(
+            f"/api/v1/artifacts/uploads?group={art.group}", content_type="text/plain", HTTP_UPLOAD_LENGTH="4", **auth
+        ).json()["upload"]
+    finally:
+        os.umask(old_umask)
+    blob = stored_path(sha)
+    dirs = [root, root / "tmp", root / "tmp" / "uploads", blob.parent, blob.parent.parent]
+    files = [blob, root / "tmp" / "uploads" / f"{upload}.part", root / "tmp" / "uploads" / f"{upload}.json"]
+    assert {str(d.relative_to(root)): stat.S_IMODE(d.stat().st_mode) for d in dirs} == {
+        str(d.relative_to(root)): 0o700 for d in dirs
+    }
+    assert {f.name: stat.S_IMODE(f.stat().st_mode) for f in files} == {f.name: 0o600 for f in files}
