@@ -15,7 +15,11 @@ check that needed it.
 Built-in kinds:
 
 - ``json_schema`` (stage ``schema``): ``{"schema": <JSON Schema>}``; each
-  Artifact parses as JSON and validates;
+  Artifact parses as JSON and validates. A document nested deeper than
+  ``MAX_JSON_DEPTH`` arrays and objects fails, saying so (issue 16 item 7):
+  parsing and validating it would recurse past Python's stack, and how deep
+  that is depends on where the pipeline runs, so a fixed bound keeps the
+  outcome deterministic;
 - ``checksum``: ``{"sha256": hex}``; one of the Artifacts is exactly these bytes;
 - ``size``: ``{"min_bytes"?, "max_bytes"?}``; every Artifact's size is within;
 - ``media_type``: ``{"allowed": [types]}``; every Artifact's media type is listed.
@@ -25,12 +29,16 @@ declaration and a ``run(spec, subjects) -> Outcome`` function, and call
 ``register_check`` from an app's ``ready()`` (or at import of a module that
 ``ready()`` imports). The contract validator then accepts the kind, and the
 pipeline runs it in its stage. ``run`` must be deterministic and must not
-write anything: the pipeline records its outcome through ``accept()``.
+write anything: the pipeline records its outcome through ``accept()``. A
+``run`` that raises, or returns something other than an ``Outcome`` with a
+known result and JSON details, is recorded as a failed check naming the
+error (``run_check``): a check never leaves a review unrecorded.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +46,13 @@ from typing import Any
 from django.conf import settings
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
+
+from mwportal.protocol import canonicalize
+
+log = logging.getLogger("missions.review")
+# Arrays and objects, one inside the other, a json_schema check accepts.
+MAX_JSON_DEPTH = 64
+RESULTS = ("pass", "fail", "inconclusive")
 
 
 @dataclass(frozen=True)
@@ -105,6 +120,24 @@ def _integrity_failures(subjects: list[Subject]) -> dict[str, str]:
     return {s.sha256: s.integrity for s in subjects if s.integrity != "verified"}
 
 
+def json_depth(value: Any) -> int:
+    """How many arrays and objects nest in ``value`` at its deepest (walked
+    without recursion, so any parsed document can be measured)."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return deepest
+
+
+TOO_DEEP = f"nested deeper than {MAX_JSON_DEPTH} arrays and objects"
+
+
 def _json_schema(spec: dict[str, Any], subjects: list[Subject]) -> Outcome:
     validator = Draft202012Validator(spec["schema"])
     problems: dict[str, str] = {}
@@ -115,8 +148,16 @@ def _json_schema(spec: dict[str, Any], subjects: list[Subject]) -> Outcome:
             continue
         try:
             value = json.loads(raw)
+        except RecursionError:
+            # Deeper than the parser's stack: far past MAX_JSON_DEPTH, and
+            # the same answer as a document it could parse at that depth.
+            problems[s.sha256] = TOO_DEEP
+            continue
         except ValueError as exc:
-            problems[s.sha256] = f"not JSON: {exc}"
+            problems[s.sha256] = f"not JSON: {exc}"[:500]
+            continue
+        if json_depth(value) > MAX_JSON_DEPTH:
+            problems[s.sha256] = TOO_DEEP
             continue
         error = next(iter(sorted(validator.iter_errors(value), key=lambda e: e.message)), None)
         if error is not None:
@@ -173,6 +214,39 @@ register_check(
     CheckKind("media_type", "deterministic", {"type": "object", "additionalProperties": False, "required": ["allowed"],
               "properties": {"allowed": {"type": "array", "minItems": 1, "items": {"type": "string"}}}}, _media_type)
 )  # fmt: skip
+
+
+def run_check(kind: CheckKind, spec: dict[str, Any], subjects: list[Subject]) -> Outcome:
+    """``kind.run(spec, subjects)``, or a failed Outcome naming what went
+    wrong when it raised or returned something the pipeline cannot record
+    (issue 16 item 7: a crash in one check must not leave the review pending
+    forever). The error is logged with its traceback for the operator; the
+    recorded reason names only its type and message."""
+    try:
+        outcome = kind.run(spec, subjects)
+        if not isinstance(outcome, Outcome) or outcome.result not in RESULTS or not isinstance(outcome.details, dict):
+            raise TypeError(f"returned {outcome!r:.200}, not an Outcome with a result of {', '.join(RESULTS)}")
+        outcome = Outcome(outcome.result, _scrub(outcome.details))
+        canonicalize(outcome.details)  # what review.record will have to carry
+    except Exception as exc:  # any failure of a check is that check's outcome
+        log.exception("check %s failed to run on %s", kind.kind, [s.sha256 for s in subjects])
+        reason = f"the check could not run: {type(exc).__name__}: {exc}"[:500]
+        return Outcome("fail", {"reason": _scrub(reason)})
+    return outcome
+
+
+def _scrub(value: Any) -> Any:
+    """``value`` with every string made storable text: a NUL (which a
+    PostgreSQL ``jsonb`` refuses) and a lone surrogate (which is not Unicode,
+    so not canonical JSON) become visible escapes. A check's messages quote
+    the Artifact's content, which the uploader chose."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\\u0000").encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_scrub(k): _scrub(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_scrub(v) for v in value]
+    return value
 
 
 def validate_declared(spec: dict[str, Any], where: str) -> None:

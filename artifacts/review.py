@@ -193,7 +193,9 @@ def evaluate(item: WorkItem, submission: Submission) -> tuple[list[dict[str, Any
                 elif not chosen:
                     outcome = registry.Outcome("fail", {"reason": "no Artifact to check"})
                 else:
-                    outcome = kind.run(spec, chosen)
+                    # Never raises: a crashing check is recorded as failed
+                    # with its reason (issue 16 item 7).
+                    outcome = registry.run_check(kind, spec, chosen)
                 results.append({
                     "stage": stage, "criteria": [criterion["id"]], "kind": spec["kind"],
                     "artifacts": [s.sha256 for s in chosen], "result": outcome.result, "details": outcome.details,

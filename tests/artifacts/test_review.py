@@ -248,7 +248,7 @@ def test_the_review_summary_is_served_to_members_only(art: Artifacts, outsider: 
     assert body["artifacts"][0]["manifest"]["content_hash"] == sha
     complete = next(r for r in body["criteria"] if r["id"] == "complete")
     assert complete["evidence"][0]["artifacts"] == [sha]
-    error_of(art.get(f"/api/v1/workitems/{item}/review", outsider), 403, "NOT_A_MEMBER")
+    error_of(art.get(f"/api/v1/workitems/{item}/review", outsider), 404, "NOT_FOUND")
     error_of(art.get("/api/v1/workitems/00000000-0000-4000-8000-000000000000/review"), 404, "NOT_FOUND")
 
 
@@ -337,3 +337,106 @@ def test_failure_evidence_is_kept_as_records_of_the_event_that_carried_it_13_2(a
         (retried.sequence, retried.body["evidence"][0]),
         (failed.sequence, failed.body["evidence"][0]),
     ]
+
+
+# --- a check never leaves a review pending (issue 16 item 7) ---------------------
+
+
+def schema_contract(schema: dict[str, Any], *more: dict[str, Any]) -> dict[str, Any]:
+    return contract(
+        acceptance_criteria=[
+            {"id": "complete", "description": "well formed", "evidence_methods": ["schema"],
+             "checks": [{"kind": "json_schema", "schema": schema}, *more]},
+        ]
+    )  # fmt: skip
+
+
+def recorded_result(item: str, kind: str) -> dict[str, Any]:
+    summary = review_summary(WorkItem.objects.get(id=item))
+    assert summary["review"]["status"] == "recorded", summary["review"]
+    (complete,) = summary["criteria"]
+    assert complete["outcome"] == "fail"
+    return next(r for r in complete["results"] if r["kind"] == kind)
+
+
+def nested(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+def submitted_once(art: Artifacts, content: bytes, c: dict[str, Any]) -> tuple[str, str]:
+    """Submitted with Evidence for its one criterion, ``complete``."""
+    item = art.active_item(c)
+    sha = art.produce(item, content, "application/json")
+    art.submit_with(item, {"complete": [sha]}, [sha])
+    return item, sha
+
+
+def raising(exc: BaseException) -> Any:
+    def run() -> Any:
+        raise exc
+
+    return run
+
+
+@pytest.mark.parametrize("depth", [100_000, checks.MAX_JSON_DEPTH + 1])
+def test_it_fails_the_schema_stage_of_a_deeply_nested_json_artifact_with_a_reason_issue_16_item_7(
+    art: Artifacts, depth: int
+) -> None:
+    """100,000 nested arrays crashed the parser (RecursionError) and left the review pending forever."""
+    item, sha = submitted_once(art, nested(depth), schema_contract({"type": "array"}))
+    assert art.review(item) is not None
+    result = recorded_result(item, "json_schema")
+    assert (result["stage"], result["result"]) == ("schema", "fail")
+    assert result["details"]["problems"] == {sha: f"nested deeper than {checks.MAX_JSON_DEPTH} arrays and objects"}
+
+
+def test_a_json_artifact_at_the_depth_bound_is_validated(art: Artifacts) -> None:
+    c = schema_contract({"type": "array", "items": {"$ref": "#"}})
+    item, _ = submitted_once(art, nested(checks.MAX_JSON_DEPTH), c)
+    art.review(item)
+    complete = review_summary(WorkItem.objects.get(id=item))["criteria"][0]
+    assert next(r for r in complete["results"] if r["kind"] == "json_schema")["result"] == "pass"
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "reason"),
+    [
+        (raising(RuntimeError("boom")), "RuntimeError: boom"),
+        (raising(RecursionError("maximum recursion depth exceeded")), "RecursionError: maximum recursion"),
+        (lambda: "maybe", "TypeError: returned 'maybe'"),
+        (lambda: checks.Outcome("perhaps"), "TypeError: returned Outcome(result='perhaps'"),
+        (lambda: checks.Outcome("pass", {"when": datetime.now(UTC)}), "the check could not run"),
+    ],
+    ids=["raises", "recursion", "not-an-outcome", "unknown-result", "details-not-json"],
+)
+def test_it_records_a_check_that_crashes_as_failed_with_its_reason(art: Artifacts, behaviour: Any, reason: str) -> None:
+    def run(spec: dict[str, Any], subjects: list[checks.Subject]) -> checks.Outcome:
+        return behaviour()  # type: ignore[no-any-return]
+
+    checks.register_check(checks.CheckKind("fragile", "deterministic", {"type": "object"}, run))
+    try:
+        item, _ = submitted_once(art, REPORT, schema_contract({"type": "object"}, {"kind": "fragile"}))
+        assert art.review(item) is not None
+    finally:
+        del checks.CHECKS["fragile"]
+    result = recorded_result(item, "fragile")
+    assert (result["stage"], result["result"]) == ("deterministic", "fail")
+    assert reason in result["details"]["reason"]
+
+
+def test_a_nul_or_lone_surrogate_quoted_by_a_check_is_recorded_on_every_backend(art: Artifacts) -> None:
+    """A check's details quote the Artifact's content, which the uploader
+    chose; PostgreSQL's jsonb refuses a NUL and canonical JSON a lone
+    surrogate, so either would have left the review unrecorded."""
+
+    def run(spec: dict[str, Any], subjects: list[checks.Subject]) -> checks.Outcome:
+        return checks.Outcome("fail", {"first_line": (subjects[0].read(100) or b"").decode("utf-8", "surrogatepass")})
+
+    content = '{"rows": "\x00 and \ud800"}'.encode("utf-8", "surrogatepass")
+    checks.register_check(checks.CheckKind("quoting", "deterministic", {"type": "object"}, run))
+    try:
+        item, _ = submitted_once(art, content, schema_contract({"type": "object"}, {"kind": "quoting"}))
+        assert art.review(item) is not None
+    finally:
+        del checks.CHECKS["quoting"]
+    assert recorded_result(item, "quoting")["details"]["first_line"] == '{"rows": "\\u0000 and \\ud800"}'
