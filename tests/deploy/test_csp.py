@@ -19,7 +19,7 @@ from django.test import Client
 from django.urls import include, path
 
 from portal import visuals
-from tests.deploy.conftest import ROOT
+from tests.delivery.conftest import ROOT
 from tests.portal.conftest import Person, approval_contract
 from tests.workitems.flow import Flow
 

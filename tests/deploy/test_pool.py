@@ -147,7 +147,7 @@ def test_it_fails_fast_with_an_operational_error_when_the_pool_is_empty(settings
     """issue 16 item 9: a request that finds every pooled connection taken
     waits MWP_DB_POOL_TIMEOUT and gets OperationalError (the API answers it as
     a retryable error), instead of opening connection after connection."""
-    pool = connection.pool
+    pool = connection.pool  # type: ignore[attr-defined]  # PostgreSQL's wrapper only
     assert pool is not None and pool.max_size == settings.DATABASES["default"]["OPTIONS"]["pool"]["max_size"]
     timeout = settings.DATABASES["default"]["OPTIONS"]["pool"]["timeout"]
     assert timeout <= 5
