@@ -16,11 +16,13 @@ sends the same frame again (spec §19). What a connection may do is bounded
   ``MWP_WS_HELLO_TIMEOUT_SECONDS`` is closed (4003), and no address holds
   more than ``MWP_WS_MAX_UNAUTHENTICATED_PER_ADDRESS`` such connections in
   one daphne process (the next is told RATE_LIMITED and closed, 4008);
-- a connection is one Agent: a second ``hello`` is refused (FORBIDDEN) and
-  closes the connection (4008), since keeping it open under a first identity
-  would only help a client that does not know whom it speaks for; a
-  ``command`` whose envelope actor is not that Agent is refused (FORBIDDEN),
-  so a connection cannot relay another Agent's signed Commands;
+- a connection is one Agent, fixed by its first successful ``hello``: a
+  second ``hello`` is refused (FORBIDDEN) and closes the connection (4008),
+  rather than being ignored, because a client that sends one is confused
+  about whom it speaks for and every frame after it would be misread; a
+  client with another session opens another connection. A ``command`` whose
+  envelope actor is not that Agent is refused (FORBIDDEN, ``ref`` its action
+  ID), so a connection cannot relay another Agent's signed Commands;
 - subscribes and unsubscribes, and presence frames, each draw on a
   per-connection token bucket, and a connection follows at most
   ``MWP_WS_MAX_SUBSCRIPTIONS`` Groups; past either, RATE_LIMITED (with

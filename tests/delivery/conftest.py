@@ -133,7 +133,8 @@ class Client:
         await self.ws.send(json.dumps(frame))
 
     async def recv(self, timeout: float = 10) -> dict[str, Any]:
-        return json.loads(await asyncio.wait_for(self.ws.recv(), timeout))
+        frame: dict[str, Any] = json.loads(await asyncio.wait_for(self.ws.recv(), timeout))
+        return frame
 
     async def events(self, group: str, until: int, timeout: float = 20) -> list[dict[str, Any]]:
         """Receive ``event`` frames of ``group`` until its sequence ``until``."""

@@ -64,7 +64,7 @@ def test_a_member_watches_the_group_live(
 def test_a_non_member_sees_nothing(daphne: Daphne, mission: dict[str, str]) -> None:
     cookie, _ = person("nora")
     frames, code = asyncio.run(stream(daphne, mission["group"], cookie, None))
-    assert [(f["op"], f["code"]) for f in frames] == [("error", "NOT_A_MEMBER")]
+    assert [(f["op"], f["code"]) for f in frames] == [("error", "NOT_FOUND")]  # as if absent (issue 16 item 8)
     assert code == 4008
 
 

@@ -47,13 +47,19 @@ def daphne_env() -> dict[str, str | None]:
 
 
 async def closed_with(client: Client, timeout: float = 10) -> tuple[list[dict[str, Any]], int | None]:
-    """Every frame until the server closes the connection, and its close code."""
+    """Every frame until the server closes the connection, and its close code;
+    None as the code when it is still open after ``timeout`` seconds."""
     frames: list[dict[str, Any]] = []
+    deadline = asyncio.get_running_loop().time() + timeout
     try:
-        while True:
-            frames.append(await client.recv(timeout))
+        while (left := deadline - asyncio.get_running_loop().time()) > 0:
+            frames.append(await client.recv(left))
     except ConnectionClosed as closed:
         return frames, closed.rcvd.code if closed.rcvd else None
+    except TimeoutError:
+        pass
+    await client.close()
+    return frames, None
 
 
 async def handshake(url: str, headers: dict[str, str] | None = None) -> int:
