@@ -120,11 +120,15 @@ TEMPLATES = [
 ]
 
 DATABASE_URL = os.environ.get("MWP_DATABASE_URL", f"sqlite:///{VAR_DIR / 'mwportal.sqlite3'}")
-# No persistent connections: under ASGI every request thread would keep its
-# own, and two daphnes ran PostgreSQL out of connections (issue 16 item 9).
-# PostgreSQL connections come from a bounded pool per process instead.
+# No persistent PostgreSQL connections: under ASGI every request thread would
+# keep its own, and two daphnes ran the server out of connections (issue 16
+# item 9); they come from a bounded pool per process instead (below).
 _db = dj_database_url.parse(DATABASE_URL, conn_max_age=0)
 if _db["ENGINE"] == "django.db.backends.sqlite3":
+    # The embedded file has no server-side limit to exhaust, and reopening it
+    # per request would rerun the PRAGMAs below: its threads keep their
+    # connections (checked before reuse), as before the pool.
+    _db["CONN_MAX_AGE"], _db["CONN_HEALTH_CHECKS"] = 300, True
     # The embedded database is created private (its -wal/-shm follow its mode).
     if _db["NAME"] and _db["NAME"] != ":memory:":
         private_file(Path(_db["NAME"]))

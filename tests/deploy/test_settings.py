@@ -135,3 +135,15 @@ def test_it_collects_static_files_readable_by_the_proxy(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert mode(static / "portal" / "portal.css") == 0o644
     assert mode(static / "portal") == 0o755
+
+
+def test_it_pools_postgresql_connections_sized_from_the_environment(tmp_path: Path) -> None:
+    """issue 16 item 9: PostgreSQL gets Django's psycopg pool (no persistent
+    per-thread connections); the embedded SQLite keeps its connections as before."""
+    code = "d = settings.DATABASES['default']; print(d['CONN_MAX_AGE'], d['OPTIONS'].get('pool'))"
+    pg = settings_process(
+        base_env(tmp_path / "var", MWP_DATABASE_URL="postgres://mwp@db.invalid:5432/mwp", MWP_DB_POOL_MIN="1",
+                 MWP_DB_POOL_MAX="7", MWP_DB_POOL_TIMEOUT="2.5"), code)  # fmt: skip
+    assert pg.stdout.strip() == "0 {'min_size': 1, 'max_size': 7, 'timeout': 2.5, 'max_idle': 60.0}", pg.stderr
+    lite = settings_process(base_env(tmp_path / "var"), code)
+    assert lite.stdout.strip() == "300 None", lite.stderr
