@@ -29,7 +29,9 @@ the same database (``action_id uuid PRIMARY KEY, body jsonb``), from
 ``RAW_POOL`` autocommit connections per process; it answers 201.
 
 **The ramp** (open loop): Poisson arrivals at a rate that starts at
-``--start-rate`` and grows by ``--growth`` each step of ``--step-seconds``;
+``--start-rate`` and grows by ``--growth`` each step of ``--step-seconds``
+(longer at low rates: at least ``--min-samples`` requests, so that the p99
+is not just the slowest request);
 each request is sent at its arrival time whatever the earlier ones are doing,
 and its latency is measured from that time (so a server that falls behind is
 charged for the wait). A step is *sustained* when every request was answered
@@ -42,7 +44,8 @@ four times (``--overload``), and counts the answers there: 201, ``BACKPRESSURE``
 **server errors** (any other 5xx, including a 503 without that document),
 other refusals, transport failures and requests with no answer within
 ``TIMEOUT_S``. Server errors at twice the rate must be 0 (the target). The peak number of PostgreSQL
-connections to the scratch database is sampled throughout.
+connections of the side being measured is sampled throughout (the
+project's count includes this process's one).
 
 Each side's ramp is repeated ``--repeat`` times (default 3, ``--quick`` 1),
 project and raw interleaved; medians are reported. ``--quick`` runs 2 s steps
@@ -82,6 +85,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH = "served"
 SCRATCH_DB = "bench_served"
 RAW_TABLE = "served_raw_command"
+RAW_APPLICATION_NAME = "mwp-served-raw"  # how the connection sampler tells the raw side's connections apart
 GROUPS = 16
 PROCESSES = 2
 RAW_POOL = 8  # the project's default in-flight bound per process on PostgreSQL (missions/backpressure.py)
@@ -188,7 +192,10 @@ async def _raw_connection_pool() -> asyncio.Queue[Any]:
 
             pool: asyncio.Queue[Any] = asyncio.Queue()
             for _ in range(RAW_POOL):
-                pool.put_nowait(await psycopg.AsyncConnection.connect(os.environ["MWP_BENCH_RAW_DSN"], autocommit=True))
+                conn = await psycopg.AsyncConnection.connect(
+                    os.environ["MWP_BENCH_RAW_DSN"], autocommit=True, application_name=RAW_APPLICATION_NAME
+                )
+                pool.put_nowait(conn)
             _raw_pool = pool
     return _raw_pool
 
@@ -348,11 +355,14 @@ def start_servers(app: str, env: dict[str, str], var: Path, name: str) -> list[S
 
 
 class ConnectionSampler:
-    """The peak number of PostgreSQL connections to the scratch database, sampled every 0.25 s."""
+    """The peak number of PostgreSQL connections to the scratch database of
+    the side being measured (``side``), sampled every 0.25 s: the raw app's
+    by their application name, the project's (and this process's) all others."""
 
     def __init__(self, admin_url: str):
         self.admin_url = admin_url
         self.peak = 0
+        self.side = "project"
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -373,8 +383,13 @@ class ConnectionSampler:
 
         with psycopg.connect(conninfo(self.admin_url), autocommit=True) as conn:
             while not self._stop.wait(0.25):
-                row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (SCRATCH_DB,))
-                count = row.fetchone()
+                row = conn.execute(
+                    "SELECT count(*) FILTER (WHERE application_name = %s),"
+                    " count(*) FILTER (WHERE application_name <> %s)"
+                    " FROM pg_stat_activity WHERE datname = %s",
+                    (RAW_APPLICATION_NAME, RAW_APPLICATION_NAME, SCRATCH_DB),
+                ).fetchone()
+                count = None if row is None else (row[0] if self.side == "raw" else row[1],)
                 self.peak = max(self.peak, int(count[0]) if count else 0)
 
 
@@ -623,6 +638,7 @@ def measure_step(side: Side, sampler: ConnectionSampler, rate: float, seconds: f
         finally:
             client.close()
 
+    sampler.side = side.name
     sampler.reset()
     # This process is the measuring instrument: no collection of its own
     # during a step, one between steps.
@@ -642,12 +658,14 @@ def ramp(side: Side, sampler: ConnectionSampler, args: argparse.Namespace, rep: 
     rate = args.start_rate
     k = 0
     while rate <= args.max_rate:
-        step = measure_step(side, sampler, rate, args.step_seconds, seed=1000 * rep + k)
+        # Long enough for a p99 that is not just the slowest request.
+        seconds = max(args.step_seconds, args.min_samples / rate)
+        step = measure_step(side, sampler, rate, seconds, seed=1000 * rep + k)
         log(f"  {side.name:7} run {rep + 1}  {step.line()}")
         if not step.sustained:
             # One hiccup of a shared machine (another process's burst) ends a
             # ramp of short steps: a step not sustained is tried once more.
-            again = measure_step(side, sampler, rate, args.step_seconds, seed=1000 * rep + 500 + k)
+            again = measure_step(side, sampler, rate, seconds, seed=1000 * rep + 500 + k)
             log(f"  {side.name:7} run {rep + 1}  {again.line()}  (again)")
             step = again if again.sustained else step
         result.steps.append(step)
@@ -693,6 +711,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="2 s steps, one run per side (under two minutes)")
     parser.add_argument("--repeat", type=int, default=0, help="ramps per side (default 3; --quick: 1)")
     parser.add_argument("--step-seconds", type=float, default=0.0, help="seconds per step (default 4; --quick: 2)")
+    parser.add_argument(
+        "--min-samples", type=int, default=0, help="a step lasts until at least this many requests (100; full: 200)"
+    )
     parser.add_argument("--start-rate", type=float, default=20.0, help="the first step's rate (requests/s)")
     parser.add_argument("--growth", type=float, default=1.25, help="each step's rate over the previous one's")
     parser.add_argument("--max-rate", type=float, default=5000.0, help="the ramp stops here in any case")
@@ -708,6 +729,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--overload: comma-separated numbers, not {args.overload!r}")
     args.repeat = args.repeat or (1 if args.quick else 3)
     args.step_seconds = args.step_seconds or (2.0 if args.quick else 4.0)
+    args.min_samples = args.min_samples or (100 if args.quick else 200)
     if args.growth <= 1 or args.start_rate <= 0:
         parser.error("--growth must be above 1 and --start-rate above 0")
 
