@@ -45,6 +45,7 @@ def opened(art: Artifacts, length: int, agent: AgentKey | None = None) -> str:
 def rate_limited(response: Any) -> dict[str, Any]:
     error = error_of(response, 429, "RATE_LIMITED")
     assert 1000 <= error["retryAfterMs"] <= 60_000
+    assert int(response["Retry-After"]) == -(-error["retryAfterMs"] // 1000)
     return error
 
 
