@@ -39,7 +39,6 @@ def server(transactional_db: None, settings: Any) -> Iterator[Daphne]:
         "MWP_HEAD_POLL_SECONDS": "0.2",
         "MWP_SIGNING_KEY_FILE": str(settings.MWP_SIGNING_KEY_FILE),
         "MWP_ARTIFACT_ROOT": str(settings.MWP_ARTIFACT_ROOT),
-        "MWP_DEBUG": "1",  # the embedded default: daphne serves the static files itself
         "DJANGO_SETTINGS_MODULE": "mwportal.settings",
     })  # fmt: skip
     daphne = Daphne(env)
