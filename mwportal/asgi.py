@@ -23,11 +23,9 @@ if settings.MWP_SERVE_STATIC:
 
     http_app = ASGIStaticFilesHandler(django_asgi_app)
 
-# Past the bound on Commands in flight, shed before Django: no thread, no
-# request object (missions/backpressure.py; issue 16 item 9).
-http_app = BackpressureASGI(http_app)
-
-application = ProtocolTypeRouter({"http": http_app, "websocket": URLRouter(websocket_urlpatterns)})
+# BackpressureASGI: past the bound on Commands in flight, shed before Django,
+# with no thread and no request object (missions/backpressure.py; issue 16 item 9).
+application = ProtocolTypeRouter({"http": BackpressureASGI(http_app), "websocket": URLRouter(websocket_urlpatterns)})
 
 # What the serving process has loaded so far (Django, the apps, Twisted,
 # autobahn: hundreds of thousands of objects that live as long as it does)
