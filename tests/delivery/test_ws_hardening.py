@@ -20,7 +20,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from missions.models import AgentPresence
 from tests.conftest import AgentKey, group_revision, nothing_written
-from tests.delivery.conftest import Client, Daphne
+from tests.delivery.conftest import Client, Daphne, in_db_thread
 from tests.delivery.test_agent_socket import head
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -295,19 +295,21 @@ def test_it_caps_the_groups_one_connection_follows(daphne: Daphne, mission: dict
 def test_it_rate_limits_presence_frames(daphne: Daphne, worker: AgentKey) -> None:
     """issue 16 item 8: presence frames had no rate limit (each is a database write)."""
 
-    async def scenario() -> list[dict[str, Any]]:
+    async def scenario() -> tuple[list[dict[str, Any]], dict[str, Any]]:
         client = await Client.open(daphne, worker.extra["token"])
         for free in range(PRESENCE_BURST + 2):
             await client.send({"op": "presence", "capacity": {"free": free}})
         limited = [await client.recv(), await client.recv()]
+        # Read before closing: a disconnect stores the Agent as gone.
+        stored = await in_db_thread(lambda: AgentPresence.objects.get(agent_id=worker.id).capacity)
         await client.close()
-        return limited
+        return limited, stored
 
-    limited = asyncio.run(scenario())
+    limited, stored = asyncio.run(scenario())
     assert [f["code"] for f in limited] == ["RATE_LIMITED"] * 2
     assert all(0 < f["retryAfterMs"] <= 1000 for f in limited)
     # What was refused was not written: the last stored capacity is the burst's last.
-    assert AgentPresence.objects.get(agent_id=worker.id).capacity == {"free": PRESENCE_BURST - 1}
+    assert stored == {"free": PRESENCE_BURST - 1}
 
 
 def test_it_closes_a_connection_that_floods_past_the_limits(daphne: Daphne, worker: AgentKey) -> None:
@@ -340,17 +342,20 @@ def test_it_answers_within_the_limits_as_before(
 
     top = head(g)
 
-    async def scenario() -> list[dict[str, Any]]:
+    async def scenario() -> tuple[list[dict[str, Any]], dict[str, Any]]:
         client = await Client.open(daphne, owner.extra["token"])
         await client.send({"op": "presence", "capacity": {"free": 2}})
         await client.send({"op": "subscribe", "group": g, "after": top})
         await client.send({"op": "command", "envelope": own})
         frames = [await client.recv(), await client.recv()]
+        # Frames are handled in order, so the presence is stored by now; a
+        # disconnect would store the Agent as gone.
+        stored = await in_db_thread(lambda: AgentPresence.objects.get(agent_id=owner.id).capacity)
         await client.close()
-        return frames
+        return frames, stored
 
-    frames = asyncio.run(scenario())
+    frames, stored = asyncio.run(scenario())
     by_op = {f["op"]: f for f in frames}
     assert by_op["receipt"]["receipt"]["action_id"] == own["action_id"]
     assert (by_op["event"]["event"]["type"], by_op["event"]["event"]["sequence"]) == ("membership.roles_set", top + 1)
-    assert AgentPresence.objects.get(agent_id=owner.id).capacity == {"free": 2}
+    assert stored == {"free": 2}

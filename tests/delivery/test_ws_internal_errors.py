@@ -41,7 +41,7 @@ class Fault:
 @pytest.fixture
 def fault(monkeypatch: pytest.MonkeyPatch) -> Iterator[Fault]:
     state = Fault()
-    real = db_utils.CursorWrapper._execute
+    real = db_utils.CursorWrapper._execute  # type: ignore[attr-defined]  # not in django-stubs: the driver call
 
     def execute(self: Any, sql: str, params: Any, *args: Any) -> Any:
         if state.sql is not None and state.sql in sql:
