@@ -40,8 +40,8 @@ that is not (each such step is tried once more first: one hiccup of a
 shared machine should not end a ramp of short steps). Then the project runs
 one step (twice as long) at **twice its highest sustained rate** and one at
 four times (``--overload``), and counts the answers there: 201, ``BACKPRESSURE``
-(503 with ``retryAfterMs``), ``RATE_LIMITED`` (429 with ``retryAfterMs``),
-**server errors** (any other 5xx, including a 503 without that document),
+(429 with ``retryAfterMs``), ``RATE_LIMITED`` (429 with ``retryAfterMs``),
+**server errors** (every 5xx),
 other refusals, transport failures and requests with no answer within
 ``TIMEOUT_S``. Server errors at twice the rate must be 0 (the target). The peak number of PostgreSQL
 connections of the side being measured is sampled throughout (the
@@ -505,7 +505,7 @@ def classify(status: int, body: bytes) -> str:
     with contextlib.suppress(ValueError, AttributeError):
         error = json.loads(body).get("error") or {}
     retry = isinstance(error.get("retryAfterMs"), int) and error.get("retryable") is True
-    if status == 503 and error.get("code") == "BACKPRESSURE" and retry:
+    if status == 429 and error.get("code") == "BACKPRESSURE" and retry:
         return "backpressure"
     if status == 429 and error.get("code") == "RATE_LIMITED" and retry:
         return "rate_limited"

@@ -9,7 +9,7 @@ This module bounds, per process, how many requests that run
 ``accept()`` (``POST /api/v1/commands`` and ``POST /api/v1/sessions``) are in
 flight at once: at most ``MWP_MAX_INFLIGHT_COMMANDS``, each further one waits
 at most ``MWP_BACKPRESSURE_WAIT_MS`` for a slot, and one that gets none is
-answered at once ``503 BACKPRESSURE`` with ``retryAfterMs`` and
+answered at once ``429 BACKPRESSURE`` with ``retryAfterMs`` and
 ``Retry-After`` (spec §19: retryable; the sender retries unchanged, same
 Action ID), before any database work. The bound's default follows the
 connection pool when one is configured: ``OPTIONS["pool"]["max_size"]``
@@ -319,7 +319,7 @@ def _path_info(scope: dict[str, Any]) -> str:
 
 
 def backpressure_response(gate: Gate) -> HttpResponse:
-    """The 503 BACKPRESSURE document (DESIGN §4 error shape) with Retry-After."""
+    """The 429 BACKPRESSURE document (DESIGN §4 error shape) with Retry-After."""
     err = gate.error()
     response = JsonResponse(err.as_dict(), status=err.http_status)
     response["Retry-After"] = err.retry_after_header() or "1"
@@ -336,7 +336,7 @@ def backpressure_response(gate: Gate) -> HttpResponse:
 
 class BackpressureMiddleware:
     """Bounds the requests that run ``accept()`` in flight in this process;
-    answers 503 BACKPRESSURE past the bound (see the module docstring). Under
+    answers 429 BACKPRESSURE past the bound (see the module docstring). Under
     ASGI behind ``BackpressureASGI`` it holds the slot the gate admitted the
     request with; without it (WSGI, a bare ASGI handler) it admits itself."""
 

@@ -72,8 +72,12 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.DEPENDENCY_UNMET: 422,
     ErrorCode.BUDGET_EXCEEDED: 422,
     ErrorCode.APPROVAL_REQUIRED: 422,
+    # Both are flow control the sender must honour (wait retryAfterMs), not a
+    # failure of the server: 429 keeps 5xx for INTERNAL_ERROR alone, so a
+    # proxy's or a monitor's "server errors" count only real failures, and
+    # an overloaded Authority answers no 5xx at all (issue 16).
     ErrorCode.RATE_LIMITED: 429,
-    ErrorCode.BACKPRESSURE: 503,
+    ErrorCode.BACKPRESSURE: 429,
     ErrorCode.INTERNAL_ERROR: 500,
 }
 

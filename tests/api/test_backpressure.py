@@ -4,7 +4,7 @@ saturation, answer BACKPRESSURE with retryAfterMs, never a 500).
 Against a real daphne whose bound is one Command in flight: the test holds the
 Mission Group's row lock (PostgreSQL) or the database's write lock (SQLite),
 so a first Command sits inside ``accept()``; a second one must then be
-answered ``503 BACKPRESSURE`` at once, with ``retryAfterMs`` and
+answered ``429 BACKPRESSURE`` at once, with ``retryAfterMs`` and
 ``Retry-After``, writing nothing, and pass when retried unchanged below the
 bound. Then the ASGI gate (it sheds before Django), the middleware's sync
 path (WSGI), and the accounting when Django cancels a request whose client
@@ -78,7 +78,7 @@ def hold_the_slot(server: Daphne, envelope: dict[str, Any], results: dict[str, A
     """Send ``envelope`` from a thread until it holds the one slot; that thread.
 
     Probes with an empty Command body tell: one is answered 400 MALFORMED
-    without any database work while the slot is free, 503 once the held
+    without any database work while the slot is free, 429 once the held
     Command took it. A probe that came first may have had the Command shed;
     it wrote nothing, so it is sent again."""
     deadline = time.monotonic() + 20
@@ -88,12 +88,12 @@ def hold_the_slot(server: Daphne, envelope: dict[str, Any], results: dict[str, A
         time.sleep(0.1)
         while sender.is_alive() and time.monotonic() < deadline:
             status, _, _ = post(server, "/api/v1/commands", b"{}")
-            if status == 503:
+            if status == 429:
                 return sender
             assert status == 400, status
             time.sleep(0.05)
         sender.join()
-        assert results["held"][0] == 503, results["held"]
+        assert results["held"][0] == 429, results["held"]
     raise AssertionError("the held Command never took the one slot")
 
 
@@ -126,7 +126,7 @@ def test_it_sheds_a_command_past_the_bound_with_backpressure(
         still_held = sender.is_alive()
     sender.join(30)
 
-    assert status == 503, (status, payload)
+    assert status == 429, (status, payload)
     error = payload["error"]
     assert error["code"] == "BACKPRESSURE", error
     assert error["retryable"] is True, error
@@ -195,7 +195,7 @@ def test_it_sheds_on_the_sync_path_and_leaves_reads_alone(settings: Any) -> None
     read = middleware(RequestFactory().get("/api/v1/commands"))
     release.set()
     holder.join(10)
-    assert shed.status_code == 503
+    assert shed.status_code == 429
     assert json.loads(shed.content)["error"]["code"] == "BACKPRESSURE"
     assert shed["Retry-After"] == "1"
     assert read.status_code == 201
@@ -230,7 +230,7 @@ def test_it_holds_the_slot_until_a_cancelled_requests_work_is_done(settings: Any
         with pytest.raises(asyncio.CancelledError):
             await request_task
         assert middleware.admission.in_flight == 1
-        assert (await middleware(command_request())).status_code == 503
+        assert (await middleware(command_request())).status_code == 429
         release.set()
         await running[0]
         for _ in range(10):  # the view resumes, then the middleware's done-callback runs
@@ -285,7 +285,7 @@ def test_it_sheds_before_django_under_asgi(settings: Any) -> None:
         assert (await held)[0]["status"] == 201
         assert calls == ["POST /api/v1/commands", "GET /api/v1/memberships"]  # the shed one never got through
         start, body = shed
-        assert start["status"] == 503
+        assert start["status"] == 429
         headers = dict(start["headers"])
         assert headers[b"retry-after"] == b"1"
         assert int(headers[b"content-length"]) == len(body["body"])
@@ -336,7 +336,7 @@ def test_it_keeps_the_gates_slot_until_the_views_work_is_done(settings: Any) -> 
         with pytest.raises(asyncio.CancelledError):
             await request_task
         assert admission.in_flight == 1
-        assert (await call_asgi(gate, asgi_scope()))[0]["status"] == 503
+        assert (await call_asgi(gate, asgi_scope()))[0]["status"] == 429
         release.set()
         await running[0]
         for _ in range(10):  # the view resumes, then the middleware's done-callback runs

@@ -43,9 +43,9 @@ def daphne_env() -> dict[str, str | None]:
     return {
         "MWP_DB_POOL_MIN": "1",
         "MWP_DB_POOL_MAX": str(POOL_MAX),
-        # Commands wait for an admission slot instead of being shed with 503
+        # Commands wait for an admission slot instead of being shed with 429
         # BACKPRESSURE (missions/backpressure.py): this test is about
-        # connections, and every answer must be below 500.
+        # connections, and every signed Command must be accepted.
         "MWP_BACKPRESSURE_WAIT_MS": "20000",
         # A burst of 200 on a busy two-core machine may queue on the pool for
         # longer than the production default (3 s) before the last request
