@@ -26,11 +26,11 @@ import os
 import secrets
 import stat
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
+from django.utils.deprecation import MiddlewareMixin
 
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
@@ -115,24 +115,27 @@ def content_security_policy(request: HttpRequest, nonce: str) -> str:
     ])  # fmt: skip
 
 
-class ContentSecurityPolicyMiddleware:
-    """Set the portal's Content-Security-Policy on responses that set none."""
+class ContentSecurityPolicyMiddleware(MiddlewareMixin):
+    """Set the portal's Content-Security-Policy on responses that set none.
 
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
-        self.get_response = get_response
+    A ``MiddlewareMixin`` so that it is async-capable: under ASGI a chain of
+    async-capable middleware runs on the event loop, and one sync-only
+    middleware would move every request through a thread hop of its own.
+    """
 
-    def __call__(self, request: HttpRequest) -> HttpResponse:
+    def process_request(self, request: HttpRequest) -> None:
+        request.csp_nonce = secrets.token_urlsafe(16)  # type: ignore[attr-defined]
+
+    def process_response(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
         from django.conf import settings
 
-        nonce = secrets.token_urlsafe(16)
-        request.csp_nonce = nonce  # type: ignore[attr-defined]
-        response = self.get_response(request)
         if "Content-Security-Policy" in response.headers:
             return response  # a view's own policy (Artifacts: sandbox) stands
         if settings.DEBUG and response.status_code >= 400:
             # Django's technical error pages (MWP_DEBUG=1 only) are inline
             # styles and scripts; a policy would only make them unreadable.
             return response
+        nonce = getattr(request, "csp_nonce", None) or secrets.token_urlsafe(16)
         response.headers["Content-Security-Policy"] = content_security_policy(request, nonce)
         return response
 
