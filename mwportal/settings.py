@@ -130,7 +130,10 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
     # connections (checked before reuse), as before the pool.
     _db["CONN_MAX_AGE"], _db["CONN_HEALTH_CHECKS"] = 300, True
     # The embedded database is created private (its -wal/-shm follow its mode).
-    if _db["NAME"] and _db["NAME"] != ":memory:":
+    # Only where its directory exists: a command that needs no database
+    # (mwp verify-audit) must start whatever the URL names; SQLite itself
+    # refuses a missing directory when a database is actually opened.
+    if _db["NAME"] and _db["NAME"] != ":memory:" and Path(_db["NAME"]).parent.is_dir():
         private_file(Path(_db["NAME"]))
     # WAL lets readers run beside the one writer; IMMEDIATE takes the write
     # lock at BEGIN so concurrent writers (daphne threads, Celery) queue on
