@@ -4,10 +4,13 @@ token reads the Group log in sequence order, ``{"events": [...], "head": H}``.""
 from __future__ import annotations
 
 import uuid
+from urllib.parse import urlencode
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from missions.commands import create_organization
 from missions.models import Group
@@ -246,3 +249,30 @@ def test_an_agent_of_another_organization_cannot_read_it(org: dict[str, str]) ->
     create_organization("globex", "Globex")
     stranger = make_agent("globex", "Gina Globex", ["worker"])
     error_of(http().get(events_url(org["admin_group"]), **bearer(stranger.extra["token"])), 404, "NOT_FOUND")
+
+
+# --- No query answers 500, on either backend (issue 16 item 6) ---------------
+
+query_values = (
+    st.integers(-(2**70), 2**70).map(str)
+    | st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=12)
+    | st.sampled_from(["", "0", "1000", "1e3", "0x10", " 1", "１", "\x00", "1\x00"])
+)
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(after=st.none() | query_values, limit=st.none() | query_values, group=st.sampled_from(["mission", "other"]))
+def test_no_query_answers_500(
+    mission: dict[str, str], worker: AgentKey, after: str | None, limit: str | None, group: str
+) -> None:
+    # Encoded as a client would (NUL as %00); a page or a refusal naming the
+    # parameter, for a Group one reads and for one that is not there.
+    params = {name: value for name, value in (("after", after), ("limit", limit)) if value is not None}
+    target = mission["group"] if group == "mission" else str(uuid.uuid4())
+    response = http().get(events_url(target, urlencode(params)), **bearer(worker.extra["token"]))
+    assert response.status_code in {200, 400, 404, 410}, show(response)
+    if response.status_code == 400:
+        error = error_of(response, 400, "MALFORMED")
+        assert error["details"].get("field") in params, error
+    elif response.status_code != 200:
+        error_of(response, response.status_code, response.json()["error"]["code"])

@@ -4,11 +4,15 @@ fences the agent's previous session (MWP-WRK-014)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from missions.models import Agent, AgentSession
 from mwportal.protocol import generate_keypair, signed
@@ -24,6 +28,7 @@ from tests.api.support import (
     post_raw,
     session_request,
     show,
+    state,
 )
 from tests.conftest import AgentKey
 
@@ -227,3 +232,35 @@ def test_the_session_row_records_the_epoch_and_no_plain_token(org: dict[str, str
     older = AgentSession.objects.filter(agent_id=worker.id, epoch__lt=opened["session_epoch"])
     assert older.exists()
     assert not older.filter(revoked_at__isnull=True).exists()
+
+
+# --- No input answers 500, on either backend (issue 16 item 6) --------------
+
+any_text = st.text(alphabet=st.characters() | st.characters(categories=["Cs"]), max_size=12)
+member_values = st.none() | st.booleans() | st.integers(-(2**60), 2**60) | st.floats() | any_text | st.uuids().map(str)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
+@given(member=st.sampled_from(MEMBERS), value=member_values, resign=st.booleans())
+def test_no_member_value_answers_500(
+    org: dict[str, str], worker: AgentKey, member: str, value: Any, resign: bool
+) -> None:
+    # Any value in any member, signed again or not: the signature verifies
+    # over what was sent, so a re-signed request reaches the lookups (agent,
+    # nonce) with the odd value. NUL and lone surrogates included.
+    request = {**session_request(worker), member: value}
+    if resign and member != "signature":
+        with contextlib.suppress(ValueError):  # no canonical form: send it as it is
+            request = signed(worker.private_key, {k: v for k, v in request.items() if k != "signature"})
+    try:
+        text = json.dumps(request)
+    except ValueError:
+        text = "null"
+    before = state()
+    response = post_raw(http(), SESSIONS, text)
+    assert response.status_code in {201, 400, 401}, show(response)
+    if response.status_code != 201:
+        error_of(response, response.status_code, response.json()["error"]["code"])
+        assert state() == before
