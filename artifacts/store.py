@@ -121,7 +121,7 @@ def check_sha256(value: object, field: str = "sha256") -> str:
 def check_media_type(value: object, field: str = "Content-Type") -> str:
     """``value`` if it is an RFC 6838 media type (``type/subtype``, no
     parameters) of at most ``MEDIA_TYPE_MAX`` characters; MALFORMED otherwise."""
-    if not isinstance(value, str) or not MEDIA_TYPE_RE.match(value):
+    if not isinstance(value, str) or not MEDIA_TYPE_RE.fullmatch(value):
         raise malformed(field, "must be a media type type/subtype (RFC 6838 tokens), such as application/json")
     if len(value) > MEDIA_TYPE_MAX:
         raise malformed(field, f"a media type is at most {MEDIA_TYPE_MAX} characters")
