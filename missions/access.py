@@ -9,17 +9,15 @@ from mwportal.protocol import ErrorCode, ProtocolError
 from .models import Agent, Group, Membership
 
 
-def group_not_found(group_id: str) -> ProtocolError:
+def group_not_found() -> ProtocolError:
     """The one answer for a Group the caller may not see, whether it is absent
     or exists without them: spec §17.2 and DESIGN §4 (GROUP_NOT_FOUND "absent
     or intentionally undisclosed"). Anything that differs between the two
     cases (status, code, message, details) would tell an outsider that a
-    Group ID exists (issue 16 item 8)."""
-    return ProtocolError(
-        ErrorCode.NOT_FOUND,
-        f"group {group_id} does not exist or you are not a member",
-        {"group": str(group_id)},
-    )
+    Group ID exists (issue 16 item 8). It names no Group: the caller knows
+    which one it asked for, and a gate reached through another object (a
+    WorkItem, a Context Package) must not hand out that object's Group ID."""
+    return ProtocolError(ErrorCode.NOT_FOUND, "no such Group, or you are not a member of it")
 
 
 def access_group(agent: Agent, group_id: str) -> Group:
@@ -35,5 +33,5 @@ def access_group(agent: Agent, group_id: str) -> Group:
     )
     group = Group.objects.filter(visible, id=group_id).first()
     if group is None:
-        raise group_not_found(group_id)
+        raise group_not_found()
     return group

@@ -136,3 +136,16 @@ def test_it_answers_work_authorize_of_another_groups_item_as_for_one_of_its_own(
     assert "exists" not in error["message"].lower()
     assert mission["group"] not in unseen.content.decode()
     assert error["details"] == {"field": "body.workitem"}
+
+
+def test_a_gate_reached_through_a_workitem_does_not_hand_out_its_group_id(
+    mission: dict[str, str], coordinator: AgentKey, other_mission: tuple[str, AgentKey]
+) -> None:
+    # GET /workitems/{id}/review checks the item's Group with the same gate;
+    # its refusal must not name that Group to someone outside it.
+    hidden = str(uuid.uuid4())
+    assert authorize(coordinator, mission["group"], hidden).status_code == 201
+    _, cora = other_mission
+    response = http().get(f"/api/v1/workitems/{hidden}/review", **bearer(cora.extra["token"]))
+    error_of(response, 404, "NOT_FOUND")
+    assert mission["group"] not in response.content.decode()
