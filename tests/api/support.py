@@ -51,9 +51,17 @@ def error_of(response: HttpResponse, status: int, code: str) -> dict[str, Any]:
     payload = response.json()
     assert set(payload) == {"error"}, payload
     error = payload["error"]
-    assert {"code", "message", "retryable", "details"} <= set(error) <= {
-        "code", "message", "retryable", "details", "retryAfterMs",
-    }, error
+    assert (
+        {"code", "message", "retryable", "details"}
+        <= set(error)
+        <= {
+            "code",
+            "message",
+            "retryable",
+            "details",
+            "retryAfterMs",
+        }
+    ), error
     assert error["code"] == code, error
     # spec §19: RATE_LIMITED, BACKPRESSURE and INTERNAL_ERROR may be retried unchanged.
     assert error["retryable"] is (code in ("RATE_LIMITED", "BACKPRESSURE", "INTERNAL_ERROR")), error
