@@ -82,6 +82,14 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+# The benchmarks' shared pieces: the complete Work Contract of the Command
+# benchmark, and the fan-out benchmark's port, log and percentile helpers.
+from bench.commands import LIFECYCLE_CONTRACT as CONTRACT  # noqa: E402
+from bench.fanout import free_port, percentile, tail  # noqa: E402
+
 BENCH = "served"
 SCRATCH_DB = "bench_served"
 RAW_TABLE = "served_raw_command"
@@ -95,58 +103,10 @@ MAX_OUTSTANDING = 2000  # requests in flight from this client; past it a request
 COMMANDS_PATH = "/api/v1/commands"
 WARMUP_RATE, WARMUP_SECONDS = 20.0, 1.5
 
-CONTRACT: dict[str, Any] = {
-    "goal": "Summarise the survey responses",
-    "deliverables": ["summary.md"],
-    "acceptance_criteria": [
-        {"id": "complete", "description": "covers every response", "evidence_methods": ["test"]},
-        {"id": "accurate", "description": "no invented facts", "evidence_methods": ["reviewer"]},
-    ],
-    "inputs": [{"kind": "dataset", "ref": "survey-2026"}],
-    "dependencies": [],
-    "allowed": {"tools": ["search"], "data": ["survey"], "operations": ["read"]},
-    "resources": {"memory_mb": 512},
-    "capabilities": [{"id": "summarize", "version": "1.0"}],
-    "deadline": None,
-    "urgency": "normal",
-    "business_impact": "medium",
-    "budgets": {
-        "financial": 100,
-        "tokens": 100000,
-        "tool_calls": 50,
-        "compute_seconds": 3600,
-        "wall_clock_seconds": 7200,
-        "side_effects": 5,
-    },
-    "retry": {"max_attempts": 3, "backoff_seconds": 0, "backoff_multiplier": 2, "deadline": None, "max_cost": None},
-    "risk": {"class": "low", "requires_execution_approval": False},
-}
-
 
 def log(msg: str) -> None:
     """Progress goes to stderr; stdout carries the table and the RESULT lines."""
     print(msg, file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def tail(path: Path, chars: int = 3000) -> str:
-    try:
-        return path.read_text(errors="replace")[-chars:]
-    except OSError:
-        return "(no log)"
-
-
-def percentile(values: list[float], p: float) -> float | None:
-    """Nearest-rank percentile of ``values`` (0 < p <= 100)."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(1, math.ceil(p / 100 * len(ordered))) - 1]
 
 
 def fmt(value: float | None, digits: int = 0) -> str:
