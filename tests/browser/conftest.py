@@ -33,7 +33,8 @@ from playwright.sync_api import Browser, Page, sync_playwright  # noqa: E402
 @pytest.fixture
 def server(transactional_db: None, settings: Any) -> Iterator[Daphne]:
     # The autouse ``_artifact_root`` has pointed MWP_ARTIFACT_ROOT at this test's directory.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    # MWP_DEBUG dropped: the portal as ./mw serve runs it, debug off (issue 16 item 3).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST") and k != "MWP_DEBUG"}
     env.update({
         "MWP_DATABASE_URL": database_url(),
         "MWP_HEAD_POLL_SECONDS": "0.2",

@@ -7,42 +7,24 @@ instead of style attributes still show.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.browser import conftest as browser_kit  # skips this module without Chromium
 from tests.browser.conftest import base_url, shot, sign_in
-from tests.delivery.conftest import Daphne, database_url
+from tests.delivery.conftest import Daphne
 from tests.portal.conftest import Person, approval_contract
 from tests.workitems.flow import Flow
 
 pytestmark = pytest.mark.django_db(transaction=True)
-browser = browser_kit.browser  # the fixture
+browser, server = browser_kit.browser, browser_kit.server  # the fixtures: Chromium, the portal as served
 
 # Records every violation the page reports, before any of its own scripts run.
 WATCH = """
 window.__csp = [];
 document.addEventListener("securitypolicyviolation", e => window.__csp.push(e.violatedDirective + " " + e.blockedURI));
 """
-
-
-@pytest.fixture
-def server(transactional_db: None, settings: Any) -> Iterator[Daphne]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST") and k != "MWP_DEBUG"}
-    env.update({
-        "MWP_DATABASE_URL": database_url(),
-        "MWP_HEAD_POLL_SECONDS": "0.2",
-        "MWP_SIGNING_KEY_FILE": str(settings.MWP_SIGNING_KEY_FILE),
-        "MWP_ARTIFACT_ROOT": str(settings.MWP_ARTIFACT_ROOT),
-        "DJANGO_SETTINGS_MODULE": "mwportal.settings",
-    })  # fmt: skip
-    daphne = Daphne(env)  # MWP_DEBUG unset: the embedded default as ./mw serve runs it
-    daphne.start()
-    yield daphne
-    daphne.kill()
 
 
 def test_it_runs_every_portal_page_without_a_policy_violation(
