@@ -69,12 +69,21 @@ def access_upload_group(agent: Agent, group_id: str) -> Group:
     return group
 
 
+def workitem_not_found(workitem_id: str) -> ProtocolError:
+    """The one answer for a WorkItem the caller may not read, absent or in a
+    Group it is not in (issue 16 item 8: no existence oracle)."""
+    return ProtocolError(ErrorCode.NOT_FOUND, f"no WorkItem {workitem_id}", {"workitem": workitem_id})
+
+
 def access_workitem(agent: Agent, workitem_id: str) -> WorkItem:
-    """The WorkItem, if the Agent may read its Group."""
+    """The WorkItem, if the Agent may read its Group; else the absent answer."""
     item = WorkItem.objects.filter(id=workitem_id).first()
     if item is None:
-        raise ProtocolError(ErrorCode.NOT_FOUND, f"no WorkItem {workitem_id}", {"workitem": workitem_id})
-    access_group(agent, str(item.group_id))
+        raise workitem_not_found(workitem_id)
+    try:
+        access_group(agent, str(item.group_id))
+    except ProtocolError:
+        raise workitem_not_found(workitem_id) from None
     return item
 
 

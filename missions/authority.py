@@ -51,6 +51,7 @@ from mwportal.protocol import (
 )
 from mwportal.protocol.signing import verify_bytes
 
+from .access import group_not_found
 from .delivery import CommitNotices, CommittedHead, notify_commit, prepare_commit
 from .models import ActionReceipt, Agent, Group, GroupEvent, Membership
 from .registry import CommandSpec, spec_for
@@ -392,6 +393,7 @@ def _accept_once(command: Command, spec: CommandSpec, now: datetime) -> Receipt:
             group = _lock_group(cur, env.group, spec)
             actor = _load_actor(cur, command, group)
         _check_actor(command, spec, actor, group)
+        _check_scope(spec, group)
         if command.auth is Auth.SIGNED:
             check_fresh(env, now)
 
@@ -460,9 +462,6 @@ def _read_locked(cur: Any, command: Command, spec: CommandSpec) -> tuple[Any, Gr
     stored = (row[5], row[6]) if row[5] is not None else None
     if stored is not None:
         return stored, _head(env.group, row[:5]), None  # a replay: the actor is not looked at
-    if row[1] != spec.scope and spec.scope != "any":
-        where = "an Organization's administrative Group" if spec.scope == "admin" else "a Mission Group"
-        raise ProtocolError(ErrorCode.INVALID_TRANSITION, f"{spec.type} is issued in {where}")
     group = _head(env.group, row[:5])
     actor = _actor_from(command, row[7:] if row[7] is not None else None)
     return None, group, actor
@@ -495,7 +494,7 @@ def _head(group_id: str, row: Any) -> GroupHead:
 def _lock_existing_group(cur: Any, group_id: str) -> GroupHead:
     row = _select_group(cur, group_id)
     if row is None:
-        raise ProtocolError(ErrorCode.NOT_FOUND, f"group {group_id} does not exist", {"group": group_id})
+        raise group_not_found()
     return _head(group_id, row)
 
 
@@ -506,13 +505,19 @@ def _lock_group(cur: Any, group_id: str, spec: CommandSpec) -> GroupHead:
             # The handler inserts the row; its primary key serialises two
             # concurrent creations of the same Group.
             return GroupHead(group_id, "", spec.scope, 0, GENESIS_HASH, 0, exists=False)
-        raise ProtocolError(ErrorCode.NOT_FOUND, f"group {group_id} does not exist", {"group": group_id})
+        raise group_not_found()
     if spec.creates_group:
         raise ProtocolError(ErrorCode.REVISION_MISMATCH, f"group {group_id} already exists", {"group": group_id})
-    if spec.scope != "any" and row[1] != spec.scope:
-        where = "an Organization's administrative Group" if spec.scope == "admin" else "a Mission Group"
-        raise ProtocolError(ErrorCode.INVALID_TRANSITION, f"{spec.type} is issued in {where}")
     return _head(group_id, row)
+
+
+def _check_scope(spec: CommandSpec, group: GroupHead) -> None:
+    """The Command is issued in the kind of Group it belongs to. Checked after
+    the actor: the kind of a Group is not told to someone who may not see it."""
+    if spec.creates_group or spec.scope == "any" or group.kind == spec.scope:
+        return
+    where = "an Organization's administrative Group" if spec.scope == "admin" else "a Mission Group"
+    raise ProtocolError(ErrorCode.INVALID_TRANSITION, f"{spec.type} is issued in {where}")
 
 
 def _load_actor(cur: Any, command: Command, group: GroupHead) -> Actor:
@@ -582,10 +587,12 @@ def _check_actor(command: Command, spec: CommandSpec, actor: Actor, group: Group
         pass  # no Group yet: only Organization roles apply
     elif group.kind == Group.KIND_ADMIN:
         if actor.organization_id != group.organization_id:
-            raise ProtocolError(ErrorCode.NOT_A_MEMBER, "the actor is not an Agent of this Organization")
+            # Issue 16 item 8: a Group the actor may not see answers as an
+            # absent one (status, code, message), never "exists, not yours".
+            raise group_not_found()
     else:
         if actor.membership_roles is None:
-            raise ProtocolError(ErrorCode.NOT_A_MEMBER, "the actor is not a member of this Group")
+            raise group_not_found()
         if env.membership_epoch is not None and env.membership_epoch != actor.membership_epoch:
             raise ProtocolError(
                 ErrorCode.NOT_A_MEMBER,

@@ -121,6 +121,15 @@ def _logged(response: Response, exc: BaseException, context: dict[str, Any]) -> 
     return response
 
 
+def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """``handler404``: an unknown path under ``/api/`` answers the NOT_FOUND
+    document, as every API refusal does; the portal's pages keep their HTML page."""
+    if request.path.startswith("/api/"):
+        err = ProtocolError(ErrorCode.NOT_FOUND, f"no API route {request.path}")
+        return JsonResponse(err.as_dict(), status=404)
+    return defaults.page_not_found(request, exception)
+
+
 def server_error(request: HttpRequest) -> HttpResponse:
     """``handler500``: an exception that escaped a view outside DRF (the
     Work Contract schema, middleware) under ``/api/`` answers the

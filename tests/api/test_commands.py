@@ -152,13 +152,24 @@ def test_a_stale_session_epoch_is_401(owner: AgentKey) -> None:
         error_of(post_json(http(), COMMANDS, stale), 401, "STALE_SESSION")
 
 
-def test_a_non_member_is_403(mission: dict[str, str], outsider: AgentKey, worker2: AgentKey) -> None:
+def test_a_non_member_gets_the_answer_of_an_absent_group(
+    mission: dict[str, str], outsider: AgentKey, worker2: AgentKey
+) -> None:
+    """Issue 16 item 8: a signed Command into a Group the actor is not in is
+    answered exactly as one into a Group that does not exist (status, code,
+    message, details), so a signature proves nothing about which IDs exist."""
     g = mission["group"]
     raw = outsider.envelope(
         "membership.remove", g, {"agent": worker2.id}, target={"kind": "group", "id": g, "revision": group_revision(g)}
     )
+    absent = str(uuid.uuid4())
+    raw_absent = outsider.envelope(
+        "membership.remove", absent, {"agent": worker2.id}, target={"kind": "group", "id": absent, "revision": 1}
+    )
     with nothing_written():
-        error_of(post_json(http(), COMMANDS, raw), 403, "NOT_A_MEMBER")
+        seen = error_of(post_json(http(), COMMANDS, raw), 404, "NOT_FOUND")
+        unseen = error_of(post_json(http(), COMMANDS, raw_absent), 404, "NOT_FOUND")
+    assert seen == unseen
 
 
 def test_a_member_without_the_role_is_403(mission: dict[str, str], worker: AgentKey, worker2: AgentKey) -> None:

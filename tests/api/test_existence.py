@@ -149,3 +149,15 @@ def test_a_gate_reached_through_a_workitem_does_not_hand_out_its_group_id(
     response = http().get(f"/api/v1/workitems/{hidden}/review", **bearer(cora.extra["token"]))
     error_of(response, 404, "NOT_FOUND")
     assert mission["group"] not in response.content.decode()
+
+
+def test_it_answers_an_unknown_api_path_with_the_not_found_document() -> None:
+    """Issue 16: every answer under /api/ is the error document, an unknown
+    route included (Django's HTML 404 page before); portal paths keep the
+    portal's page."""
+    from django.test import Client
+
+    client = Client()
+    error_of(client.get("/api/v1/no/such/route"), 404, "NOT_FOUND")
+    page = client.get("/no/such/page/")
+    assert page.status_code == 404 and page["Content-Type"].startswith("text/html")

@@ -248,8 +248,12 @@ def test_the_review_summary_is_served_to_members_only(art: Artifacts, outsider: 
     assert body["artifacts"][0]["manifest"]["content_hash"] == sha
     complete = next(r for r in body["criteria"] if r["id"] == "complete")
     assert complete["evidence"][0]["artifacts"] == [sha]
-    error_of(art.get(f"/api/v1/workitems/{item}/review", outsider), 404, "NOT_FOUND")
+    unseen = error_of(art.get(f"/api/v1/workitems/{item}/review", outsider), 404, "NOT_FOUND")
     error_of(art.get("/api/v1/workitems/00000000-0000-4000-8000-000000000000/review"), 404, "NOT_FOUND")
+    # Issue 16 item 8: an outsider learns nothing a made-up ID would not tell.
+    absent = "00000000-0000-4000-8000-000000000000"
+    assert unseen["message"].replace(str(item), "X") == f"no WorkItem {absent}".replace(absent, "X")
+    assert unseen["details"] == {"workitem": str(item)}
 
 
 def test_a_reviewer_only_member_cannot_take_ordinary_offers(art: Artifacts, owner: AgentKey) -> None:

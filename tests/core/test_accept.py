@@ -152,9 +152,10 @@ def test_stale_session_epoch_after_new_session_is_refused_MWP_WRK_014(
 
 
 def test_non_member_is_refused(mission: dict[str, str], outsider: AgentKey, worker: AgentKey) -> None:
+    # Issue 16 item 8: answered as an absent Group would be (no existence oracle).
     g = mission["group"]
     refused(
-        ErrorCode.NOT_A_MEMBER,
+        ErrorCode.NOT_FOUND,
         outsider.send,
         "membership.set_roles",
         g,
@@ -172,7 +173,7 @@ def test_removed_member_is_refused(
     )
     owner.send("membership.remove", g, {"agent": coordinator.id}, target=target(g))
     refused(
-        ErrorCode.NOT_A_MEMBER,
+        ErrorCode.NOT_FOUND,
         coordinator.send,
         "membership.set_roles",
         g,
@@ -381,7 +382,8 @@ def test_other_organizations_agents_are_not_members_of_admin_group(org: dict[str
 
     create_organization("globex", "Globex")
     stranger = make_agent("globex", "Stan", ["mission_owner"])
-    refused(ErrorCode.NOT_A_MEMBER, stranger.send, "org.set_priority_policy", org["admin_group"], {"policy": POLICY})
+    # Issue 16 item 8: another Organization's administrative Group is as absent.
+    refused(ErrorCode.NOT_FOUND, stranger.send, "org.set_priority_policy", org["admin_group"], {"policy": POLICY})
 
 
 def test_every_accepted_command_keeps_the_log_verifiable(mission: dict[str, str], org: dict[str, str]) -> None:

@@ -117,8 +117,8 @@ def test_it_refuses_an_admin_of_another_organization(
     assert answers[0].replace("'ivy'", "U") == answers[1].replace("'nobody-at-all'", "U")
     initech_admin_group = str(Agent.objects.get(id=ian.id).organization.groups.get(kind="admin").id)
     refused(ErrorCode.FORBIDDEN, ian.send, "agent.register", initech_admin_group, register_body("pia"))
-    # And an admin of acme sending into initech's administrative Group is no member there.
-    refused(ErrorCode.NOT_A_MEMBER, ada.send, "agent.register", initech_admin_group, register_body("ivy"))
+    # And an admin of acme sending into initech's administrative Group finds no such Group.
+    refused(ErrorCode.NOT_FOUND, ada.send, "agent.register", initech_admin_group, register_body("ivy"))
     assert Agent.objects.get(user__username="ivy").id == ivy.id
 
 
