@@ -44,7 +44,9 @@ def test_a_granted_approval_arrives_live_on_the_mission_page(
     assert watcher.evaluate("window.__notReloaded") is True  # arrived without a reload
     # The refreshed graph no longer marks the item as needing Approval.
     watcher.wait_for_function(
-        f"!document.querySelector('[data-workitem=\"{item}\"]').textContent.includes('⚑ Approval')",
+        # A function, not an expression: Playwright polls an expression with
+        # eval(), which the portal's Content-Security-Policy refuses.
+        f"() => !document.querySelector('[data-workitem=\"{item}\"]').textContent.includes('⚑ Approval')",
         timeout=10_000,
     )
     shot(watcher, "mission-live-approval")
