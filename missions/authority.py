@@ -304,25 +304,34 @@ def _stored_receipt(command: Command) -> Receipt | None:
     )
     if row is None or row[0] != env.content_hash():
         return None
-    with connection.cursor() as cur:
-        _verify_replay(cur, command)
+    if command.auth is Auth.SIGNED:
+        with connection.cursor() as cur:
+            _verify_replay(command, _actor_key(cur, env))
     return {**row[1], "replayed": True}
 
 
-def _verify_replay(cur: Any, command: Command) -> None:
+def _verify_replay(command: Command, public_key: str | None) -> None:
     """A signed Command answered from its stored receipt is verified first: a
     forged copy of a known envelope (same content, someone else's signature)
     gets INVALID_SIGNATURE, never the receipt (issue 16; spec §8: signature
-    verification precedes every other use of a signed document)."""
-    if command.auth is not Auth.SIGNED:
-        return
-    env = command.envelope
-    key = None
-    if env.actor != SYSTEM_ACTOR:
-        cur.execute(f"SELECT public_key FROM {_T_AGENT} WHERE id = %s", [db_uuid(env.actor)])
-        row = cur.fetchone()
-        key = row[0] if row is not None else None
-    if key is None or not env.signature or not verify_bytes(key, env.signing_bytes, env.signature):
+    verification precedes every other use of a signed document).
+    ``public_key``: the actor's, as the caller read it (None: no such Agent)."""
+    if command.auth is Auth.SIGNED:
+        check_signature(command.envelope, public_key)
+
+
+def _actor_key(cur: Any, env: Envelope) -> str | None:
+    """The actor's public key, or None for the system actor or an unknown Agent."""
+    if env.actor == SYSTEM_ACTOR:
+        return None
+    cur.execute(f"SELECT public_key FROM {_T_AGENT} WHERE id = %s", [db_uuid(env.actor)])
+    row = cur.fetchone()
+    return row[0] if row is not None else None
+
+
+def check_signature(env: Envelope, public_key: str | None) -> None:
+    """The envelope's Ed25519 signature verifies with ``public_key``."""
+    if public_key is None or not env.signature or not verify_bytes(public_key, env.signing_bytes, env.signature):
         raise ProtocolError(ErrorCode.INVALID_SIGNATURE, "the signature does not verify with the actor's key")
 
 
@@ -378,8 +387,9 @@ def _accept_once(command: Command, spec: CommandSpec, now: datetime) -> Receipt:
         if combined is not None:
             stored, group, maybe_actor = combined
             if stored is not None or maybe_actor is None:
-                _verify_replay(cur, command)
-                return _replayed(env, content_hash, *stored)
+                stored_hash, stored_receipt, actor_key = stored
+                _verify_replay(command, actor_key)  # the key the same statement read
+                return _replayed(env, content_hash, stored_hash, stored_receipt)
             actor = maybe_actor
         else:
             cur.execute(
@@ -388,7 +398,8 @@ def _accept_once(command: Command, spec: CommandSpec, now: datetime) -> Receipt:
             )
             row = cur.fetchone()
             if row is not None:
-                _verify_replay(cur, command)
+                if command.auth is Auth.SIGNED:
+                    _verify_replay(command, _actor_key(cur, env))
                 return _replayed(env, content_hash, row[0], row[1])
             group = _lock_group(cur, env.group, spec)
             actor = _load_actor(cur, command, group)
@@ -459,9 +470,10 @@ def _read_locked(cur: Any, command: Command, spec: CommandSpec) -> tuple[Any, Gr
     row = cur.fetchone()
     if row is None:
         return None
-    stored = (row[5], row[6]) if row[5] is not None else None
-    if stored is not None:
-        return stored, _head(env.group, row[:5]), None  # a replay: the actor is not looked at
+    if row[5] is not None:
+        # A replay: only the actor's key is looked at (to verify the signature
+        # before the stored receipt is returned), from this same row.
+        return (row[5], row[6], row[11]), _head(env.group, row[:5]), None
     group = _head(env.group, row[:5])
     actor = _actor_from(command, row[7:] if row[7] is not None else None)
     return None, group, actor
@@ -572,8 +584,7 @@ def _check_actor(command: Command, spec: CommandSpec, actor: Actor, group: Group
     if "agent" not in spec.actors:
         raise ProtocolError(ErrorCode.FORBIDDEN, f"{spec.type} is issued by the system only")
     if command.auth is Auth.SIGNED:
-        if not env.signature or not verify_bytes(actor.public_key, env.signing_bytes, env.signature):
-            raise ProtocolError(ErrorCode.INVALID_SIGNATURE, "the signature does not verify with the actor's key")
+        check_signature(env, actor.public_key)
     elif command.auth is Auth.SELF and not spec.self_authenticating:
         raise ProtocolError(ErrorCode.INVALID_SIGNATURE, f"{spec.type} needs a signed envelope")
     if command.auth is Auth.SIGNED and env.session_epoch != actor.session_epoch:
