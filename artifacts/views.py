@@ -31,7 +31,7 @@ The byte routes (uploads and the download) authenticate by bearer token
 only, never by the portal's session cookie (issue 16 item 2): a browser
 that holds the cookie cannot be led into fetching Worker-supplied bytes from
 the API. The download is always an attachment, ``nosniff``, under
-``Content-Security-Policy: sandbox`` (``attachment_headers``), so HTML or SVG
+``Content-Security-Policy: sandbox`` (``blob_download``), so HTML or SVG
 a Worker uploaded never runs in the portal's origin. Uploads go into Mission
 Groups only (``access_upload_group``); a resumable upload's reservation
 counts against the Agent's quota (``artifacts.uploads``).
@@ -43,7 +43,7 @@ from typing import Any, BinaryIO, cast
 
 from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
-from django.http import StreamingHttpResponse
+from django.http import HttpRequest, StreamingHttpResponse
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
@@ -262,8 +262,14 @@ class ResumableUploadCompleteView(APIView):
         return Response({"sha256": blob.sha256, "size": blob.size, "media_type": blob.media_type}, status=201)
 
 
-def attachment_headers(response: StreamingHttpResponse, blob: Blob) -> StreamingHttpResponse:
-    """Serve ``blob`` as a download that no browser renders (issue 16 item 2).
+def blob_download(request: HttpRequest, blob: Blob) -> StreamingHttpResponse:
+    """The response serving ``blob``, for the API's download and the portal's
+    (one helper, so both send the same safety headers; issue 16 item 2).
+
+    The hash is checked before the first byte leaves (a streamed response
+    cannot take back bytes already sent): ARTIFACT_HASH_MISMATCH is raised
+    here. Under ASGI the bytes stream from an async iterator: Django would
+    collect a synchronous one into a list first (a 1 GiB Artifact in memory).
 
     A Worker chooses the media type of what it uploads: ``text/html`` or
     ``image/svg+xml`` served inline from the portal's origin would run its
@@ -275,6 +281,11 @@ def attachment_headers(response: StreamingHttpResponse, blob: Blob) -> Streaming
     reaches the header. ``private``: a shared cache must not keep bytes
     served to one authorised viewer.
     """
+    if isinstance(request, ASGIRequest):
+        check_served(blob.sha256)
+        response = StreamingHttpResponse(achunks(blob.sha256), content_type=blob.media_type)
+    else:
+        response = StreamingHttpResponse(open_verified(blob.sha256), content_type=blob.media_type)
     response["Content-Disposition"] = f'attachment; filename="{blob.sha256}"'
     response["X-Content-Type-Options"] = "nosniff"
     response["Content-Security-Policy"] = "sandbox; default-src 'none'"
@@ -297,17 +308,7 @@ class ArtifactDownloadView(APIView):
     def get(self, request: Request, sha256: str) -> StreamingHttpResponse:
         agent = request_agent(request)
         sha256 = check_sha256(sha256)
-        blob = access_blob(agent, sha256)
-        # The hash is checked before the first byte leaves (a streamed
-        # response cannot take back bytes already sent). Under ASGI the bytes
-        # stream from an async iterator: Django would collect a synchronous
-        # one into a list first (a 1 GiB Artifact in memory).
-        if isinstance(request._request, ASGIRequest):
-            check_served(sha256)
-            response = StreamingHttpResponse(achunks(sha256), content_type=blob.media_type)
-        else:
-            response = StreamingHttpResponse(open_verified(sha256), content_type=blob.media_type)
-        return attachment_headers(response, blob)
+        return blob_download(request._request, access_blob(agent, sha256))
 
 
 def _node(artifacts: list[Artifact]) -> list[dict[str, Any]]:

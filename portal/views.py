@@ -15,7 +15,6 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.handlers.asgi import ASGIRequest
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
@@ -24,8 +23,8 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from artifacts.models import BlobGroup
-from artifacts.store import achunks, check_served, check_sha256, open_verified
-from artifacts.views import attachment_headers
+from artifacts.store import check_sha256
+from artifacts.views import blob_download
 from missions.models import Agent, Approval, GroupEvent
 from mwportal.protocol import ProtocolError, format_time
 from workitems.contract import criteria_ids
@@ -212,10 +211,9 @@ def mission_live(request: HttpRequest, group_id: str) -> JsonResponse:
 def artifact(request: HttpRequest, group_id: str, sha256: str) -> HttpResponse | StreamingHttpResponse:
     """Download an Artifact of this Mission, its hash checked before the first byte.
 
-    Always an attachment, ``nosniff`` and sandboxed (``attachment_headers``):
-    a Worker's ``text/html`` or SVG must never run as the signed-in viewer
-    (issue 16 item 2). Under ASGI the bytes stream from an async iterator,
-    as the API's download does (Django would list a synchronous one whole).
+    Served exactly as the API's download (``blob_download``): an attachment,
+    ``nosniff`` and sandboxed, so a Worker's ``text/html`` or SVG never runs
+    as the signed-in viewer (issue 16 item 2).
     """
     agent = person_agent(request.user)
     access = access_mission(agent, group_id)
@@ -226,16 +224,10 @@ def artifact(request: HttpRequest, group_id: str, sha256: str) -> HttpResponse |
     held = BlobGroup.objects.filter(blob_id=sha256, group_id=access.group.id).select_related("blob").first()
     if held is None:
         raise Http404("no such Artifact in this Mission")
-    blob = held.blob
     try:
-        if isinstance(request, ASGIRequest):
-            check_served(sha256)
-            response = StreamingHttpResponse(achunks(sha256), content_type=blob.media_type)
-        else:
-            response = StreamingHttpResponse(open_verified(sha256), content_type=blob.media_type)
+        return blob_download(request, held.blob)
     except ProtocolError as error:
         return HttpResponse(explain(error), status=error.http_status, content_type="text/plain")
-    return attachment_headers(response, blob)
 
 
 # --- execution Approvals (MissionOwner) ------------------------------------------------
