@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
@@ -59,11 +59,12 @@ with contextlib.suppress(ImportError):
     DATABASE_ERRORS = (*DATABASE_ERRORS, PoolTimeout)
 
 
-def internal_error(exc: BaseException) -> ProtocolError:
-    """The INTERNAL_ERROR document for an unexpected failure; it says nothing
-    of the cause (which is logged server-side), only that a retry is safe: a
-    Command is accepted in one transaction or not at all, and an unchanged
-    retry of one that was accepted answers with its receipt (MWP-EVT-003)."""
+def internal_error(exc: BaseException | None) -> ProtocolError:
+    """The INTERNAL_ERROR document for an unexpected failure (``exc``, or None
+    when the handler is not told it); it says nothing of the cause (which is
+    logged server-side), only that a retry is safe: a Command is accepted in
+    one transaction or not at all, and an unchanged retry of one that was
+    accepted answers with its receipt (MWP-EVT-003)."""
     what = "its database" if isinstance(exc, DATABASE_ERRORS) else "an unexpected error"
     return ProtocolError(
         ErrorCode.INTERNAL_ERROR,
@@ -72,9 +73,20 @@ def internal_error(exc: BaseException) -> ProtocolError:
     )
 
 
+_R = TypeVar("_R", bound=HttpResponse)
+
+
 def error_response(err: ProtocolError, status: int | None = None) -> Response:
     """``err`` in the one error shape, with ``Retry-After`` when it says when to retry."""
-    response = Response(err.as_dict(), status=status or err.http_status)
+    return _with_retry_after(Response(err.as_dict(), status=status or err.http_status), err)
+
+
+def json_error_response(err: ProtocolError) -> JsonResponse:
+    """``error_response`` for Django's handlers, outside DRF (no renderer there)."""
+    return _with_retry_after(JsonResponse(err.as_dict(), status=err.http_status), err)
+
+
+def _with_retry_after(response: _R, err: ProtocolError) -> _R:
     retry_after = err.retry_after_header()
     if retry_after is not None:
         response["Retry-After"] = retry_after
@@ -125,8 +137,7 @@ def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     """``handler404``: an unknown path under ``/api/`` answers the NOT_FOUND
     document, as every API refusal does; the portal's pages keep their HTML page."""
     if request.path.startswith("/api/"):
-        err = ProtocolError(ErrorCode.NOT_FOUND, f"no API route {request.path}")
-        return JsonResponse(err.as_dict(), status=404)
+        return json_error_response(ProtocolError(ErrorCode.NOT_FOUND, f"no API route {request.path}"))
     return defaults.page_not_found(request, exception)
 
 
@@ -136,14 +147,7 @@ def server_error(request: HttpRequest) -> HttpResponse:
     INTERNAL_ERROR document too; the portal's pages keep their HTML page.
     Django has already logged the traceback when it calls this."""
     if request.path.startswith("/api/"):
-        err = ProtocolError(
-            ErrorCode.INTERNAL_ERROR,
-            "the Authority failed; retry the same request unchanged",
-            retry_after_ms=INTERNAL_RETRY_AFTER_MS,
-        )
-        response = JsonResponse(err.as_dict(), status=500)
-        response["Retry-After"] = err.retry_after_header() or "1"
-        return response
+        return json_error_response(internal_error(None))
     return defaults.server_error(request)
 
 
