@@ -1402,10 +1402,12 @@ class Worker:
 
     def _refreshed(self, envelope: Mapping[str, Any]) -> dict[str, Any]:
         """The same Command as a new one: new action ID, current ``issued_at``, new signature (spec §19)."""
-        unsigned = {k: v for k, v in envelope.items() if k not in ("signature", "action_id", "issued_at")}
-        return signed(self.identity.private_key, {
-            **unsigned, "action_id": str(uuid.uuid4()), "issued_at": format_time(utcnow()),
-        })  # fmt: skip
+        return self._resigned(envelope, action_id=str(uuid.uuid4()))
+
+    def _resigned(self, envelope: Mapping[str, Any], **changes: Any) -> dict[str, Any]:
+        """``envelope`` with ``changes``, a current ``issued_at`` and this Worker's new signature."""
+        kept = {k: v for k, v in envelope.items() if k not in ("signature", "issued_at", *changes)}
+        return signed(self.identity.private_key, {**kept, **changes, "issued_at": format_time(utcnow())})
 
     # --- bounded offline execution (spec 11.5; MWP-WRK-020..022) ----------------------
 
@@ -1454,10 +1456,7 @@ class Worker:
         buffered = await asyncio.to_thread(self.store.buffered_commands)
         for command_id, old, _binding in buffered:
             assert self.session_epoch is not None
-            fresh = {k: v for k, v in old.items() if k not in ("signature", "issued_at", "session_epoch")}
-            envelope = signed(self.identity.private_key, {
-                **fresh, "issued_at": format_time(utcnow()), "session_epoch": self.session_epoch,
-            })  # fmt: skip
+            envelope = self._resigned(old, session_epoch=self.session_epoch)
             try:
                 await self._send(envelope)
                 self.log.append(("reconciled", str(old["target"]["id"]), ""))
