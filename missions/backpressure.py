@@ -51,7 +51,7 @@ from typing import Any
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
 
 from mwportal.protocol import ErrorCode, ProtocolError
 
@@ -209,14 +209,17 @@ class Gate:
         self.admission = Admission(limit, wait_ms / 1000)
         self._shed_since_log = 0
         self._logged_at = 0.0
-
-    def error(self) -> ProtocolError:
-        return ProtocolError(
+        # The shed answer is the same for every request this Gate sheds: built
+        # once here, not per request past saturation, where the CPU is short.
+        err = ProtocolError(
             ErrorCode.BACKPRESSURE,
-            f"this server has {self.limit} Commands in flight; retry the same Command after {self.retry_after_ms} ms",
-            {"limit": self.limit},
-            retry_after_ms=self.retry_after_ms,
+            f"this server has {limit} Commands in flight; retry the same Command after {retry_after_ms} ms",
+            {"limit": limit},
+            retry_after_ms=retry_after_ms,
         )
+        self.shed_status = err.http_status
+        self.shed_body = json.dumps(err.as_dict()).encode()
+        self.shed_retry_after = err.retry_after_header() or "1"
 
     def count_shed(self) -> None:
         # Unlocked on the sync path: a lost increment only miscounts a log line.
@@ -294,14 +297,12 @@ class BackpressureASGI:
         gate = self.gate
         if not await gate.admission.enter_async():
             gate.count_shed()
-            err = gate.error()
-            body = json.dumps(err.as_dict()).encode()
-            await send({"type": "http.response.start", "status": err.http_status, "headers": [
+            await send({"type": "http.response.start", "status": gate.shed_status, "headers": [
                 (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"retry-after", (err.retry_after_header() or "1").encode()),
+                (b"content-length", str(len(gate.shed_body)).encode()),
+                (b"retry-after", gate.shed_retry_after.encode()),
             ]})  # fmt: skip
-            await send({"type": "http.response.body", "body": body})
+            await send({"type": "http.response.body", "body": gate.shed_body})
             return
         slot = Slot(gate.admission)
         try:
@@ -320,9 +321,8 @@ def _path_info(scope: dict[str, Any]) -> str:
 
 def backpressure_response(gate: Gate) -> HttpResponse:
     """The 429 BACKPRESSURE document (DESIGN §4 error shape) with Retry-After."""
-    err = gate.error()
-    response = JsonResponse(err.as_dict(), status=err.http_status)
-    response["Retry-After"] = err.retry_after_header() or "1"
+    response = HttpResponse(gate.shed_body, status=gate.shed_status, content_type="application/json")
+    response["Retry-After"] = gate.shed_retry_after
     # Set here because a shed request skips CommonMiddleware, which would.
     response["Content-Length"] = str(len(response.content))
     # Django logs every 5xx at ERROR; shedding is the server working as
