@@ -14,11 +14,13 @@ went away.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import json
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -101,11 +103,18 @@ def authorize(coordinator: AgentKey, group: str) -> dict[str, Any]:
     return coordinator.envelope("work.authorize", group, {"workitem": str(uuid.uuid4()), "contract": contract()})
 
 
-def hold_group_lock(group: str) -> None:
-    # PostgreSQL: the Group row accept() locks first. SQLite: atomic() begins
-    # IMMEDIATE, which takes the database's write lock. Either way a Command
-    # of this Group waits inside accept() until the test's transaction ends.
-    Group.objects.select_for_update().get(id=group)
+@contextlib.contextmanager
+def command_inside_accept(
+    server: Daphne, group: str, envelope: dict[str, Any], results: dict[str, Any]
+) -> Iterator[threading.Thread]:
+    """``envelope`` (a Command of ``group``) holding the one slot, waiting
+    inside ``accept()`` until the block ends; yields its sender thread."""
+    with transaction.atomic():
+        # PostgreSQL: the Group row accept() locks first. SQLite: atomic() begins
+        # IMMEDIATE, which takes the database's write lock. Either way a Command
+        # of this Group waits inside accept() until the test's transaction ends.
+        Group.objects.select_for_update().get(id=group)
+        yield hold_the_slot(server, envelope, results)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -117,9 +126,7 @@ def test_it_sheds_a_command_past_the_bound_with_backpressure(
     held_group = mission["group"]
     held, shed = authorize(coordinator, held_group), authorize(coordinator, held_group)
     results: dict[str, Any] = {}
-    with transaction.atomic():
-        hold_group_lock(held_group)
-        sender = hold_the_slot(daphne, held, results)
+    with command_inside_accept(daphne, held_group, held, results) as sender:
         started = time.monotonic()
         status, headers, payload = post_command(daphne, shed)
         elapsed = time.monotonic() - started
@@ -152,14 +159,13 @@ def test_it_lets_a_command_wait_briefly_for_a_slot(
     coordinator: AgentKey,
     mission: dict[str, str],
 ) -> None:
-    held_group = mission["group"]
     """Within MWP_BACKPRESSURE_WAIT_MS a Command queues for the slot instead of being shed."""
+    held_group = mission["group"]
     held, waiting = authorize(coordinator, held_group), authorize(coordinator, held_group)
     results: dict[str, Any] = {}
     second = threading.Thread(target=lambda: results.update(waiting=post_command(daphne, waiting)))
-    with transaction.atomic():
-        hold_group_lock(held_group)
-        first = hold_the_slot(daphne, held, results)  # the last probe waits the 5 s and is shed
+    # The last probe waits the 5 s and is shed.
+    with command_inside_accept(daphne, held_group, held, results) as first:
         second.start()
         time.sleep(0.5)
         assert second.is_alive()  # waiting for the slot, neither shed nor answered
