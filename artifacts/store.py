@@ -148,8 +148,9 @@ def store_stream(
     The bytes are content (``store_bytes``); that the Group holds them is a
     fact of its log, accepted as ``artifact.upload`` (``link_to_group``).
     Publishing the Artifact (its signed manifest) is ``artifact.publish``.
+    ``media_type`` is the caller's to check (``check_media_type``: the upload
+    views' ``_media_type``, once for both routes).
     """
-    check_media_type(media_type)
     blob = store_bytes(stream, media_type, max_bytes, expected_size)
     link_to_group(blob, group, agent)
     return blob
