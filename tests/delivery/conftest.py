@@ -17,6 +17,8 @@ import pytest
 from django.db import connection
 from websockets.asyncio.client import ClientConnection, connect
 
+from tests.conftest import AgentKey, group_revision
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -165,3 +167,14 @@ async def in_db_thread(fn: Any, *args: Any) -> Any:
             thread_connection.close()
 
     return await asyncio.to_thread(run)
+
+
+def set_roles_envelope(by: AgentKey, group: str, member: AgentKey, roles: list[str]) -> dict[str, Any]:
+    """``by``'s signed ``membership.set_roles`` of ``member`` in ``group``, at
+    the Group's current revision: the ordinary Command the socket tests send."""
+    return by.envelope(
+        "membership.set_roles",
+        group,
+        {"agent": member.id, "roles": roles},
+        target={"kind": "group", "id": group, "revision": group_revision(group)},
+    )

@@ -19,8 +19,8 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from missions.models import AgentPresence
-from tests.conftest import AgentKey, group_revision, nothing_written
-from tests.delivery.conftest import Client, Daphne, in_db_thread
+from tests.conftest import AgentKey, nothing_written
+from tests.delivery.conftest import Client, Daphne, in_db_thread, set_roles_envelope
 from tests.delivery.test_agent_socket import head
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -79,12 +79,7 @@ def test_it_refuses_a_command_whose_actor_is_not_the_connections_agent(
 ) -> None:
     """issue 16 item 8: the worker's connection relayed the owner's signed Command."""
     g = mission["group"]
-    relayed = owner.envelope(
-        "membership.set_roles",
-        g,
-        {"agent": worker.id, "roles": ["worker", "reviewer"]},
-        target={"kind": "group", "id": g, "revision": group_revision(g)},
-    )
+    relayed = set_roles_envelope(owner, g, worker, ["worker", "reviewer"])
 
     async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
         client = await Client.open(daphne, worker.extra["token"])
@@ -109,12 +104,7 @@ def test_it_refuses_a_second_hello_and_closes_the_connection(
 ) -> None:
     """issue 16 item 8: a second hello switched the connection to the owner."""
     g = mission["group"]
-    as_owner = owner.envelope(
-        "membership.set_roles",
-        g,
-        {"agent": worker.id, "roles": ["worker", "reviewer"]},
-        target={"kind": "group", "id": g, "revision": group_revision(g)},
-    )
+    as_owner = set_roles_envelope(owner, g, worker, ["worker", "reviewer"])
 
     async def scenario() -> tuple[list[dict[str, Any]], int | None]:
         client = await Client.open(daphne, worker.extra["token"])
@@ -333,12 +323,7 @@ def test_it_answers_within_the_limits_as_before(
     """The bounds do not touch an Agent that stays within them: hello,
     subscribe, presence and its own Command go through on one connection."""
     g = mission["group"]
-    own = owner.envelope(
-        "membership.set_roles",
-        g,
-        {"agent": worker.id, "roles": ["worker", "reviewer"]},
-        target={"kind": "group", "id": g, "revision": group_revision(g)},
-    )
+    own = set_roles_envelope(owner, g, worker, ["worker", "reviewer"])
 
     top = head(g)
 

@@ -23,7 +23,8 @@ from django.db.backends import utils as db_utils
 
 from missions.routing import websocket_urlpatterns
 from missions.ws_limits import INTERNAL_ERROR_RETRY_AFTER_MS
-from tests.conftest import AgentKey, group_revision, nothing_written
+from tests.conftest import AgentKey, nothing_written
+from tests.delivery.conftest import set_roles_envelope
 from tests.delivery.test_agent_socket import head
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -83,12 +84,7 @@ def test_it_answers_internal_error_to_a_command_when_the_database_fails(
 ) -> None:
     """issue 16 item 10: a database error inside accept() killed the connection."""
     g = mission["group"]
-    envelope = owner.envelope(
-        "membership.set_roles",
-        g,
-        {"agent": worker.id, "roles": ["worker", "reviewer"]},
-        target={"kind": "group", "id": g, "revision": group_revision(g)},
-    )
+    envelope = set_roles_envelope(owner, g, worker, ["worker", "reviewer"])
     fault.error = error
 
     async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
