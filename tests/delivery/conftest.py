@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import os
 import socket
@@ -77,6 +78,24 @@ class Daphne:
     def restart(self) -> None:
         self.kill()
         self.start()
+
+    def http(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = 30,
+    ) -> tuple[int, dict[str, str], bytes]:
+        """One plain HTTP/1.1 request to this daphne, as a client outside the
+        test process sends it: ``(status, headers with lower-case names, body)``."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            response = conn.getresponse()
+            return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+        finally:
+            conn.close()
 
 
 @pytest.fixture

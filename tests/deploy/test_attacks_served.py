@@ -9,7 +9,6 @@ runs (SQLite, or PostgreSQL where items 6's 500s came from).
 
 from __future__ import annotations
 
-import http.client
 import json
 import uuid
 from datetime import UTC, datetime
@@ -35,15 +34,10 @@ def call(
     content_type: str = "application/json",
     headers: dict[str, str] | None = None,
 ) -> tuple[int, dict[str, str], bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-    headers = {"Content-Type": content_type, **(headers or {})}
+    sent = {"Content-Type": content_type, **(headers or {})}
     if token:
-        headers["Authorization"] = f"Bearer {token}"
-    conn.request(method, path, body=body, headers=headers)
-    response = conn.getresponse()
-    data = response.read()
-    conn.close()
-    return response.status, {k.lower(): v for k, v in response.getheaders()}, data
+        sent["Authorization"] = f"Bearer {token}"
+    return server.http(method, path, body, sent)
 
 
 def command(server: Daphne, envelope: dict[str, Any] | bytes) -> tuple[int, dict[str, Any]]:

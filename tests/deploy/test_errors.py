@@ -8,7 +8,6 @@ request also logged a 35-line traceback.
 
 from __future__ import annotations
 
-import http.client
 from typing import Any
 
 import pytest
@@ -29,13 +28,8 @@ def daphne_env() -> dict[str, str | None]:
 
 
 def request(server: Daphne, method: str, url: str, headers: dict[str, str]) -> tuple[int, str, dict[str, str]]:
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
-    try:
-        conn.request(method, url, headers=headers)
-        response = conn.getresponse()
-        return response.status, response.read().decode(), {k.lower(): v for k, v in response.getheaders()}
-    finally:
-        conn.close()
+    status, got, body = server.http(method, url, headers=headers, timeout=10)
+    return status, body.decode(), got
 
 
 def secrets_of_this_server() -> list[str]:
