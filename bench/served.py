@@ -66,7 +66,6 @@ import math
 import os
 import random
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -88,7 +87,7 @@ if str(ROOT) not in sys.path:
 # The benchmarks' shared pieces: the complete Work Contract of the Command
 # benchmark, and the fan-out benchmark's port, log and percentile helpers.
 from bench.commands import LIFECYCLE_CONTRACT as CONTRACT  # noqa: E402
-from bench.fanout import free_port, percentile, tail  # noqa: E402
+from bench.fanout import conninfo, free_port, percentile, tail, wait_port  # noqa: E402
 
 BENCH = "served"
 SCRATCH_DB = "bench_served"
@@ -111,12 +110,6 @@ def log(msg: str) -> None:
 
 def fmt(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
-
-
-def conninfo(url: str) -> str:
-    """psycopg wants ``postgresql://``; dj-database-url also takes ``postgres://``."""
-    scheme, rest = url.split("://", 1)
-    return "postgresql://" + rest if scheme in ("postgres", "pgsql", "postgresql") else url
 
 
 def scratch_url(url: str) -> str:
@@ -286,15 +279,7 @@ class Server:
         )  # fmt: skip
 
     def wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"daphne exited with {self.proc.returncode}: {tail(self.log_file)}")
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
-            time.sleep(0.1)
-        raise RuntimeError(f"daphne did not listen on {self.port} within {timeout:.0f} s: {tail(self.log_file)}")
+        wait_port(self.port, self.proc, "daphne", self.log_file, timeout)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
