@@ -43,6 +43,7 @@ from django.conf import settings
 
 from missions.models import Agent, Group
 from mwportal.protocol import ErrorCode, ProtocolError, malformed
+from mwportal.security import write_private_json
 
 from .models import Blob
 from .store import (
@@ -150,12 +151,6 @@ def check_quota(agent: Agent, length: int, now: float) -> None:
     )  # fmt: skip
 
 
-def _write_private(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-
-
 def create_upload(group: Group, agent: Agent, media_type: str, length: int) -> str:
     """Stage an empty upload of ``length`` bytes; its id. MALFORMED for a bad
     length, RATE_LIMITED past the Agent's quota. ``media_type`` was checked
@@ -170,9 +165,7 @@ def create_upload(group: Group, agent: Agent, media_type: str, length: int) -> s
         part.touch(mode=PRIVATE_FILE_MODE, exist_ok=False)
         meta = {"group": str(group.id), "agent": str(agent.id), "media_type": media_type, "length": length,
                 "created": now}  # fmt: skip
-        tmp = meta_path.with_suffix(".json.tmp")
-        _write_private(tmp, json.dumps(meta))
-        os.replace(tmp, meta_path)
+        write_private_json(meta_path, meta)
     return upload_id
 
 

@@ -1,6 +1,7 @@
 """The deployment's own defences (issue 16 items 2, 3 and 8).
 
-- ``private_dir`` / ``private_file`` / ``installation_secret``: ``var/`` is
+- ``private_dir`` / ``private_file`` / ``installation_secret`` /
+  ``write_private_json``: ``var/`` is
   mode 0700, and what the server keeps there (the SQLite database, the
   per-installation ``SECRET_KEY``) is mode 0600, also when an older
   installation created them world-readable.
@@ -21,6 +22,7 @@ settings only inside the middleware, never at import time.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import secrets
@@ -61,6 +63,27 @@ def private_file(path: Path) -> Path:
         if sibling.exists() and stat.S_IMODE(sibling.stat().st_mode) != PRIVATE_FILE_MODE:
             sibling.chmod(PRIVATE_FILE_MODE)
     return path
+
+
+def write_private_json(path: Path, content: Any) -> None:
+    """Write ``content`` as JSON readable by the owner only (mode 0600).
+
+    The file is created with 0600 from the start (never world-readable, not
+    even for an instant) and replaced atomically: a reader sees the old
+    content or the new, never half of it. (Agent key files, the demo's
+    logins, resumable-upload metadata.)
+    """
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE)
+    try:
+        os.fchmod(fd, PRIVATE_FILE_MODE)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(content, fh, indent=2)
+            fh.write("\n")
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, path)
 
 
 def installation_secret(path: Path) -> str:

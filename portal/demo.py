@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import secrets
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -33,6 +32,7 @@ from missions.authority import Auth, Command, accept
 from missions.commands import create_organization, portal_command, register_agent
 from missions.models import Agent, Group, Mission
 from mwportal.protocol import format_time, generate_keypair, make_envelope, parse_envelope
+from mwportal.security import private_file, write_private_json
 from workitems.models import WorkItem
 
 ORG = "demo"
@@ -58,12 +58,10 @@ def demo_passwords() -> tuple[dict[str, str], set[str]]:
     password changes, so a password is never set that the file does not
     hold.
     """
-    from missions.management.commands.mwp import write_key_file
-
     path = Path(settings.VAR_DIR) / LOGINS_FILE
     stored: dict[str, str] = {}
     if path.exists():
-        os.chmod(path, 0o600)  # a copy restored with looser permissions is closed again
+        private_file(path)  # a copy restored with looser permissions is closed again
         try:
             loaded = json.loads(path.read_text())
         except ValueError as exc:
@@ -76,7 +74,7 @@ def demo_passwords() -> tuple[dict[str, str], set[str]]:
         for username in sorted(fresh):
             stored[username] = secrets.token_urlsafe(12)
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_key_file(path, stored)
+        write_private_json(path, stored)
     return stored, fresh
 
 
@@ -115,15 +113,13 @@ class _Worker:
             if Agent.objects.filter(id=data["agent_id"]).exists():
                 self.id, self.private_key = data["agent_id"], data["private_key"]
                 return
-        from missions.management.commands.mwp import write_key_file
-
         private_key, public_key = generate_keypair()
         self.id = register_agent(ORG, name, "agent", ["worker"], public_key)
         self.private_key = private_key
         path.parent.mkdir(parents=True, exist_ok=True)
         org_id = str(Agent.objects.get(id=self.id).organization_id)
-        write_key_file(path, {"agent_id": self.id, "organization": org_id, "private_key": private_key,
-                              "public_key": public_key})  # fmt: skip
+        write_private_json(path, {"agent_id": self.id, "organization": org_id, "private_key": private_key,
+                                  "public_key": public_key})  # fmt: skip
 
     def send(self, type_: str, group: str, body: dict[str, Any], **kw: Any) -> dict[str, Any]:
         epoch = Agent.objects.values_list("session_epoch", flat=True).get(id=self.id)

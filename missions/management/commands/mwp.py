@@ -18,8 +18,6 @@ Every change goes through ``accept()`` as the system actor.
 
 from __future__ import annotations
 
-import json
-import os
 from argparse import ArgumentParser
 from pathlib import Path
 from typing import Any
@@ -30,25 +28,7 @@ from missions.commands import create_organization, register_agent
 from missions.models import ORG_ROLES, Group, Organization
 from missions.verify import verify_group_log
 from mwportal.protocol import ProtocolError, generate_keypair, parse_uuid
-
-
-def write_key_file(path: Path, content: dict[str, Any]) -> None:
-    """Write ``content`` as JSON readable by the owner only (mode 0600).
-
-    The file is created with 0600 from the start (never world-readable, not
-    even for an instant) and replaced atomically.
-    """
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            json.dump(content, fh, indent=2)
-            fh.write("\n")
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, path)
+from mwportal.security import write_private_json
 
 
 class Command(BaseCommand):
@@ -110,7 +90,7 @@ class Command(BaseCommand):
         private_key, public_key = generate_keypair()
         agent_id = register_agent(options["org"], options["name"], "agent", roles, public_key)
         org = Organization.objects.get(slug=options["org"])
-        write_key_file(
+        write_private_json(
             out,
             {"agent_id": agent_id, "organization": str(org.id), "private_key": private_key, "public_key": public_key},
         )
