@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from django.db import connection
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from tests.conftest import AgentKey, group_revision
 
@@ -170,8 +171,33 @@ class Client:
                 got.append(frame["event"])
         return got
 
+    async def until_closed(self, timeout: float = 10) -> tuple[list[dict[str, Any]], int | None]:
+        """Every frame until the server closes the connection, and its close
+        code; None as the code when it is still open after ``timeout`` seconds
+        (then this side closes it)."""
+        frames: list[dict[str, Any]] = []
+        deadline = asyncio.get_running_loop().time() + timeout
+        try:
+            while (left := deadline - asyncio.get_running_loop().time()) > 0:
+                frames.append(await self.recv(left))
+        except ConnectionClosed as closed:
+            return frames, closed.rcvd.code if closed.rcvd else None
+        except TimeoutError:
+            pass
+        await self.close()
+        return frames, None
+
     async def close(self) -> None:
         await self.ws.close()
+
+
+async def handshake(url: str, headers: dict[str, str] | None = None) -> int:
+    """The HTTP status of a WebSocket handshake: 101 when it was accepted."""
+    try:
+        async with connect(url, additional_headers=headers or {}, open_timeout=10):
+            return 101
+    except InvalidStatus as exc:
+        return int(exc.response.status_code)
 
 
 async def in_db_thread(fn: Any, *args: Any) -> Any:

@@ -15,12 +15,10 @@ import uuid
 from typing import Any
 
 import pytest
-from websockets.asyncio.client import connect
-from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from missions.models import AgentPresence
 from tests.conftest import AgentKey, nothing_written
-from tests.delivery.conftest import Client, Daphne, in_db_thread, set_roles_envelope
+from tests.delivery.conftest import Client, Daphne, handshake, in_db_thread, set_roles_envelope
 from tests.delivery.test_agent_socket import head
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -44,31 +42,6 @@ def daphne_env() -> dict[str, str | None]:
         "MWP_WS_PRESENCE_BURST": str(PRESENCE_BURST),
         "MWP_WS_ALLOWED_ORIGINS": EXTRA_ORIGIN,
     }
-
-
-async def closed_with(client: Client, timeout: float = 10) -> tuple[list[dict[str, Any]], int | None]:
-    """Every frame until the server closes the connection, and its close code;
-    None as the code when it is still open after ``timeout`` seconds."""
-    frames: list[dict[str, Any]] = []
-    deadline = asyncio.get_running_loop().time() + timeout
-    try:
-        while (left := deadline - asyncio.get_running_loop().time()) > 0:
-            frames.append(await client.recv(left))
-    except ConnectionClosed as closed:
-        return frames, closed.rcvd.code if closed.rcvd else None
-    except TimeoutError:
-        pass
-    await client.close()
-    return frames, None
-
-
-async def handshake(url: str, headers: dict[str, str] | None = None) -> int:
-    """The HTTP status of a WebSocket handshake: 101 when it was accepted."""
-    try:
-        async with connect(url, additional_headers=headers or {}, open_timeout=10):
-            return 101
-    except InvalidStatus as exc:
-        return int(exc.response.status_code)
 
 
 # --- one connection is one Agent --------------------------------------------
@@ -110,7 +83,7 @@ def test_it_refuses_a_second_hello_and_closes_the_connection(
         client = await Client.open(daphne, worker.extra["token"])
         await client.send({"op": "hello", "token": owner.extra["token"]})
         await client.send({"op": "command", "envelope": as_owner})
-        return await closed_with(client)
+        return await client.until_closed()
 
     with nothing_written():
         frames, code = asyncio.run(scenario())
@@ -172,7 +145,7 @@ def test_it_closes_a_connection_that_never_says_hello(daphne: Daphne, worker: Ag
         started = time.monotonic()
         silent = await Client.open(daphne)
         greeted = await Client.open(daphne, worker.extra["token"])
-        frames, code = await closed_with(silent, timeout=HELLO_TIMEOUT + 10)
+        frames, code = await silent.until_closed(timeout=HELLO_TIMEOUT + 10)
         elapsed = time.monotonic() - started
         # The Agent that said hello is still served after the deadline.
         await greeted.send({"op": "ack", "cursors": []})
@@ -200,7 +173,7 @@ def test_it_caps_unauthenticated_connections_per_address(daphne: Daphne, worker:
 
     async def scenario() -> tuple[list[dict[str, Any]], int | None, bool, bool]:
         waiting = [await Client.open(daphne) for _ in range(MAX_UNAUTHENTICATED)]
-        refused_frames, refused_code = await closed_with(await Client.open(daphne))
+        refused_frames, refused_code = await (await Client.open(daphne)).until_closed()
         # A hello frees its slot for the next connection.
         await waiting[0].send({"op": "hello", "token": worker.extra["token"]})
         assert (await waiting[0].recv())["op"] == "welcome"
@@ -309,7 +282,7 @@ def test_it_closes_a_connection_that_floods_past_the_limits(daphne: Daphne, work
         client = await Client.open(daphne, worker.extra["token"])
         for _ in range(200):
             await client.send({"op": "presence", "capacity": {"free": 1}})
-        return await closed_with(client)
+        return await client.until_closed()
 
     frames, code = asyncio.run(scenario())
     assert code == 4008
