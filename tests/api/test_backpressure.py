@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import http.client
 import json
 import threading
 import time
@@ -57,19 +56,12 @@ def daphne_env(wait_ms: int) -> dict[str, str | None]:
 
 
 def post(server: Daphne, path: str, body: bytes, timeout: float = 20) -> tuple[int, dict[str, str], Any]:
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=timeout)
+    status, headers, raw = server.http("POST", path, body, {"Content-Type": "application/json"}, timeout)
     try:
-        conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
-        response = conn.getresponse()
-        raw = response.read()
-        headers = {k.lower(): v for k, v in response.getheaders()}
-        try:
-            payload = json.loads(raw)
-        except ValueError:
-            payload = raw[:2000]  # not JSON: shown by the failing assertion
-        return response.status, headers, payload
-    finally:
-        conn.close()
+        payload = json.loads(raw)
+    except ValueError:
+        payload = raw[:2000]  # not JSON: shown by the failing assertion
+    return status, headers, payload
 
 
 def post_command(server: Daphne, envelope: dict[str, Any]) -> tuple[int, dict[str, str], Any]:

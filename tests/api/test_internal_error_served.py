@@ -11,7 +11,6 @@ database, and leave the traceback in the server's log only.
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import uuid
@@ -47,15 +46,10 @@ def daphne_without_database(tmp_path: Any) -> Iterator[Daphne]:
 def request(
     server: Daphne, method: str, path: str, body: Any = None, token: str | None = None
 ) -> tuple[int, dict[str, str], bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     headers = {"Content-Type": "application/json"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
-    conn.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
-    response = conn.getresponse()
-    data = response.read()
-    conn.close()
-    return response.status, {k.lower(): v for k, v in response.getheaders()}, data
+    return server.http(method, path, json.dumps(body).encode() if body is not None else None, headers)
 
 
 def envelope() -> dict[str, Any]:
