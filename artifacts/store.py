@@ -40,6 +40,7 @@ from django.utils.module_loading import import_string
 
 from missions.models import Agent, Group
 from mwportal.protocol import ErrorCode, ProtocolError, make_envelope, malformed, parse_envelope
+from mwportal.security import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE
 
 from .models import Blob, BlobGroup
 
@@ -54,8 +55,6 @@ MEDIA_TYPE_RE = re.compile(rf"^{_RESTRICTED_NAME}/{_RESTRICTED_NAME}$")
 # ``Blob.media_type`` and ``Artifact.media_type`` are CharField(max_length=200):
 # longer is refused here, not by PostgreSQL as a 500 (issue 16 item 6).
 MEDIA_TYPE_MAX = Blob._meta.get_field("media_type").max_length or 200
-PRIVATE_DIR_MODE = 0o700
-PRIVATE_FILE_MODE = 0o600
 
 
 def storage() -> Storage:
