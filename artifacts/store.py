@@ -40,7 +40,7 @@ from django.utils.module_loading import import_string
 
 from missions.models import Agent, Group
 from mwportal.protocol import ErrorCode, ProtocolError, make_envelope, malformed, parse_envelope
-from mwportal.security import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE
+from mwportal.security import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, private_dir
 
 from .models import Blob, BlobGroup
 
@@ -74,33 +74,15 @@ def _storage(dotted: str, root: str) -> Storage:
     )
 
 
-def private_dir(path: Path) -> Path:
-    """``path`` as a directory, creating each missing level with mode 0700.
-
-    ``Path.mkdir(parents=True)`` would give the parents the default mode
-    (0755 under the usual umask): the store would be listable by every user
-    of the machine. The store root is tightened once if an older
-    installation left it open, which is enough: nothing below it can be
-    reached without traversing it.
-    """
-    missing = []
-    level = path
-    while not level.exists():
-        missing.append(level)
-        level = level.parent
-    for directory in reversed(missing):
-        with contextlib.suppress(FileExistsError):  # a concurrent request made it first
-            directory.mkdir(mode=PRIVATE_DIR_MODE)
-    return path
-
-
 def _private_root(root: Path) -> None:
+    """The store root, private; an older installation's open root is
+    tightened once, saying so (nothing below it can be reached without
+    traversing it)."""
     if root in _TIGHTENED:
         return
-    private_dir(root)
-    if root.stat().st_mode & 0o077:
+    if root.exists() and root.stat().st_mode & 0o077:
         log.warning("artifact store %s was readable by other users; setting mode 0700", root)
-        os.chmod(root, PRIVATE_DIR_MODE)
+    private_dir(root)
     _TIGHTENED.add(root)
 
 

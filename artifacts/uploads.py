@@ -43,14 +43,13 @@ from django.conf import settings
 
 from missions.models import Agent, Group
 from mwportal.protocol import ErrorCode, ProtocolError, malformed
-from mwportal.security import PRIVATE_FILE_MODE, write_private_json
+from mwportal.security import PRIVATE_FILE_MODE, private_dir, write_private_json
 
 from .models import Blob
 from .store import (
     CHUNK,
     hash_file,
     link_to_group,
-    private_dir,
     put_staged,
     spool_dir,
 )

@@ -39,9 +39,21 @@ PRIVATE_FILE_MODE = 0o600
 
 
 def private_dir(path: Path) -> Path:
-    """Create ``path`` (and parents) and make it the server user's alone."""
-    path.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
-    if stat.S_IMODE(path.stat().st_mode) != PRIVATE_DIR_MODE:
+    """``path`` as a directory that is the server user's alone.
+
+    Each missing level is created 0700 (``Path.mkdir(parents=True)`` would
+    give the parents the default mode, listable by every user); an existing
+    ``path`` an older installation left open is tightened to 0700.
+    """
+    missing = []
+    level = path
+    while not level.exists():
+        missing.append(level)
+        level = level.parent
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # a concurrent process made it first
+            directory.mkdir(mode=PRIVATE_DIR_MODE)
+    if not missing and stat.S_IMODE(path.stat().st_mode) != PRIVATE_DIR_MODE:
         path.chmod(PRIVATE_DIR_MODE)
     return path
 
