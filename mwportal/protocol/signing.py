@@ -7,10 +7,7 @@ signed object without its ``signature`` member.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import functools
-import re
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -19,26 +16,7 @@ from nacl.bindings import crypto_sign_open
 from nacl.exceptions import BadSignatureError
 
 from .canonical import canonicalize
-
-
-def b64url_encode(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-_B64URL = re.compile(r"[A-Za-z0-9_-]*")
-
-
-def b64url_decode(text: str) -> bytes:
-    """Decode unpadded base64url; ``ValueError`` on anything else (one spelling per value)."""
-    if not isinstance(text, str) or not _B64URL.fullmatch(text) or len(text) % 4 == 1:
-        raise ValueError("expected unpadded base64url text")
-    try:
-        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    except (binascii.Error, ValueError) as exc:
-        raise ValueError(f"not base64url: {exc}") from exc
-    if b64url_encode(raw) != text:
-        raise ValueError("not the canonical base64url spelling (stray trailing bits)")
-    return raw
+from .values import b64url_decode, b64url_encode  # one base64url for the kernel (§2)
 
 
 def generate_keypair() -> tuple[str, str]:
