@@ -69,8 +69,10 @@ def _status(value: Any, where: str) -> list[str]:
     if errors:
         return errors
     sequence = value["sequence"]
-    # bool is an int in Python but not an integer in JSON.
-    if isinstance(sequence, bool) or not isinstance(sequence, int):
+    # JSON Schema's integer is any number with no fractional part (so 1.0
+    # is one); bool is an int in Python but not a number in JSON.
+    integral = isinstance(sequence, int) or (isinstance(sequence, float) and sequence.is_integer())
+    if isinstance(sequence, bool) or not integral:
         errors.append(f"{where}/sequence: not an integer")
     elif not 1 <= sequence <= _MAX_SAFE_INTEGER:
         errors.append(f"{where}/sequence: outside 1..2^53-1")

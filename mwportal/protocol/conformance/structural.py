@@ -57,36 +57,39 @@ def run(files: BundleFiles) -> list[Outcome]:
     absent = kernel.missing(kernel.STRUCTURAL)
     if absent:
         return [Outcome(BUNDLE, evaluation_id(e), False, _verdict(e["valid"]), absent) for e in manifest]
-    from mwportal.protocol import schemas, strictjson
-
     outcomes = []
     for entry in manifest:
         eid = evaluation_id(entry)
         expected = _verdict(entry["valid"])
-        match = _SCHEMA_PATH.fullmatch(entry["schema"])
-        assert match is not None  # read_manifest checked it
-        name = match.group(1)
         try:
-            data = files.read_bytes(entry["instance"])
+            outcomes.append(_evaluate(files, eid, entry))
         except BundleError as exc:
             outcomes.append(Outcome(BUNDLE, eid, False, expected, f"unreadable: {exc}"))
-            continue
-        try:
-            doc = strictjson.parse(data)
-        except strictjson.StrictJSONError as exc:
-            actual, why = "invalid", f"invalid (parse: {exc.reason})"
-        else:
-            try:
-                schemas.validate(name, doc)
-            except schemas.SchemaError as exc:
-                actual, why = "invalid", "invalid (" + "; ".join(exc.errors[:3]) + ")"
-            except Exception as exc:  # a crash is a failure, whatever the expected verdict
-                outcomes.append(Outcome(BUNDLE, eid, False, expected, f"{type(exc).__name__}: {exc}"))
-                continue
-            else:
-                actual, why = "valid", "valid"
-        outcomes.append(Outcome(BUNDLE, eid, actual == expected, f"{expected} against {name}", why))
+        except Exception as exc:  # a crash is a failure, whatever the expected verdict
+            outcomes.append(Outcome(BUNDLE, eid, False, expected, f"{type(exc).__name__}: {exc}"))
     return outcomes
+
+
+def _evaluate(files: BundleFiles, eid: str, entry: dict[str, Any]) -> Outcome:
+    from mwportal.protocol import schemas, strictjson
+
+    expected = _verdict(entry["valid"])
+    match = _SCHEMA_PATH.fullmatch(entry["schema"])
+    assert match is not None  # read_manifest checked it
+    name = match.group(1)
+    data = files.read_bytes(entry["instance"])
+    try:
+        doc = strictjson.parse(data)
+    except strictjson.StrictJSONError as exc:
+        actual, why = "invalid", f"invalid (parse: {exc.reason})"
+    else:
+        try:
+            schemas.validate(name, doc)
+        except schemas.SchemaError as exc:
+            actual, why = "invalid", "invalid (" + "; ".join(exc.errors[:3]) + ")"
+        else:
+            actual, why = "valid", "valid"
+    return Outcome(BUNDLE, eid, actual == expected, f"{expected} against {name}", why)
 
 
 def _verdict(valid: Any) -> str:
