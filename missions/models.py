@@ -323,3 +323,116 @@ class AgentPresence(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent_id} presence"
+
+
+# -- The Registry's signing keys and the Admission Log (PROTOCOL §6.4, DESIGN §4) --
+#
+# All three tables are append-only: the database refuses UPDATE and DELETE
+# (missions.keyregistry.APPEND_ONLY_TABLES, installed by migration 0005). The
+# Organization-wide invariants live in unique constraints, so a verification
+# reads one key and its history, whatever the Registry's size.
+
+PRINCIPAL_TYPES = ("agent", "human", "service")
+
+
+class SigningKey(models.Model):
+    """One immutable key binding ``keyId -> (Principal, algorithm, public key)``.
+
+    Register through ``missions.keyregistry.register_key``, which runs the
+    kernel's strict point check first. ``valid_from`` is kept in its lexical
+    form (the §2 profile allows more fractional digits than a DateTimeField)
+    and compared as an instant in Python.
+    """
+
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="signing_keys")
+    key_id = models.CharField(max_length=512)
+    principal_type = models.CharField(max_length=16)
+    principal_id = models.CharField(max_length=512)
+    algorithm = models.CharField(max_length=16)
+    # Canonical unpadded base64url of the 32 raw bytes: one spelling per key,
+    # so uniqueness of the text is uniqueness of the key.
+    public_key = models.CharField(max_length=43)
+    valid_from = models.CharField(max_length=128)
+    registered_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            # §6.4: a key ID is never reused within the Organization ...
+            models.UniqueConstraint(fields=["organization", "key_id"], name="signingkey_key_id_unique"),
+            # ... one public key is never registered under another Principal or key ID ...
+            models.UniqueConstraint(fields=["organization", "public_key"], name="signingkey_public_key_unique"),
+            # ... and a (Principal, algorithm, key) tuple has no key-ID alias.
+            models.UniqueConstraint(
+                fields=["organization", "principal_type", "principal_id", "algorithm", "public_key"],
+                name="signingkey_tuple_unique",
+            ),
+            models.CheckConstraint(condition=Q(principal_type__in=PRINCIPAL_TYPES), name="signingkey_principal_type"),
+            models.CheckConstraint(condition=Q(algorithm="Ed25519"), name="signingkey_algorithm_ed25519"),
+            models.CheckConstraint(
+                condition=models.lookups.Exact(models.functions.Length("public_key"), 43),
+                name="signingkey_public_key_length",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.key_id
+
+
+class SigningKeyValidity(models.Model):
+    """One append-only validity-status record of a key (§6.4).
+
+    A record may add or move ``validUntil``/``revokedAt`` earlier; the
+    effective value is the earliest in the history, so even a row inserted
+    behind the registration function's back can only shorten validity.
+    """
+
+    key = models.ForeignKey(SigningKey, on_delete=models.PROTECT, related_name="validity")
+    sequence = models.PositiveIntegerField()
+    valid_until = models.CharField(max_length=128, null=True, blank=True)
+    revoked_at = models.CharField(max_length=128, null=True, blank=True)
+    recorded_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["key", "sequence"], name="signingkeyvalidity_sequence_unique"),
+            models.CheckConstraint(condition=Q(sequence__gte=1), name="signingkeyvalidity_sequence_positive"),
+            models.CheckConstraint(
+                condition=Q(valid_until__isnull=False) | Q(revoked_at__isnull=False),
+                name="signingkeyvalidity_sets_a_boundary",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key_id}#{self.sequence}"
+
+
+class AdmissionRecord(models.Model):
+    """A First-Admission Record in the Organization's Admission Log (§6.4).
+
+    ``record`` holds the record's canonical (JCS) bytes, returned as they are
+    stored; the other columns index them. ``service_*`` is the accepting
+    service the log authenticated when it wrote the row, which a later
+    lookup reports and the kernel compares with the record's ``acceptedBy``.
+    """
+
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="admission_records")
+    signing_hash = models.CharField(max_length=71)
+    admission_record_id = models.CharField(max_length=512, unique=True)
+    document_kind = models.CharField(max_length=32)
+    key_id = models.CharField(max_length=512)
+    principal_type = models.CharField(max_length=16)
+    principal_id = models.CharField(max_length=512)
+    record = models.BinaryField()
+    service_type = models.CharField(max_length=16)
+    service_id = models.CharField(max_length=512)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            # §6.4: at most one authoritative record per logical key.
+            models.UniqueConstraint(fields=["organization", "signing_hash"], name="admissionrecord_logical_key_unique"),
+            models.CheckConstraint(condition=Q(service_type="service"), name="admissionrecord_service_type"),
+        ]
+
+    def __str__(self) -> str:
+        return self.admission_record_id
