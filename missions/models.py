@@ -12,6 +12,7 @@ import uuid
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Length
 
 ORG_ROLES = ("mission_owner", "coordinator", "worker", "admin")
 GROUP_ROLES = ("owner", "coordinator", "worker", "reviewer")
@@ -369,7 +370,7 @@ class SigningKey(models.Model):
             models.CheckConstraint(condition=Q(principal_type__in=PRINCIPAL_TYPES), name="signingkey_principal_type"),
             models.CheckConstraint(condition=Q(algorithm="Ed25519"), name="signingkey_algorithm_ed25519"),
             models.CheckConstraint(
-                condition=models.lookups.Exact(models.functions.Length("public_key"), 43),
+                condition=models.lookups.Exact(Length("public_key"), 43),
                 name="signingkey_public_key_length",
             ),
         ]
