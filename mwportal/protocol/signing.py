@@ -16,7 +16,8 @@ from nacl.bindings import crypto_sign_open
 from nacl.exceptions import BadSignatureError
 
 from .canonical import canonicalize
-from .values import b64url_decode, b64url_encode  # one base64url for the kernel (§2)
+from .values import b64url_decode as b64url_decode  # one base64url for the kernel (§2), re-exported
+from .values import b64url_encode as b64url_encode
 
 
 def generate_keypair() -> tuple[str, str]:

@@ -30,12 +30,17 @@ __all__ = [
 # (an IRI-only spelling) or any whitespace or control character fails to match;
 # re.fullmatch (never "$", which also matches before a final "\n") consumes
 # the whole string.
+#
+# pct-encoded ("%" HEXDIG HEXDIG) is checked once for the whole string
+# (_BAD_ESCAPE); the grammar below then admits "%" as a character wherever
+# pct-encoded may occur.  That is equivalent: the two hex digits after a "%"
+# are unreserved characters, allowed wherever "%" is, and the places that
+# admit no escape (scheme, port, IP literals) do not admit "%" either.  It
+# keeps the expression to character classes, which is what makes it fast.
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 _UNRESERVED = r"A-Za-z0-9._~\-"
 _SUB_DELIMS = r"!$&'()*+,;="
-_PCT = r"%[0-9A-Fa-f]{2}"
-_PCHAR = rf"(?:[{_UNRESERVED}{_SUB_DELIMS}:@]|{_PCT})"
-_SEGMENT = rf"{_PCHAR}*"
-_SEGMENT_NZ = rf"{_PCHAR}+"
+_PCHAR = rf"[{_UNRESERVED}{_SUB_DELIMS}:@%]"
 _H16 = r"[0-9A-Fa-f]{1,4}"
 _DEC_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9][0-9]|[0-9])"
 _IPV4 = rf"{_DEC_OCTET}\.{_DEC_OCTET}\.{_DEC_OCTET}\.{_DEC_OCTET}"
@@ -60,22 +65,25 @@ _IPV6 = (
 _IPVFUTURE = rf"v[0-9A-Fa-f]+\.[{_UNRESERVED}{_SUB_DELIMS}:]+"
 _IP_LITERAL = rf"\[(?:{_IPV6}|{_IPVFUTURE})\]"
 # IPv4address is a special case of reg-name, so the reg-name alternative covers it.
-_REG_NAME = rf"(?:[{_UNRESERVED}{_SUB_DELIMS}]|{_PCT})*"
-_USERINFO = rf"(?:[{_UNRESERVED}{_SUB_DELIMS}:]|{_PCT})*"
+_REG_NAME = rf"[{_UNRESERVED}{_SUB_DELIMS}%]*"
+_USERINFO = rf"[{_UNRESERVED}{_SUB_DELIMS}:%]*"
 _AUTHORITY = rf"(?:{_USERINFO}@)?(?:{_IP_LITERAL}|{_REG_NAME})(?::[0-9]*)?"
-_HIER_PART = (
-    rf"(?://{_AUTHORITY}(?:/{_SEGMENT})*"  # "//" authority path-abempty
-    rf"|/(?:{_SEGMENT_NZ}(?:/{_SEGMENT})*)?"  # path-absolute
-    rf"|{_SEGMENT_NZ}(?:/{_SEGMENT})*"  # path-rootless
-    r"|)"  # path-empty
-)
-_QUERY = rf"(?:{_PCHAR}|[/?])*"
+# Without an authority, path-absolute / path-rootless / path-empty together are
+# "any pchars and slashes, not starting with //" (only the first segment of
+# path-absolute must be non-empty, and that is what excludes a leading "//").
+_HIER_PART = rf"(?://{_AUTHORITY}(?:/{_PCHAR}*)*|(?!//)[{_UNRESERVED}{_SUB_DELIMS}:@%/]*)"
+_QUERY = rf"[{_UNRESERVED}{_SUB_DELIMS}:@%/?]*"
 _URI = re.compile(rf"[A-Za-z][A-Za-z0-9+.-]*:{_HIER_PART}(?:\?{_QUERY})?(?:#{_QUERY})?")
 
 
 def is_absolute_uri(s: Any) -> bool:
     """§2: an absolute RFC 3986 URI, ASCII only, the whole string, no normalization."""
-    return isinstance(s, str) and s.isascii() and _URI.fullmatch(s) is not None
+    return (
+        isinstance(s, str)
+        and s.isascii()
+        and _URI.fullmatch(s) is not None
+        and ("%" not in s or _BAD_ESCAPE.search(s) is None)
+    )
 
 
 # --- timestamps: RFC 3339 date-time under the §2 profile ------------------------------------
@@ -129,8 +137,8 @@ class Timestamp:
         return self.instant[0]
 
 
-def parse_timestamp(text: Any) -> Timestamp:
-    """The §2 profile, or :class:`TimestampError` naming what is wrong."""
+def _check_timestamp(text: Any) -> tuple[int, str | None]:
+    """The UTC seconds and fraction digits of a §2 timestamp, or :class:`TimestampError`."""
     if not isinstance(text, str):
         raise TimestampError("a timestamp is a string")
     m = _TIMESTAMP.fullmatch(text)
@@ -157,14 +165,20 @@ def parse_timestamp(text: Any) -> Timestamp:
         if sign == "-" and oh == 0 and om == 0:
             raise TimestampError("the unknown-local-offset spelling -00:00 is not permitted")
         offset = (oh * 60 + om) * 60 * (1 if sign == "+" else -1)
-    seconds = _days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second - offset
+    return _days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second - offset, digits
+
+
+def parse_timestamp(text: Any) -> Timestamp:
+    """The §2 profile, or :class:`TimestampError` naming what is wrong."""
+    seconds, digits = _check_timestamp(text)
     fraction = Fraction(int(digits), 10 ** len(digits)) if digits else Fraction(0)
     return Timestamp(text, (seconds, fraction))
 
 
 def is_timestamp(text: Any) -> bool:
+    # The schemas' date-time format calls this for every timestamp: no Fraction, no object.
     try:
-        parse_timestamp(text)
+        _check_timestamp(text)
     except TimestampError:
         return False
     return True

@@ -8,6 +8,7 @@ independent oracle (``datetime``, the standard library's base64).
 from __future__ import annotations
 
 import base64
+import re
 import string
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -130,12 +131,54 @@ def test_it_accepts_uris_built_from_the_rfc_3986_grammar(uri: str) -> None:
     _uris(),
     st.integers(min_value=0),
     st.sampled_from(
-        [" ", "\t", "\n", "\r", "\x00", "\x1f", "\x7f", "\u00e9", "\u2028", "\ufeff", "<", '"', "%", "%z1"]
+        [" ", "\t", "\n", "\r", "\x00", "\x1f", "\x7f", "\u00e9", "\u2028", "\ufeff", "<", '"', "%g", "%z1", "%%"]
     ),
 )
 def test_it_refuses_any_uri_with_a_character_outside_the_grammar(uri: str, at: int, bad: str) -> None:
     at = at % (len(uri) + 1)
     assert not is_absolute_uri(uri[:at] + bad + uri[at:])
+
+
+# The RFC 3986 ABNF transcribed literally (pct-encoded as an alternative in every
+# production); values.py uses an equivalent, faster formulation and must agree.
+_P = "%[0-9A-Fa-f]{2}"
+_U = "A-Za-z0-9._~\\-"
+_S = "!$&'()*+,;="
+_PC = f"(?:[{_U}{_S}:@]|{_P})"
+_H = "[0-9A-Fa-f]{1,4}"
+_D = "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9][0-9]|[0-9])"
+_V4 = f"{_D}\\.{_D}\\.{_D}\\.{_D}"
+_L = f"(?:{_H}:{_H}|{_V4})"
+_V6 = "|".join(
+    [
+        f"(?:{_H}:){{6}}{_L}",
+        f"::(?:{_H}:){{5}}{_L}",
+        f"(?:{_H})?::(?:{_H}:){{4}}{_L}",
+        f"(?:(?:{_H}:){{0,1}}{_H})?::(?:{_H}:){{3}}{_L}",
+        f"(?:(?:{_H}:){{0,2}}{_H})?::(?:{_H}:){{2}}{_L}",
+        f"(?:(?:{_H}:){{0,3}}{_H})?::{_H}:{_L}",
+        f"(?:(?:{_H}:){{0,4}}{_H})?::{_L}",
+        f"(?:(?:{_H}:){{0,5}}{_H})?::{_H}",
+        f"(?:(?:{_H}:){{0,6}}{_H})?::",
+    ]
+)
+_AUTH = f"(?:(?:[{_U}{_S}:]|{_P})*@)?(?:\\[(?:{_V6}|v[0-9A-Fa-f]+\\.[{_U}{_S}:]+)\\]|(?:[{_U}{_S}]|{_P})*)(?::[0-9]*)?"
+_HIER = f"(?://{_AUTH}(?:/{_PC}*)*|/(?:{_PC}+(?:/{_PC}*)*)?|{_PC}+(?:/{_PC}*)*|)"
+_Q = f"(?:{_PC}|[/?])*"
+_ABNF_URI = re.compile(f"[A-Za-z][A-Za-z0-9+.-]*:{_HIER}(?:\\?{_Q})?(?:#{_Q})?")
+
+_uri_soup = st.text(alphabet="aZ09:/?#[]@%fF.-_~!$&'()*+,;=v \n\u00e9", max_size=24)
+
+
+@given(st.sampled_from(["", "s:", "urn:x:", "h://", "h://[", "h://u@", "h://[::1]:"]), _uri_soup)
+def test_it_agrees_with_the_rfc_3986_abnf_transcribed_literally(prefix: str, rest: str) -> None:
+    candidate = prefix + rest
+    assert is_absolute_uri(candidate) == (_ABNF_URI.fullmatch(candidate) is not None), candidate
+
+
+@pytest.mark.parametrize("uri", GOOD_URIS + BAD_URIS)
+def test_the_abnf_oracle_agrees_on_the_rows(uri: str) -> None:
+    assert is_absolute_uri(uri) == (_ABNF_URI.fullmatch(uri) is not None)
 
 
 # --- timestamps (§2 profile) -----------------------------------------------------------------
