@@ -265,7 +265,8 @@ def test_a_success_records_no_diagnostic() -> None:
 
 
 def golden() -> dict[str, Any]:
-    return json.loads(read(f"{SD}/valid/command.json"))
+    doc: dict[str, Any] = json.loads(read(f"{SD}/valid/command.json"))
+    return doc
 
 
 def with_signature_r(doc: dict[str, Any], r: bytes) -> dict[str, Any]:
