@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     data = json.dumps(signed, separators=(",", ":"), ensure_ascii=False).encode()
     doc = strictjson.parse(data)
     message = jcs.signing_bytes(doc)
-    signature = b64url_decode(signed["signature"]["value"])  # type: ignore[index]
+    signature = b64url_decode(signed["signature"]["value"])
     public_key = ed25519.public_key(seed_of(1))
     verify_key = nacl.signing.VerifyKey(public_key)
     assert verify_document(data, "command", small).signing_bytes == message
