@@ -7,6 +7,7 @@ needs a damaged bundle copies it into ``tmp_path`` and damages the copy.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -290,3 +291,167 @@ def test_it_refuses_a_manifest_with_duplicate_members(tmp_path: Path) -> None:
     (tmp_path / "m.json").write_text('{"a": 1, "a": 2}')
     with pytest.raises(BundleError, match="duplicate"):
         BundleFiles(tmp_path).load_json("m.json")
+
+
+# --- the runner checks what it says it checks ------------------------------------
+
+
+def test_it_fails_every_evaluation_of_a_bundle_whose_kernel_module_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A None entry in sys.modules makes the import raise ImportError.
+    monkeypatch.setitem(sys.modules, "mwportal.protocol.admission", None)
+    report = run(bundle_root())
+    assert report.tally("admission") == (0, 30)
+    assert all("kernel missing: mwportal.protocol.admission" in o.actual for o in report.failures)
+    assert not report.ok
+
+
+def _tampered(field: str) -> Any:
+    import dataclasses
+
+    from mwportal.protocol import values, verification
+
+    def change(verified: Any) -> Any:
+        if field == "signing_bytes":
+            return dataclasses.replace(verified, signing_bytes=verified.signing_bytes + b" ")
+        if field == "signing_hash":
+            return dataclasses.replace(verified, signing_hash="sha256:" + "0" * 64)
+        if field == "key_id":
+            return dataclasses.replace(verified, key_id="urn:example:other-key")
+        if field == "principal":
+            principal = dataclasses.replace(verified.principal, id="urn:example:someone-else")
+            return dataclasses.replace(verified, principal=principal)
+        if field == "protected_time":
+            return dataclasses.replace(verified, protected_time=values.parse_timestamp("2026-07-15T00:00:00.0Z"))
+        document = json.loads(json.dumps(verified.document))
+        document["signature"]["value"] = document["signature"]["value"][::-1]
+        return dataclasses.replace(verified, document=document)
+
+    original = verification.verify_document
+    return lambda data, profile, registry: change(original(data, profile, registry))
+
+
+@pytest.mark.parametrize(
+    ("field", "named"),
+    [
+        ("signing_bytes", "signing bytes"),
+        ("signing_hash", "signingHash"),
+        ("key_id", "keyId"),
+        ("principal", "principal"),
+        ("protected_time", "protectedTime"),
+        ("signature", "signature"),
+    ],
+)
+def test_it_fails_a_complete_verification_whose_evidence_differs(
+    monkeypatch: pytest.MonkeyPatch, field: str, named: str
+) -> None:
+    from mwportal.protocol import verification
+
+    monkeypatch.setattr(verification, "verify_document", _tampered(field))
+    report = run(bundle_root())
+    golden = next(o for o in report.outcomes if o.id == "accept.command.golden")
+    assert not golden.passed
+    assert golden.expected.startswith(named), golden
+    # Every complete evaluation of the cryptography bundle is caught.
+    assert {o.id for o in report.failures if o.bundle == "cryptography"} >= {
+        o.id for o in report.outcomes if o.bundle == "cryptography" and o.id.startswith("accept.command")
+    }
+
+
+def test_it_checks_the_signed_document_hash_over_the_whole_canonical_document(monkeypatch: pytest.MonkeyPatch) -> None:
+    # signedDocumentHash is the SHA-256 of the RFC 8785 bytes of the whole
+    # parsed document, signature included: a document that canonicalizes
+    # differently is caught even when every other field agrees.
+    import dataclasses
+
+    from mwportal.protocol import verification
+
+    original = verification.verify_document
+
+    def extra_member(data: bytes, profile: str, registry: Any) -> Any:
+        verified = original(data, profile, registry)
+        return dataclasses.replace(verified, document={**verified.document, "zz": 1})
+
+    monkeypatch.setattr(verification, "verify_document", extra_member)
+    report = run(bundle_root())
+    golden = next(o for o in report.outcomes if o.id == "accept.command.golden")
+    assert golden.expected.startswith("signedDocumentHash"), golden
+
+
+def test_it_fails_a_reject_that_stops_at_another_stage_or_wire_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mwportal.protocol import verification
+
+    original = verification.VerificationFailed.__init__
+
+    def parse_is_schema(self: Any, stage: Any, reason: str) -> None:
+        original(self, stage, reason)
+        if stage == verification.Stage.PARSE:
+            self.wire_code = verification.WIRE_CODES[verification.Stage.SCHEMA]
+
+    monkeypatch.setattr(verification.VerificationFailed, "__init__", parse_is_schema)
+    report = run(bundle_root())
+    failed = {o.id for o in report.failures if o.bundle == "cryptography"}
+    assert failed == {
+        "reject.parse.byte-level-matrix/invalid-utf8",
+        "reject.parse.byte-level-matrix/trailing-data",
+        "reject.parse.byte-level-matrix/utf8-bom",
+        "reject.parse.duplicate-decoded-member",
+    }
+
+
+def test_it_fails_an_admission_that_returns_another_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    from mwportal.protocol import admission
+
+    original = admission.replay_historical
+
+    def other_record(verified: Any, log: Any) -> Any:
+        admitted = original(verified, log)
+        record = dataclasses.replace(admitted.record, admission_record_id="urn:example:another-record")
+        return dataclasses.replace(admitted, record=record)
+
+    monkeypatch.setattr(admission, "replay_historical", other_record)
+    report = run(bundle_root())
+    assert {o.id for o in report.failures} == {"historical-replay.later-expiry", "historical-replay.later-revocation"}
+
+
+def test_it_fails_an_admission_that_asks_for_trusted_context_after_a_found_record(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # §6.4: a found record is validated and returned; the trusted context is
+    # for a new admission only (the idempotent-retry evaluation).
+    from mwportal.protocol import admission
+
+    original = admission.admit_first
+
+    def eager(verified: Any, log: Any, trusted_context: Any) -> Any:
+        # The fixture source refuses when there is no trusted context; asking is the fault.
+        with contextlib.suppress(admission.AdapterContractError):
+            trusted_context()
+        return original(verified, log, trusted_context)
+
+    monkeypatch.setattr(admission, "admit_first", eager)
+    report = run(bundle_root())
+    failed = {o.id: o for o in report.failures}
+    # Every successful first admission: after a found record (the retry) the
+    # request is one too many, after authoritative absence it is the second.
+    assert set(failed) == {o.id for o in report.outcomes if o.id.startswith("first-admission.")}
+    assert "0 appends, 1 trusted-context requests" in failed["first-admission.idempotent-retry"].actual
+    assert failed["first-admission.command"].expected == "at most one append and one trusted-context request"
+
+
+def test_it_fails_an_admission_reject_with_another_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mwportal.protocol import admission
+
+    original = admission.AdmissionFailed.__init__
+    swap = {
+        admission.Reason.RECORD_MISSING: admission.Reason.LOG_INDETERMINATE,
+        admission.Reason.LOG_INDETERMINATE: admission.Reason.RECORD_MISSING,
+    }
+
+    def swapped(self: Any, reason: Any, detail: str = "") -> None:
+        original(self, swap.get(reason, reason), detail)
+
+    monkeypatch.setattr(admission.AdmissionFailed, "__init__", swapped)
+    report = run(bundle_root())
+    assert {o.id for o in report.failures} == {"historical-record-missing", "admission-log-indeterminate"}
