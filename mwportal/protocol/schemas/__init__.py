@@ -13,6 +13,7 @@ here, at the schema stage of §6.4.
 
 from __future__ import annotations
 
+import copy
 import functools
 from typing import Any
 
@@ -53,8 +54,6 @@ def json_schema(name: str) -> Schema:
 
     A fresh copy: callers (the catalogue, OpenAPI) may annotate it freely.
     """
-    import copy
-
     try:
         return copy.deepcopy(_ALL[name])
     except KeyError:
