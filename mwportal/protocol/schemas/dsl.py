@@ -190,8 +190,3 @@ def merge(*parts: Schema) -> Schema:
             raise ValueError(f"keywords given twice: {sorted(overlap)}")
         out.update(part)
     return out
-
-
-def actor_type(t: Schema) -> Schema:
-    """An actor-valued member whose ``type`` matches ``t`` (present)."""
-    return where(type=t)
