@@ -329,6 +329,29 @@ def test_timestamp_order_agrees_with_datetime(a: tuple[str, datetime], b: tuple[
     assert ta.epoch_seconds == int((a[1] - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(seconds=1))
 
 
+_timestamp_soup = st.from_regex(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{0,3})?([Zz]|[+-][0-9]{2}:[0-9]{2})?\n?",
+    fullmatch=True,
+)
+
+
+@given(_timestamp_soup | st.text(alphabet="0123456789-:.TtZz+ ", max_size=30))
+def test_is_timestamp_agrees_with_parse_timestamp(text: str) -> None:
+    try:
+        parse_timestamp(text)
+    except TimestampError:
+        assert not is_timestamp(text)
+    else:
+        assert is_timestamp(text)
+
+
+@pytest.mark.parametrize(
+    "text", GOOD_TIMESTAMPS + BAD_TIMESTAMPS + ["2024-02-30T00:00:00Z", "2026-12-31T00:00:00-00:00"]
+)
+def test_is_timestamp_agrees_with_parse_timestamp_on_the_rows(text: str) -> None:
+    assert is_timestamp(text) == (text in GOOD_TIMESTAMPS)
+
+
 # --- base64url (§2: RFC 4648 §5, no padding, zero unused bits) -------------------------------
 
 
