@@ -131,3 +131,29 @@ def test_it_fails_when_two_stages_classifications_are_swapped(
     assert len(expected) == 16  # 5 schema, 11 signature-envelope
     assert failed == expected
     assert_cli_fails(capsys)
+
+
+@pytest.mark.parametrize("verdict", [True, False], ids=["accepts-every-signature", "refuses-every-signature"])
+def test_it_fails_when_the_signature_equation_gives_one_answer(monkeypatch: pytest.MonkeyPatch, verdict: bool) -> None:
+    def constant(public_key: bytes, message: bytes, signature: bytes) -> bool:
+        return verdict
+
+    monkeypatch.setattr(ed25519, "verify", constant)
+    report = run(bundle_root())
+    failed = {o.id: o for o in report.failures}
+    manifest = json.loads((bundle_root() / "cryptography/manifest.json").read_text())
+    stages = {eid: e.get("expect", {}).get("stage") for eid, e in evaluations(manifest)}
+    if verdict:
+        # The four stage-6 rejects complete instead (and so may signature
+        # envelopes whose R point the kernel checks only once a later stage
+        # has failed).
+        crypto = {eid for eid in failed if eid in stages}
+        assert crypto >= {eid for eid, s in stages.items() if s == "signature"}
+        assert all(stages[eid] in ("signature", "signature-envelope") for eid in crypto), crypto
+    else:
+        # Every expected-complete document is refused, at stage 6, and so is
+        # every admission evaluation, which needs a complete verification first.
+        complete = {eid for eid, s in stages.items() if s == "complete"}
+        assert {eid for eid in failed if eid in stages} == complete
+        assert all(failed[eid].actual.startswith("stage signature, AUTH_INVALID_SIGNATURE") for eid in complete)
+        assert report.tally("admission") == (0, 30)
