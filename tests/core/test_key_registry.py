@@ -8,7 +8,9 @@ itself must refuse. Runs on SQLite and on PostgreSQL.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from django.db import DatabaseError, IntegrityError, connection, transaction
@@ -39,7 +41,7 @@ def key(n: int) -> bytes:
     return ed25519.public_key(bytes([n]) * 32)
 
 
-def register(org: Organization, key_id: str, principal: Principal, public_key: bytes, **kw: object) -> SigningKey:
+def register(org: Organization, key_id: str, principal: Principal, public_key: bytes, **kw: Any) -> SigningKey:
     return register_key(
         org,
         key_id=key_id,
@@ -47,7 +49,7 @@ def register(org: Organization, key_id: str, principal: Principal, public_key: b
         public_key=public_key,
         valid_from=str(kw.pop("valid_from", START)),
         **kw,
-    )  # type: ignore[arg-type]
+    )
 
 
 @pytest.fixture
@@ -144,15 +146,15 @@ NONCANONICAL_Y = (2**255 - 19 + 1).to_bytes(32, "little")  # y = p + 1, i.e. y =
         ({"valid_from": "2026-07-01 00:00:00"}, "valid-from-malformed"),
     ],
 )
-def test_kernel_checks_run_before_insert_PROTOCOL_6_4(org: Organization, kw: dict[str, object], reason: str) -> None:
-    args: dict[str, object] = {
+def test_kernel_checks_run_before_insert_PROTOCOL_6_4(org: Organization, kw: dict[str, Any], reason: str) -> None:
+    args: dict[str, Any] = {
         "key_id": "urn:k:1",
         "principal": ALICE,
         "public_key": key(1),
         "valid_from": START,
     } | kw
     with pytest.raises(RegistrationError) as info:
-        register_key(org, **args)  # type: ignore[arg-type]
+        register_key(org, **args)
     assert info.value.reason.startswith(reason)
     assert not SigningKey.objects.exists()
 
@@ -195,9 +197,9 @@ def test_a_boundary_is_never_moved_later_PROTOCOL_6_4(
     org: Organization, field: str, earlier: str, later: str, reason: str
 ) -> None:
     k = register(org, "urn:k:1", ALICE, key(1))
-    record_validity(k, **{field: earlier})
+    record_validity(k, **dict[str, Any]({field: earlier}))
     with pytest.raises(RegistrationError) as info:
-        record_validity(k, **{field: later})
+        record_validity(k, **dict[str, Any]({field: later}))
     assert info.value.reason == reason
     assert SigningKeyValidity.objects.filter(key=k).count() == 1
 
@@ -345,7 +347,7 @@ def test_database_refuses_update_and_delete_of_keys_history_and_admissions_PROTO
     k = register(org, "urn:k:1", ALICE, key(1), valid_until="2026-08-01T00:00:00Z")
     bare = register(org, "urn:k:2", BOB, key(2))  # no history, so no PROTECT stands in the trigger's way
     admission = _admission_row(org)
-    attempts = [
+    attempts: list[Callable[[], object]] = [
         lambda: SigningKey.objects.filter(pk=k.pk).update(valid_from="2020-01-01T00:00:00Z"),
         lambda: SigningKey.objects.filter(pk=k.pk).update(principal_id=BOB.id),
         lambda: SigningKey.objects.filter(pk=bare.pk).delete(),
@@ -387,9 +389,9 @@ class ValidityHistoryProperties(TestCase):
             later = oracle[field] is not None and hour > oracle[field]  # type: ignore[operator]
             if later:
                 with pytest.raises(RegistrationError):
-                    record_validity(k, **{field: text})
+                    record_validity(k, **dict[str, Any]({field: text}))
             else:
-                record_validity(k, **{field: text})
+                record_validity(k, **dict[str, Any]({field: text}))
                 oracle[field] = hour
         binding = DjangoRegistry(org).resolve(f"urn:k:{n}")
         for field, value in (("valid_until", binding.valid_until), ("revoked_at", binding.revoked_at)):

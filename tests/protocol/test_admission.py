@@ -292,7 +292,7 @@ def test_log_reported_conflict_fails_closed() -> None:
     ],
 )
 def test_trusted_acceptance_time_is_checked_against_the_key_interval_PROTOCOL_6_4(
-    interval: dict[str, str], at: str, ok: bool
+    interval: dict[str, Any], at: str, ok: bool
 ) -> None:
     v, log = verified(**interval), MemoryLog()
     if ok:
