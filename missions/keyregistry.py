@@ -206,6 +206,9 @@ class DjangoRegistry:
         self.organization_id = organization_uri(organization)
 
     def resolve(self, key_id: str) -> KeyBinding:
+        # Two reads without a common snapshot are still one coherent revision:
+        # the key row never changes and history only grows, so the worst a
+        # concurrent append can do is make the evidence more current.
         try:
             row = SigningKey.objects.filter(organization=self.organization, key_id=key_id).first()
             history: list[tuple[str | None, str | None]] = (

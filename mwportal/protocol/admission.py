@@ -48,18 +48,6 @@ PROTOCOL_VERSION = "0.1"
 STAGE = "admission"
 RECORD_SCHEMA = "first-admission-record"
 
-DOCUMENT_KINDS = (
-    "agent-card",
-    "approval",
-    "artifact",
-    "command",
-    "context-package",
-    "event",
-    "evidence",
-    "extension-profile",
-    "group-snapshot",
-)
-
 
 class Reason(StrEnum):
     """The stable protected reasons of the admission stage (the bundle's names)."""

@@ -518,3 +518,45 @@ def test_fixture_log_refuses_a_committed_record_that_is_not_the_candidate() -> N
     with pytest.raises(AdapterContractError):
         admit_first(v, log, context)
     assert log.appends == 1
+
+
+# -- properties of record validation ----------------------------------------------------
+
+_VERIFIED = verified()
+_URIS = st.from_regex(r"urn:[a-z]{1,8}:[a-z0-9-]{1,20}", fullmatch=True)
+_BOUND = {
+    "organizationId": _URIS,
+    "documentKind": st.sampled_from(["agent-card", "approval", "artifact", "event", "evidence", "group-snapshot"]),
+    "signingHash": st.from_regex(r"sha256:[0-9a-f]{64}", fullmatch=True),
+    "keyId": _URIS,
+    "principal": st.builds(lambda t, i: {"type": t, "id": i}, st.sampled_from(["agent", "human", "service"]), _URIS),
+}
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from(sorted(_BOUND)).flatmap(lambda f: st.tuples(st.just(f), _BOUND[f])))
+def test_any_change_to_a_bound_field_is_refused_PROTOCOL_6_4(change: tuple[str, Any]) -> None:
+    field, value = change
+    original = json.loads(record_bytes(_VERIFIED))
+    if original[field] == value:
+        return
+    log = ScriptedLog(Found(record_bytes(_VERIFIED, **{field: value}), AUTHORITY))
+    with pytest.raises(AdmissionFailed) as info:
+        replay_historical(_VERIFIED, log)
+    assert info.value.reason == Reason.RECORD_BINDING_MISMATCH
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.one_of(
+        st.binary(max_size=64),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+        ).map(lambda v: json.dumps(v).encode()),
+    )
+)
+def test_arbitrary_returned_bytes_only_ever_fail_as_admission(raw: bytes) -> None:
+    with pytest.raises(AdmissionFailed) as info:
+        replay_historical(_VERIFIED, ScriptedLog(Found(raw, AUTHORITY)))
+    assert info.value.reason == Reason.RECORD_SCHEMA_INVALID
