@@ -305,6 +305,26 @@ def test_it_fails_every_evaluation_of_a_bundle_whose_kernel_module_is_missing(mo
     assert not report.ok
 
 
+def test_it_fails_the_bundles_of_a_kernel_module_that_breaks_at_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    from mwportal.protocol.conformance import kernel
+
+    real = importlib.import_module
+
+    def broken(name: str, package: str | None = None) -> Any:
+        if name == "mwportal.protocol.verification":
+            raise AttributeError("PROTOCOL_VIOLATION")
+        return real(name, package)
+
+    monkeypatch.setattr(kernel.importlib, "import_module", broken)
+    report = run(bundle_root())
+    assert report.tally("structural") == (58, 0)
+    assert report.tally("cryptography") == (0, 62)
+    assert report.tally("admission") == (0, 30)
+    assert "AttributeError: PROTOCOL_VIOLATION" in report.failures[0].actual
+
+
 def _tampered(field: str) -> Any:
     import dataclasses
 

@@ -22,6 +22,6 @@ def missing(names: tuple[str, ...]) -> str | None:
     for name in names:
         try:
             importlib.import_module(f"mwportal.protocol.{name}")
-        except ImportError as exc:
-            return f"kernel missing: mwportal.protocol.{name} ({exc})"
+        except Exception as exc:  # absent, or failing at import (a half-landed change): unusable either way
+            return f"kernel missing: mwportal.protocol.{name} ({type(exc).__name__}: {exc})"
     return None
