@@ -26,6 +26,7 @@ import jsonschema
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
 
 from mwportal.protocol import schemas, values
 from mwportal.protocol.schemas import NAMES, dsl, is_valid, json_schema
@@ -78,12 +79,16 @@ def _normative(root: Path) -> dict[str, dict[str, Any]]:
 
 
 def _registry(documents: list[dict[str, Any]]) -> Registry[Any]:
-    return Registry().with_resources((d["$id"], Resource.from_contents(d)) for d in documents)
+    return Registry().with_resources((d["$id"], Resource.from_contents(d, DRAFT202012)) for d in documents)
 
 
 @functools.cache
 def _normative_validator(root: Path, name: str, ecma: bool = False) -> Any:
     docs = _normative(root)
+    if ecma:
+        # python-jsonschema picks the validator class of a referenced resource from its
+        # "$schema"; without it the extended class is kept across references.
+        docs = {n: {k: v for k, v in d.items() if k != "$schema"} for n, d in docs.items()}
     cls = ECMAValidator if ecma else jsonschema.Draft202012Validator
     return cls(docs[name], registry=_registry(list(docs.values())), format_checker=_format_checker())
 
@@ -104,6 +109,7 @@ def _verdicts(root: Path, name: str, document: Any, ecma: bool = False) -> tuple
     )
 
 
+@functools.cache
 def _vectors(root: Path) -> list[tuple[str, str, Any, bool]]:
     manifest = json.loads((root / "conformance" / "manifest.json").read_text())
     return [
@@ -277,6 +283,7 @@ def _mutant(draw: st.DrawFn, valid: list[tuple[str, Any]]) -> tuple[str, Any]:
     return name, document
 
 
+@functools.cache
 def _valid_documents(root: Path) -> list[tuple[str, Any]]:
     out = [(schema, doc) for _, schema, doc, valid in _vectors(root) if valid]
     signed = root / "cryptography" / "vectors" / "signed-documents" / "valid"
