@@ -190,7 +190,7 @@ class MemoryRegistry:
         """
         if not isinstance(key_id, str) or not is_absolute_uri(key_id):
             raise RegistrationError("key-id-not-absolute-uri")
-        if principal.type not in PRINCIPAL_TYPES:
+        if not isinstance(principal.type, str) or principal.type not in PRINCIPAL_TYPES:
             raise RegistrationError("principal-type-unknown")
         if not isinstance(principal.id, str) or not is_absolute_uri(principal.id):
             raise RegistrationError("principal-id-not-absolute-uri")
@@ -369,7 +369,7 @@ def _check_structure(doc: Any) -> None:
         for name in ("keyId", "algorithm", "publicKey", "validFrom"):
             string(b[name], f"bindings/{i}/{name}")
         p = obj(b["principal"], _PRINCIPAL_KEYS, _PRINCIPAL_KEYS, f"bindings/{i}/principal")
-        if p["type"] not in PRINCIPAL_TYPES:
+        if not isinstance(p["type"], str) or p["type"] not in PRINCIPAL_TYPES:
             raise RegistrationError(f"fixture-structure:bindings/{i}/principal/type")
         string(p["id"], f"bindings/{i}/principal/id")
         history = b["validityHistory"]

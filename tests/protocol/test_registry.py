@@ -7,6 +7,7 @@ cryptography manifest's fault list.
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -456,3 +457,49 @@ def test_an_invalid_fixture_fails_closed(mutate: Any) -> None:
     assert evidence.reason.startswith(registry.EVIDENCE_INVALID)
     with pytest.raises(KeyResolutionError):
         evidence.resolve("urn:example:key:alice-1")
+
+
+# --- the structural check agrees with the bundle's fixture schema ---
+
+REPLACEMENTS: list[Any] = [None, 0, 1, -1, True, 1.5, "", "x", "urn:x:y", [], {}, {"type": "agent", "id": "urn:x:a"}]
+# A fresh copy per draw: an inserted list or dict may be mutated by a later step.
+REPLACEMENT = st.sampled_from(REPLACEMENTS).map(copy.deepcopy)
+
+
+def _containers(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    found = [path] if isinstance(value, dict | list) else []
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else []
+    for k, v in items:
+        found += _containers(v, (*path, k))
+    return found
+
+
+@given(data=st.data())
+def test_a_fixture_the_schema_refuses_fails_closed(data: st.DataObject) -> None:
+    root = bundle_root()
+    schema = load(root / "cryptography" / "registry-fixture.schema.json")
+    doc = load(root / "cryptography" / "keys" / "registry-valid.json")
+    for _ in range(data.draw(st.integers(min_value=1, max_value=3))):
+        path = data.draw(st.sampled_from(_containers(doc)))
+        target = doc
+        for k in path:
+            target = target[k]
+        op = data.draw(st.sampled_from(["drop", "add", "replace"]))
+        keys = list(target) if isinstance(target, dict) else list(range(len(target)))
+        if op == "add" or not keys:
+            if isinstance(target, dict):
+                target[data.draw(st.sampled_from(["extra", "type", "id", "sequence", "validUntil"]))] = data.draw(
+                    REPLACEMENT
+                )
+            else:
+                target.append(data.draw(REPLACEMENT))
+            continue
+        k = data.draw(st.sampled_from(keys))
+        if op == "drop":
+            del target[k]
+        else:
+            target[k] = data.draw(REPLACEMENT)
+    schema_valid = jsonschema.Draft202012Validator(schema).is_valid(doc)
+    evidence = registry_from_fixture(doc)
+    if not schema_valid:
+        assert isinstance(evidence, FailClosedEvidence)
