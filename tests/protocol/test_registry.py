@@ -161,15 +161,15 @@ def test_malformed_registry_timestamps_are_refused(bad: str) -> None:
     assert refused(reg.record_status, "urn:example:key:alice-1", T0, valid_until=bad) == "valid-until-malformed"
 
 
-def test_resolution_does_not_recheck_keys() -> None:
+def test_resolution_does_not_recheck_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     # The invariants are enforced at registration; resolve() only reads the index.
     reg = fresh()
-    original = ed25519.check_public_key
-    try:
-        ed25519.check_public_key = None  # type: ignore[assignment]
-        assert reg.resolve("urn:example:key:alice-1").principal == ALICE
-    finally:
-        ed25519.check_public_key = original
+
+    def must_not_run(raw: bytes) -> None:
+        raise AssertionError("a key was re-checked at resolution")
+
+    monkeypatch.setattr(ed25519, "check_public_key", must_not_run)
+    assert reg.resolve("urn:example:key:alice-1").principal == ALICE
 
 
 # --- validity history ---
