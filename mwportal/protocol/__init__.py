@@ -1,6 +1,7 @@
 """The framework-free protocol kernel: canonical JSON, signatures, envelopes,
 the hash chain and error codes. Nothing here imports Django."""
 
+from . import jcs, strictjson
 from .canonical import CanonicalizationError, canonicalize, loads_strict
 from .chain import GENESIS_HASH, event_hash, first_break
 from .envelope import (
@@ -16,7 +17,9 @@ from .envelope import (
     parse_uuid,
 )
 from .errors import HTTP_STATUS, ErrorCode, ProtocolError, malformed
+from .jcs import DataModelError, sha256_hash, signing_hash
 from .signing import b64url_decode, b64url_encode, generate_keypair, sign, signed, verify
+from .strictjson import StrictJSONError
 
 __all__ = [
     "GENESIS_HASH",
@@ -24,9 +27,11 @@ __all__ = [
     "MAX_COMMAND_BYTES",
     "SYSTEM_ACTOR",
     "CanonicalizationError",
+    "DataModelError",
     "Envelope",
     "ErrorCode",
     "ProtocolError",
+    "StrictJSONError",
     "Target",
     "attempt_key",
     "b64url_decode",
@@ -36,13 +41,17 @@ __all__ = [
     "first_break",
     "format_time",
     "generate_keypair",
+    "jcs",
     "loads_strict",
     "make_envelope",
     "malformed",
     "parse_envelope",
     "parse_time",
     "parse_uuid",
+    "sha256_hash",
     "sign",
     "signed",
+    "signing_hash",
+    "strictjson",
     "verify",
 ]

@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 from nacl.bindings import crypto_sign_open
 from nacl.exceptions import BadSignatureError
 
-from .canonical import canonicalize
+from .canonical import signing_bytes as signing_bytes  # the kernel's one (jcs.signing_bytes), re-exported
 from .values import b64url_decode as b64url_decode  # one base64url for the kernel (§2), re-exported
 from .values import b64url_encode as b64url_encode
 
@@ -50,11 +50,6 @@ def _load_public_key(public_key: str) -> Ed25519PublicKey:
     if len(raw) != 32:
         raise ValueError("an Ed25519 public key is 32 bytes")
     return Ed25519PublicKey.from_public_bytes(raw)
-
-
-def signing_bytes(obj: dict[str, Any]) -> bytes:
-    """What a signature covers: the canonical object without ``signature``."""
-    return canonicalize({k: v for k, v in obj.items() if k != "signature"})
 
 
 def sign(private_key: str, obj: dict[str, Any]) -> str:

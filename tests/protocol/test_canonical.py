@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mwportal.protocol import CanonicalizationError, canonicalize, loads_strict
-from mwportal.protocol.canonical import MAX_SAFE_INTEGER
+from mwportal.protocol import CanonicalizationError, canonicalize, jcs, loads_strict
+from mwportal.protocol.canonical import MAX_SAFE_INTEGER, signing_bytes
 
 
 def from_ieee754(hex_bits: str) -> float:
@@ -97,8 +97,40 @@ def test_it_refuses_the_appendix_b_non_finite_numbers(bits: str) -> None:
 
 @pytest.mark.parametrize("value", [MAX_SAFE_INTEGER + 1, -(MAX_SAFE_INTEGER + 1), 2**64])
 def test_it_refuses_integers_outside_the_safe_range(value: int) -> None:
-    with pytest.raises(CanonicalizationError):
+    # The project dialect's rule over RFC 8785 (which would round them):
+    # jcs.canonicalize writes them, canonical.canonicalize refuses them.
+    assert jcs.canonicalize({"n": value})
+    with pytest.raises(CanonicalizationError) as info:
         canonicalize({"n": value})
+    assert info.value.reason == "unsafe-integer"
+    with pytest.raises(CanonicalizationError):
+        signing_bytes({"signature": "s", "payload": [value]})
+
+
+@pytest.mark.parametrize("value", [1e20, 1e21, 2.0**60, "12345678901234567890", "1e+30"])
+def test_it_still_writes_large_doubles_and_digit_strings(value: Any) -> None:
+    assert canonicalize({"n": value}) == jcs.canonicalize({"n": value})
+
+
+@pytest.mark.parametrize("value", [10**400, float("inf"), "\ud800", {"\udc00": 1}, {1: 2}, object()], ids=repr)
+def test_it_raises_its_own_error_for_what_jcs_refuses(value: Any) -> None:
+    # Callers catch CanonicalizationError; jcs's DataModelError must not leak.
+    with pytest.raises(CanonicalizationError) as info:
+        canonicalize(value)
+    assert info.value.reason in {
+        "integer-overflow",
+        "non-finite-number",
+        "unpaired-surrogate",
+        "member-name-not-string",
+        "unsupported-type",
+    }
+    with pytest.raises(CanonicalizationError):
+        signing_bytes({"signature": 1, "x": value})
+
+
+def test_signing_bytes_is_the_kernel_one() -> None:
+    document = {"signature": "s", "payload": {"signature": "kept"}, "a": 1}
+    assert signing_bytes(document) == jcs.signing_bytes(document) == b'{"a":1,"payload":{"signature":"kept"}}'
 
 
 # --- RFC 8785 §3.2.3: member order by UTF-16 code units ---------------------
@@ -347,3 +379,66 @@ def test_it_never_raises_anything_but_canonicalization_error_on_text(text: str) 
 @pytest.mark.parametrize("text", ["9007199254740992", "18446744073709552000", "123456789012345680000"])
 def test_it_reads_large_integers_that_are_canonical_doubles(text: str) -> None:
     assert canonicalize(loads_strict(text)).decode() == text
+
+
+# --- loads_strict: the server's own limits over strictjson ------------------
+
+
+def test_it_accepts_64_levels_and_refuses_65() -> None:
+    assert loads_strict("[" * 64 + "]" * 64) is not None
+    with pytest.raises(CanonicalizationError) as info:
+        loads_strict("[" * 65 + "]" * 65)
+    assert info.value.reason == "too-deep"
+    with pytest.raises(CanonicalizationError):
+        loads_strict('{"a":' * 65 + "1" + "}" * 65)
+
+
+def _refused_by_policy(value: Any, depth: int = 0) -> bool:
+    """The server's input refusals, stated on the value (the module text)."""
+    if isinstance(value, str):
+        return "\x00" in value or any(0xD800 <= ord(c) <= 0xDFFF for c in value)
+    if isinstance(value, bool) or value is None:
+        return False
+    if isinstance(value, int):
+        if abs(value) <= MAX_SAFE_INTEGER:
+            return False
+        try:
+            return jcs.canonicalize(value).decode() != str(value)  # not its double's spelling
+        except jcs.DataModelError:
+            return True
+    if isinstance(value, float):
+        return math.isinf(value)
+    if depth >= 64:
+        return True
+    if isinstance(value, dict):
+        return any(_refused_by_policy(k) or _refused_by_policy(v, depth + 1) for k, v in value.items())
+    return any(_refused_by_policy(v, depth + 1) for v in value)
+
+
+any_text = st.text(alphabet=st.characters(exclude_categories=[]) | st.sampled_from("\x00\ud800\udfff"), max_size=6)
+edge_integers = st.integers() | st.sampled_from([2**53, 2**53 + 1, 10**20, 10**21 + 1, 2**64, -(2**70), 10**400])
+edge_values = st.recursive(
+    st.none() | st.booleans() | edge_integers | st.floats(allow_nan=False, allow_infinity=False) | any_text,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(any_text, children, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(edge_values, st.integers(0, 70), st.booleans(), st.booleans())
+def test_it_refuses_exactly_what_the_server_keeps_out(value: Any, wrap: int, ascii_only: bool, as_bytes: bool) -> None:
+    # loads_strict walks only documents whose text could hold a refusal;
+    # this shows that shortcut never lets one through, nor refuses more.
+    for _ in range(wrap):
+        value = [value]
+    text = json.dumps(value, ensure_ascii=ascii_only)
+    try:
+        data: str | bytes = text.encode("utf-8") if as_bytes else text
+    except UnicodeEncodeError:
+        data = text  # a raw lone surrogate travels only in a str
+    try:
+        loads_strict(data)
+    except CanonicalizationError:
+        refused = True
+    else:
+        refused = False
+    assert refused == _refused_by_policy(value)
