@@ -1,9 +1,10 @@
 """``access_*`` gates of the artifacts app: the only way views fetch what an
-Agent may read. Each raises NOT_FOUND for what does not exist (or does not
-exist where it was asked for) and NOT_A_MEMBER for what the Agent's
-Memberships do not reach, except blobs: a blob the Agent may not read is
-NOT_FOUND exactly like one that does not exist, so a hash cannot be probed
-for existence (issue 16 item 8).
+Agent may read. Each raises GROUP_NOT_FOUND (404) for what does not exist
+(or does not exist where it was asked for) and for what the Agent's
+Memberships do not reach, alike (the rule for absent things in
+``mwportal/protocol/errors.py``): a blob the Agent may not read answers
+exactly like one that does not exist, so a hash cannot be probed for
+existence (issue 16 item 8).
 
 Holding bytes is proven only by sending them (issue 16 item 1): a Group holds
 a blob when bytes were uploaded into it (``BlobGroup``, written by
@@ -30,12 +31,12 @@ def member_groups(agent: Agent) -> set[str]:
 
 def blob_not_found(sha256: str) -> ProtocolError:
     """The one answer for a blob that is absent *or* not readable by the caller."""
-    return ProtocolError(ErrorCode.NOT_FOUND, f"no Artifact {sha256}", {"sha256": sha256})
+    return ProtocolError(ErrorCode.GROUP_NOT_FOUND, f"no Artifact {sha256}", details={"sha256": sha256})
 
 
 def access_blob(agent: Agent, sha256: str) -> Blob:
     """The blob, if the Agent is an active member of a Mission Group it was
-    uploaded into; NOT_FOUND otherwise (whether or not it exists).
+    uploaded into; GROUP_NOT_FOUND otherwise (whether or not it exists).
 
     Published manifests add no Group of their own: ``artifact.publish``
     requires the content to be held by its Group already.
@@ -57,14 +58,14 @@ def access_blob(agent: Agent, sha256: str) -> Blob:
 def access_upload_group(agent: Agent, group_id: str) -> Group:
     """The Group an upload goes into: a Mission Group the Agent is an active
     member of (``access_group``'s answers otherwise). The Organization's
-    administrative Group holds no Artifacts (issue 16 item 1): FORBIDDEN,
+    administrative Group holds no Artifacts (issue 16 item 1): AUTH_FORBIDDEN,
     before a byte of the body is read."""
     group = access_group(agent, group_id)
     if group.kind != Group.KIND_MISSION:
         raise ProtocolError(
-            ErrorCode.FORBIDDEN,
+            ErrorCode.AUTH_FORBIDDEN,
             "Artifacts are uploaded into a Mission Group, never the Organization's administrative Group",
-            {"group": str(group.id)},
+            details={"group": str(group.id)},
         )
     return group
 
@@ -72,7 +73,7 @@ def access_upload_group(agent: Agent, group_id: str) -> Group:
 def workitem_not_found(workitem_id: str) -> ProtocolError:
     """The one answer for a WorkItem the caller may not read, absent or in a
     Group it is not in (issue 16 item 8: no existence oracle)."""
-    return ProtocolError(ErrorCode.NOT_FOUND, f"no WorkItem {workitem_id}", {"workitem": workitem_id})
+    return ProtocolError(ErrorCode.GROUP_NOT_FOUND, f"no WorkItem {workitem_id}", details={"workitem": workitem_id})
 
 
 def access_workitem(agent: Agent, workitem_id: str) -> WorkItem:
@@ -91,7 +92,7 @@ def access_context_package(group: Group, package_id: str, version: int | None) -
     """The package version readable through ``group`` (already gated by
     ``access_group``): its own, or one forwarded to it (spec 13.3);
     ``(package, forwarded)``. A package of another Group that was not
-    forwarded here is NOT_FOUND, whatever the Agent's other Memberships."""
+    forwarded here is GROUP_NOT_FOUND, whatever the Agent's other Memberships."""
     rows = ContextPackage.objects.filter(package=package_id)
     own = rows.filter(group=group)
     forwarded = rows.filter(forwards__to_group=group)
@@ -100,4 +101,4 @@ def access_context_package(group: Group, package_id: str, version: int | None) -
         found = chosen.order_by("-version").first()
         if found is not None:
             return found, is_forwarded
-    raise ProtocolError(ErrorCode.NOT_FOUND, f"no Context Package {package_id} readable in this Group")
+    raise ProtocolError(ErrorCode.GROUP_NOT_FOUND, f"no Context Package {package_id} readable in this Group")

@@ -80,7 +80,7 @@ def in_group(group_id: str, hashes: list[str]) -> set[str]:
 
 def check_signed_by_actor(ctx: HandlerContext, document: dict[str, Any], what: str) -> None:
     if not verify_document(ctx.actor.public_key, document):
-        raise refuse(ErrorCode.INVALID_SIGNATURE, f"the {what} signature does not verify with the producer's key")
+        raise refuse(ErrorCode.AUTH_INVALID_SIGNATURE, f"the {what} signature does not verify with the producer's key")
 
 
 # --- Artifacts (spec 13.1) ---------------------------------------------------------
@@ -96,9 +96,9 @@ def upload_artifact(ctx: HandlerContext) -> Decision:
     sha = check_sha256(ctx.body["sha256"], "body.sha256")
     blob = Blob.objects.filter(sha256=sha).first()
     if blob is None:
-        raise refuse(ErrorCode.NOT_FOUND, f"no stored bytes {sha}", sha256=sha)
+        raise refuse(ErrorCode.INVALID_COMMAND, f"no stored bytes {sha}", sha256=sha, reason="not_found")
     if BlobGroup.objects.filter(blob=blob, group_id=ctx.group.id).exists():
-        raise refuse(ErrorCode.INVALID_TRANSITION, f"this Group already holds {sha}")
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, f"this Group already holds {sha}")
     BlobGroup.objects.create(blob=blob, group_id=ctx.group.id, uploaded_by_id=ctx.actor.id, created_at=ctx.now)
     ref = AggregateRef("blob", sha, 1)
     body = {"sha256": sha, "size": blob.size, "media_type": blob.media_type, "agent": ctx.actor.id}
@@ -113,7 +113,7 @@ def publish_artifact(ctx: HandlerContext) -> Decision:
     and Agent Card version, Mission/Group/WorkItem, sources, versions,
     creation time, classification, size and retrieval URI (spec 13.1). It is
     refused when its signature is not the producer's (INVALID_SIGNATURE), when
-    the content or a source hash is not held by this Group (NOT_FOUND: Group
+    the content or a source hash is not held by this Group (INVALID_COMMAND, reason not_found: Group
     content never enters another Mission by default, spec 13.3), or when it
     disagrees with the stored bytes' size or media type (MALFORMED).
     """
@@ -135,7 +135,9 @@ def publish_artifact(ctx: HandlerContext) -> Decision:
     sha = manifest["content_hash"]
     blob = Blob.objects.filter(sha256=sha).first()
     if blob is None or sha not in in_group(ctx.group.id, [sha]):
-        raise refuse(ErrorCode.NOT_FOUND, f"no Artifact {sha} was uploaded to this Group", sha256=sha)
+        raise refuse(
+            ErrorCode.INVALID_COMMAND, f"no Artifact {sha} was uploaded to this Group", sha256=sha, reason="not_found"
+        )
     if blob.size != manifest["size"]:
         raise malformed("body.manifest.size", f"the stored content is {blob.size} bytes")
     if blob.media_type != manifest["media_type"]:
@@ -144,10 +146,13 @@ def publish_artifact(ctx: HandlerContext) -> Decision:
     absent = sorted(set(sources) - in_group(ctx.group.id, sources)) if sources else []
     if absent:
         raise refuse(
-            ErrorCode.NOT_FOUND, f"source Artifacts not held by this Group: {', '.join(absent)}", sources=absent
+            ErrorCode.INVALID_COMMAND,
+            f"source Artifacts not held by this Group: {', '.join(absent)}",
+            sources=absent,
+            reason="not_found",
         )
     if Artifact.objects.filter(sha256=sha, workitem=item).exists():
-        raise refuse(ErrorCode.INVALID_TRANSITION, f"Artifact {sha} is already published for this WorkItem")
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, f"Artifact {sha} is already published for this WorkItem")
     manifest_hash = document_hash(manifest)
     artifact = Artifact.objects.create(
         sha256=sha, group_id=ctx.group.id, mission_id=item.mission_id, workitem=item, producer_id=ctx.actor.id,
@@ -257,11 +262,11 @@ def record_review(ctx: HandlerContext) -> Decision:
     # before this Command, its results are appended as they were found.
     item = WorkItem.objects.select_for_update().filter(id=item_id, group_id=ctx.group.id).first()
     if item is None:
-        raise refuse(ErrorCode.NOT_FOUND, f"no WorkItem {item_id} in this Group")
+        raise refuse(ErrorCode.INVALID_COMMAND, f"no WorkItem {item_id} in this Group", reason="not_found")
     submission_id = check_int(body, "submission", minimum=1)
     submission = Submission.objects.filter(id=submission_id, workitem=item, authoritative=True).first()
     if submission is None:
-        raise refuse(ErrorCode.NOT_FOUND, f"no submission {submission_id} of this WorkItem")
+        raise refuse(ErrorCode.INVALID_COMMAND, f"no submission {submission_id} of this WorkItem", reason="not_found")
     criteria = [c["id"] for c in item.contract["acceptance_criteria"]]
     results = _check_results(body["results"], criteria)
     stamp = format_time(ctx.now)
@@ -415,12 +420,17 @@ def publish_context(ctx: HandlerContext) -> Decision:
         scope["workitem"] is not None
         and not WorkItem.objects.filter(id=scope["workitem"], group_id=ctx.group.id).exists()
     ):
-        raise refuse(ErrorCode.NOT_FOUND, f"no WorkItem {scope['workitem']} in this Group")
+        raise refuse(ErrorCode.INVALID_COMMAND, f"no WorkItem {scope['workitem']} in this Group", reason="not_found")
     if doc["events"]["to"] > ctx.group.last_sequence:
         raise malformed("body.package.events.to", f"the Group head is at {ctx.group.last_sequence}")
     absent = sorted(set(doc["artifacts"]) - in_group(ctx.group.id, doc["artifacts"])) if doc["artifacts"] else []
     if absent:
-        raise refuse(ErrorCode.NOT_FOUND, f"Artifacts not held by this Group: {', '.join(absent)}", artifacts=absent)
+        raise refuse(
+            ErrorCode.INVALID_COMMAND,
+            f"Artifacts not held by this Group: {', '.join(absent)}",
+            artifacts=absent,
+            reason="not_found",
+        )
     generator = doc["generator"]
     if generator["agent"] != ctx.actor.id:
         raise malformed("body.package.generator.agent", "the generator publishes its own package")
@@ -428,11 +438,13 @@ def publish_context(ctx: HandlerContext) -> Decision:
     check_signed_by_actor(ctx, doc, "Context Package")
     latest = ContextPackage.objects.filter(package=doc["package"]).order_by("-version").first()
     if latest is not None and str(latest.group_id) != ctx.group.id:
-        raise refuse(ErrorCode.NOT_FOUND, f"no Context Package {doc['package']} in this Group")
+        raise refuse(
+            ErrorCode.INVALID_COMMAND, f"no Context Package {doc['package']} in this Group", reason="not_found"
+        )
     current = latest.version if latest else 0
     if doc["version"] != current + 1 or (latest is not None and doc["previous"] != latest.document_hash):
         raise refuse(
-            ErrorCode.REVISION_MISMATCH,
+            ErrorCode.REVISION_CONFLICT,
             f"the package is at version {current}; the next version is {current + 1} naming its hash",
             current=current,
             previous=latest.document_hash if latest else None,
@@ -466,19 +478,22 @@ def forward_context(ctx: HandlerContext) -> Decision:
     to_group = check_uuid(ctx.body, "to_group")
     package = ContextPackage.objects.filter(package=package_id, version=version, group_id=ctx.group.id).first()
     if package is None:
-        raise refuse(ErrorCode.NOT_FOUND, f"no Context Package {package_id} v{version} in this Group")
+        raise refuse(
+            ErrorCode.INVALID_COMMAND, f"no Context Package {package_id} v{version} in this Group", reason="not_found"
+        )
     if to_group == ctx.group.id:
         raise malformed("body.to_group", "must be another Group")
     target = Group.objects.filter(id=to_group, kind=Group.KIND_MISSION).first()
-    if target is None:
-        raise refuse(ErrorCode.NOT_FOUND, f"no Mission Group {to_group}")
     there = Membership.objects.filter(group_id=to_group, agent_id=ctx.actor.id, active=True).first()
-    if there is None or not set(there.roles) & set(FORWARDING):
+    if target is None or there is None:
+        # A Group the forwarder is not a member of answers as an absent one (issue 16).
+        raise refuse(ErrorCode.GROUP_NOT_FOUND, f"no Mission Group {to_group} of yours", field="body.to_group")
+    if not set(there.roles) & set(FORWARDING):
         # The permission check of spec 13.3: the forwarder answers for the
         # content in both Groups.
-        raise refuse(ErrorCode.FORBIDDEN, "forwarding needs the owner or coordinator role in the receiving Group")
+        raise refuse(ErrorCode.AUTH_FORBIDDEN, "forwarding needs the owner or coordinator role in the receiving Group")
     if ContextForward.objects.filter(package=package, to_group_id=uuid.UUID(to_group)).exists():
-        raise refuse(ErrorCode.INVALID_TRANSITION, "this version was already forwarded to that Group")
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, "this version was already forwarded to that Group")
     head = ctx.lock_other_group(to_group)
     ContextForward.objects.create(package=package, to_group_id=to_group, forwarded_by_id=ctx.actor.id,
                                   forwarded_at=ctx.now)  # fmt: skip

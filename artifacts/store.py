@@ -5,7 +5,7 @@ Bytes live behind Django's storage API (``MWP_ARTIFACT_STORAGE``, a
 derived from their SHA-256 only: a mutable URI is never identity. Writes
 stream through SHA-256 into a temporary file and land under their hash; reads
 check the hash before a byte is served. A blob whose bytes no longer match is
-never served (ARTIFACT_HASH_MISMATCH): the mismatch is logged and recorded on
+never served (INTERNAL_ERROR, reason ``artifact_hash_mismatch``): the mismatch is logged and recorded on
 the ``Blob`` row (``integrity = "mismatch"``), where the portal shows it.
 Nothing is ever held whole in memory: every loop moves ``CHUNK`` bytes.
 
@@ -95,13 +95,15 @@ def blob_name(sha256: str) -> str:
 
 def check_sha256(value: object, field: str = "sha256") -> str:
     if not isinstance(value, str) or not SHA256_RE.match(value):
-        raise ProtocolError(ErrorCode.MALFORMED, f"{field}: must be 64 lower-case hex digits", {"field": field})
+        raise ProtocolError(
+            ErrorCode.SCHEMA_VALIDATION_FAILED, f"{field}: must be 64 lower-case hex digits", details={"field": field}
+        )
     return value
 
 
 def check_media_type(value: object, field: str = "Content-Type") -> str:
     """``value`` if it is an RFC 6838 media type (``type/subtype``, no
-    parameters) of at most ``MEDIA_TYPE_MAX`` characters; MALFORMED otherwise."""
+    parameters) of at most ``MEDIA_TYPE_MAX`` characters; SCHEMA_VALIDATION_FAILED otherwise."""
     if not isinstance(value, str) or not MEDIA_TYPE_RE.fullmatch(value):
         raise malformed(field, "must be a media type type/subtype (RFC 6838 tokens), such as application/json")
     if len(value) > MEDIA_TYPE_MAX:
@@ -155,7 +157,9 @@ def store_bytes(stream: BinaryIO, media_type: str, max_bytes: int, expected_size
                 size += len(chunk)
                 if size > max_bytes:
                     raise ProtocolError(
-                        ErrorCode.MALFORMED, f"body: an Artifact is at most {max_bytes} bytes", {"field": "body"}
+                        ErrorCode.SCHEMA_VALIDATION_FAILED,
+                        f"body: an Artifact is at most {max_bytes} bytes",
+                        details={"field": "body"},
                     )
                 # Both release the GIL, so they overlap the next read.
                 digest.update(chunk)
@@ -163,9 +167,9 @@ def store_bytes(stream: BinaryIO, media_type: str, max_bytes: int, expected_size
             out.flush()
             if expected_size is not None and size != expected_size:
                 raise ProtocolError(
-                    ErrorCode.MALFORMED,
+                    ErrorCode.SCHEMA_VALIDATION_FAILED,
                     f"body: ended after {size} of the {expected_size} bytes declared",
-                    {"field": "body"},
+                    details={"field": "body"},
                 )
             os.fsync(out.fileno())
         return put_staged(tmp_path, digest.hexdigest(), size, media_type)
@@ -319,21 +323,23 @@ def verify_blob(sha256: str) -> bool:
 
 
 def check_served(sha256: str) -> None:
-    """NOT_FOUND for an unknown blob, ARTIFACT_HASH_MISMATCH for bytes that no
-    longer match (or vanished); returns quietly when they may be served."""
+    """GROUP_NOT_FOUND for an unknown blob; INTERNAL_ERROR (reason
+    ``artifact_hash_mismatch``) for bytes that no longer match (or vanished):
+    the Authority's store failed, not the request; returns quietly when they
+    may be served."""
     if not Blob.objects.filter(sha256=sha256).exists():
-        raise ProtocolError(ErrorCode.NOT_FOUND, f"no Artifact {sha256}", {"sha256": sha256})
+        raise ProtocolError(ErrorCode.GROUP_NOT_FOUND, f"no Artifact {sha256}", details={"sha256": sha256})
     outcome = blob_integrity(sha256)
     if outcome != "verified":
         raise ProtocolError(
-            ErrorCode.ARTIFACT_HASH_MISMATCH,
+            ErrorCode.INTERNAL_ERROR,
             f"stored bytes of {sha256} do not match its hash ({outcome})",
-            {"sha256": sha256, "integrity": outcome},
+            details={"sha256": sha256, "integrity": outcome, "reason": "artifact_hash_mismatch"},
         )
 
 
 def open_verified(sha256: str) -> Iterator[bytes]:
-    """The blob's bytes in chunks, after checking its hash; ARTIFACT_HASH_MISMATCH otherwise.
+    """The blob's bytes in chunks, after checking its hash; INTERNAL_ERROR otherwise.
 
     The check reads the file once before serving, so a corrupted blob is
     refused before its first byte leaves (a streamed response cannot take

@@ -5,15 +5,15 @@ whole) ever holds more than a chunk of an Artifact in memory.
 1. ``create_upload`` stages an empty ``<spool>/uploads/<id>.part`` and a small
    ``<id>.json`` (group, agent, media type, length, created);
 2. ``append_chunk`` appends a chunk at the offset the client names, which
-   must be the bytes received so far (else REVISION_MISMATCH with the current
+   must be the bytes received so far (else REVISION_CONFLICT with the current
    offset: the client resumes from there), and fsyncs;
 3. ``complete_upload`` hashes the staged file (streaming), checks the
-   client's expected hash (ARTIFACT_HASH_MISMATCH, and the upload is
+   client's expected hash (INVALID_COMMAND, reason ``artifact_hash_mismatch``; the upload is
    dropped), then stores it like a single-request upload (``put_staged``)
    and records the Group holding it (``link_to_group``, through ``accept()``).
 
 Staging is content, not authoritative state: files, no model. Only the Agent
-that created an upload sees it (anyone else: NOT_FOUND). An upload older than
+that created an upload sees it (anyone else: GROUP_NOT_FOUND). An upload older than
 ``MWP_ARTIFACT_UPLOAD_TTL_SECONDS`` is deleted when it is next touched and by
 the sweep each ``create_upload`` runs; ``cancel_upload`` deletes one at once.
 
@@ -71,7 +71,7 @@ def _paths(upload_id: str) -> tuple[Path, Path]:
 
 
 def _not_found(upload_id: str) -> ProtocolError:
-    return ProtocolError(ErrorCode.NOT_FOUND, f"no upload {upload_id}", {"upload": upload_id})
+    return ProtocolError(ErrorCode.GROUP_NOT_FOUND, f"no upload {upload_id}", details={"upload": upload_id})
 
 
 def _is_stale(meta: dict[str, Any], now: float) -> bool:
@@ -143,14 +143,14 @@ def check_quota(agent: Agent, length: int, now: float) -> None:
         ErrorCode.RATE_LIMITED,
         f"this Agent has {len(mine)} open uploads reserving {reserved} bytes (at most {max_open} uploads and "
         f"{max_bytes} bytes): complete or DELETE one first",
-        {"open": len(mine), "max_open": max_open, "reserved_bytes": reserved, "max_reserved_bytes": max_bytes,
+        details={"open": len(mine), "max_open": max_open, "reserved_bytes": reserved, "max_reserved_bytes": max_bytes,
          "length": length},
         retry_after_ms=max(1000, min(60_000, int(expires_in * 1000))),
     )  # fmt: skip
 
 
 def create_upload(group: Group, agent: Agent, media_type: str, length: int) -> str:
-    """Stage an empty upload of ``length`` bytes; its id. MALFORMED for a bad
+    """Stage an empty upload of ``length`` bytes; its id. SCHEMA_VALIDATION_FAILED for a bad
     length, RATE_LIMITED past the Agent's quota. ``media_type`` was checked
     by the view (``_media_type``, shared with the single upload)."""
     if not 0 < length <= settings.MWP_ARTIFACT_MAX_BYTES:
@@ -168,7 +168,7 @@ def create_upload(group: Group, agent: Agent, media_type: str, length: int) -> s
 
 
 def cancel_upload(upload_id: str, agent: Agent) -> None:
-    """Delete an upload of ``agent`` and its staged bytes (NOT_FOUND for any
+    """Delete an upload of ``agent`` and its staged bytes (GROUP_NOT_FOUND for any
     other): its place in the quota frees at once. Waits for a PATCH or a
     completion in progress on it."""
     load_upload(upload_id, agent)
@@ -177,7 +177,7 @@ def cancel_upload(upload_id: str, agent: Agent) -> None:
 
 
 def load_upload(upload_id: str, agent: Agent) -> dict[str, Any]:
-    """The upload's meta (with its current ``offset``) if ``agent`` created it; NOT_FOUND otherwise."""
+    """The upload's meta (with its current ``offset``) if ``agent`` created it; GROUP_NOT_FOUND otherwise."""
     if not isinstance(upload_id, str) or not UPLOAD_ID_RE.match(upload_id):
         raise _not_found(str(upload_id))
     part, meta_path = _paths(upload_id)
@@ -221,9 +221,9 @@ def _locked(upload_id: str) -> Iterator[BinaryIO]:
 
 def offset_mismatch(current: int, offset: int) -> ProtocolError:
     return ProtocolError(
-        ErrorCode.REVISION_MISMATCH,
+        ErrorCode.REVISION_CONFLICT,
         f"Upload-Offset: the upload holds {current} bytes, not {offset}; resume from {current}",
-        {"field": "Upload-Offset", "offset": current},
+        details={"field": "Upload-Offset", "offset": current},
     )
 
 
@@ -265,18 +265,18 @@ def complete_upload(upload_id: str, agent: Agent, group: Group, expected_sha256:
         received = os.fstat(fh.fileno()).st_size
         if received != meta["length"]:
             raise ProtocolError(
-                ErrorCode.MALFORMED,
+                ErrorCode.SCHEMA_VALIDATION_FAILED,
                 f"upload: {received} of its {meta['length']} bytes received; send the rest first",
-                {"field": "upload", "offset": received, "length": meta["length"]},
+                details={"field": "upload", "offset": received, "length": meta["length"]},
             )
         part, _ = _paths(upload_id)
         sha, size = hash_file(part)
         if expected_sha256 is not None and sha != expected_sha256:
             _delete(upload_id)
             raise ProtocolError(
-                ErrorCode.ARTIFACT_HASH_MISMATCH,
+                ErrorCode.INVALID_COMMAND,
                 f"the uploaded bytes hash to {sha}, not {expected_sha256}; the upload is dropped",
-                {"sha256": sha, "expected": expected_sha256},
+                details={"sha256": sha, "expected": expected_sha256, "reason": "artifact_hash_mismatch"},
             )
         blob = put_staged(str(part), sha, size, meta["media_type"])
     _delete(upload_id)

@@ -16,16 +16,16 @@
 The upload and download stream in ``CHUNK``-sized pieces under WSGI and
 ASGI alike. Under daphne, though, a request's body is queued whole by daphne
 itself before the view runs (daphne 4.2 has no request backpressure), so
-under ASGI a single-request upload larger than a chunk is refused (MALFORMED,
+under ASGI a single-request upload larger than a chunk is refused (SCHEMA_VALIDATION_FAILED,
 naming the resumable endpoint): large Artifacts arrive chunk by chunk, and
 the server never holds more than a chunk of one (bench/artifacts.py).
 
 Reads only: the signed manifest arrives with ``artifact.publish``, Context
 Packages with ``context.publish``/``context.forward``, through
 ``POST /api/v1/commands``. Everything is for members of the Group concerned;
-anyone else gets 403 NOT_A_MEMBER (or 404 when the thing is not in that
-Group), except a blob: one the caller may not read is 404 NOT_FOUND like one
-that does not exist (``access_blob``; issue 16 item 8).
+anyone else gets 404 GROUP_NOT_FOUND, the answer for a thing that is not
+there (``access_blob``, ``access_group``; issue 16 item 8; the rule for
+absent things in ``mwportal/protocol/errors.py``).
 
 The byte routes (uploads and the download) authenticate by bearer token
 only, never by the portal's session cookie (issue 16 item 2): a browser
@@ -210,7 +210,7 @@ class ResumableUploadView(APIView):
             204: OpenApiResponse(description="appended and fsynced; header Upload-Offset: the new offset"),
             **ERRORS,
             409: OpenApiResponse(
-                description="REVISION_MISMATCH: wrong Upload-Offset; details.offset and the "
+                description="REVISION_CONFLICT: wrong Upload-Offset; details.offset and the "
                 "Upload-Offset header say where to resume"
             ),
         },  # fmt: skip
@@ -222,7 +222,7 @@ class ResumableUploadView(APIView):
         try:
             new_offset = append_chunk(upload_id, agent, offset, cast(BinaryIO, request._request), size)
         except ProtocolError as exc:
-            if exc.code != ErrorCode.REVISION_MISMATCH:
+            if exc.code != ErrorCode.REVISION_CONFLICT:
                 raise
             return Response(exc.as_dict(), status=409, headers={"Upload-Offset": str(exc.details["offset"])})
         return Response(status=204, headers={"Upload-Offset": str(new_offset), **UPLOAD_HEADERS})
@@ -246,8 +246,9 @@ class ResumableUploadCompleteView(APIView):
         responses={
             201: OpenApiResponse(description='{"sha256", "size", "media_type"}'),
             **ERRORS,
-            409: OpenApiResponse(
-                description="ARTIFACT_HASH_MISMATCH: the bytes do not hash to ?sha256= (the upload is dropped)"
+            400: OpenApiResponse(
+                description="INVALID_COMMAND (details.reason artifact_hash_mismatch): the bytes do not hash to"
+                " ?sha256= (the upload is dropped)"
             ),
         },  # fmt: skip
     )
@@ -267,7 +268,7 @@ def blob_download(request: HttpRequest, blob: Blob) -> StreamingHttpResponse:
     (one helper, so both send the same safety headers; issue 16 item 2).
 
     The hash is checked before the first byte leaves (a streamed response
-    cannot take back bytes already sent): ARTIFACT_HASH_MISMATCH is raised
+    cannot take back bytes already sent): INTERNAL_ERROR is raised
     here. Under ASGI the bytes stream from an async iterator: Django would
     collect a synchronous one into a list first (a 1 GiB Artifact in memory).
 
@@ -302,7 +303,10 @@ class ArtifactDownloadView(APIView):
         responses={
             200: OpenApiResponse(description="the Artifact's bytes, after their SHA-256 was checked"),
             **ERRORS,
-            409: OpenApiResponse(description="ARTIFACT_HASH_MISMATCH: the stored bytes no longer match their hash"),
+            500: OpenApiResponse(
+                description="INTERNAL_ERROR (details.reason artifact_hash_mismatch): the stored bytes no longer"
+                " match their hash"
+            ),
         }
     )
     def get(self, request: Request, sha256: str) -> StreamingHttpResponse:

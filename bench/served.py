@@ -447,8 +447,9 @@ def classify(status: int, body: bytes) -> str:
     if 200 <= status < 300:
         return "ok"
     error: dict[str, Any] = {}
-    with contextlib.suppress(ValueError, AttributeError):
-        error = json.loads(body).get("error") or {}
+    with contextlib.suppress(ValueError):
+        document = json.loads(body)  # the bare §19 error document
+        error = document if isinstance(document, dict) else {}
     retry = isinstance(error.get("retryAfterMs"), int) and error.get("retryable") is True
     if status == 429 and error.get("code") == "BACKPRESSURE" and retry:
         return "backpressure"

@@ -17,7 +17,7 @@ def group_not_found() -> ProtocolError:
     Group ID exists (issue 16 item 8). It names no Group: the caller knows
     which one it asked for, and a gate reached through another object (a
     WorkItem, a Context Package) must not hand out that object's Group ID."""
-    return ProtocolError(ErrorCode.NOT_FOUND, "no such Group, or you are not a member of it")
+    return ProtocolError(ErrorCode.GROUP_NOT_FOUND, "no such Group, or you are not a member of it")
 
 
 def access_group(agent: Agent, group_id: str) -> Group:

@@ -30,14 +30,14 @@ class AgentPrincipal:
 
 
 def agent_for_token(token: str) -> tuple[Agent, int]:
-    """The Agent and Session Epoch of a current session token, else STALE_SESSION."""
+    """The Agent and Session Epoch of a current session token, else AUTH_STALE_SESSION."""
     session = (
         AgentSession.objects.select_related("agent")
         .filter(token_hash=token_digest(token), revoked_at__isnull=True)
         .first()
     )
     if session is None or session.agent.session_epoch != session.epoch:
-        raise ProtocolError(ErrorCode.STALE_SESSION, "the session token is unknown, revoked or replaced")
+        raise ProtocolError(ErrorCode.AUTH_STALE_SESSION, "the session token is unknown, revoked or replaced")
     return session.agent, session.epoch
 
 
@@ -48,7 +48,9 @@ class BearerTokenAuthentication(BaseAuthentication):
             return None
         if len(header) != 2:
             raise ProtocolError(
-                ErrorCode.MALFORMED, "Authorization: expected 'Bearer <token>'", {"field": "Authorization"}
+                ErrorCode.PROTOCOL_VIOLATION,
+                "Authorization: expected 'Bearer <token>'",
+                details={"field": "Authorization"},
             )
         agent, epoch = agent_for_token(header[1].decode("ascii", "replace"))
         return AgentPrincipal(agent, epoch), epoch
@@ -66,8 +68,8 @@ def request_agent(request: Request) -> Agent:
         agent = Agent.objects.filter(user_id=user.pk).first()
         if agent is not None:
             return agent
-        raise ProtocolError(ErrorCode.FORBIDDEN, "this user has no Agent in any Organization")
-    raise ProtocolError(ErrorCode.STALE_SESSION, "authentication required: send Authorization: Bearer <token>")
+        raise ProtocolError(ErrorCode.AUTH_FORBIDDEN, "this user has no Agent in any Organization")
+    raise ProtocolError(ErrorCode.AUTH_REQUIRED, "authentication required: send Authorization: Bearer <token>")
 
 
 class BearerTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]

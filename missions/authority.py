@@ -118,8 +118,8 @@ class RefusedWithRecord(ProtocolError):
     from a fenced owner is kept as non-authoritative Evidence, MWP-WRK-019)."""
 
     def __init__(self, error: ProtocolError, record: Command):
-        super().__init__(error.code, error.message, error.details)
-        self.record = record
+        super().__init__(error.code, error.message, details=error.details)
+        self.error, self.record = error, record
 
 
 @dataclass(slots=True)
@@ -232,12 +232,16 @@ def accept(command: Command, *, now: datetime | None = None) -> Receipt:
     env = command.envelope
     spec = spec_for(env.type)
     if spec is None:
-        raise ProtocolError(ErrorCode.MALFORMED, f"type: unknown command type {env.type!r}", {"field": "type"})
+        raise ProtocolError(
+            ErrorCode.SCHEMA_VALIDATION_FAILED, f"type: unknown command type {env.type!r}", details={"field": "type"}
+        )
     if spec.internal and command.auth in (Auth.SIGNED, Auth.SELF):
         # Issue 16: an internal kind (artifact.upload: "this Group holds these
         # bytes") is the server's own record of something it did; a client
         # proves it holds bytes only by sending them.
-        raise ProtocolError(ErrorCode.FORBIDDEN, f"{env.type} is recorded by the server itself, never sent by a client")
+        raise ProtocolError(
+            ErrorCode.AUTH_FORBIDDEN, f"{env.type} is recorded by the server itself, never sent by a client"
+        )
     check_extensions(env, spec)
     now = now or timezone.now()
     for attempt in range(_MAX_ATTEMPTS):
@@ -256,7 +260,7 @@ def accept(command: Command, *, now: datetime | None = None) -> Receipt:
                 raise
         except RefusedWithRecord as refusal:
             accept(refusal.record, now=now)
-            raise ProtocolError(refusal.code, refusal.message, refusal.details) from None
+            raise refusal.error from None
         except ProtocolError:
             # The same Command may have been accepted by a concurrent retry
             # that committed while this one waited for the Group lock; then
@@ -281,9 +285,9 @@ def check_extensions(env: Envelope, spec: CommandSpec) -> None:
             continue
         if isinstance(value, dict) and value.get("critical") is True:
             raise ProtocolError(
-                ErrorCode.MALFORMED,
+                ErrorCode.UNKNOWN_CRITICAL_EXTENSION,
                 f"extensions.{name}: {env.type} does not support this critical extension",
-                {"field": f"extensions.{name}"},
+                details={"field": f"extensions.{name}"},
             )
 
 
@@ -332,7 +336,7 @@ def _actor_key(cur: Any, env: Envelope) -> str | None:
 def check_signature(env: Envelope, public_key: str | None) -> None:
     """The envelope's Ed25519 signature verifies with ``public_key``."""
     if public_key is None or not env.signature or not verify_bytes(public_key, env.signing_bytes, env.signature):
-        raise ProtocolError(ErrorCode.INVALID_SIGNATURE, "the signature does not verify with the actor's key")
+        raise ProtocolError(ErrorCode.AUTH_INVALID_SIGNATURE, "the signature does not verify with the actor's key")
 
 
 def check_fresh(env: Envelope, now: datetime) -> None:
@@ -345,16 +349,16 @@ def check_fresh(env: Envelope, now: datetime) -> None:
     age = (now - env.issued_at).total_seconds()
     if age > _MAX_AGE_SECONDS:
         raise ProtocolError(
-            ErrorCode.INVALID_SIGNATURE,
+            ErrorCode.AUTH_INVALID_SIGNATURE,
             f"issued_at is {int(age)} s old; a new Command must be at most {_MAX_AGE_SECONDS} s old"
             " (sign it again with a new action_id)",
-            {"field": "issued_at"},
+            details={"field": "issued_at"},
         )
     if -age > _MAX_SKEW_SECONDS:
         raise ProtocolError(
-            ErrorCode.INVALID_SIGNATURE,
+            ErrorCode.AUTH_INVALID_SIGNATURE,
             f"issued_at is {int(-age)} s ahead of the server's clock (at most {_MAX_SKEW_SECONDS} s)",
-            {"field": "issued_at"},
+            details={"field": "issued_at"},
         )
 
 
@@ -368,7 +372,7 @@ def _replayed(env: Envelope, content_hash: str, stored_hash: str, stored: Any) -
         raise ProtocolError(
             ErrorCode.ACTION_ID_COLLISION,
             "this action_id was already accepted with different content",
-            {"action_id": env.action_id},
+            details={"action_id": env.action_id},
         )
     return {**_json(stored), "replayed": True}
 
@@ -519,7 +523,9 @@ def _lock_group(cur: Any, group_id: str, spec: CommandSpec) -> GroupHead:
             return GroupHead(group_id, "", spec.scope, 0, GENESIS_HASH, 0, exists=False)
         raise group_not_found()
     if spec.creates_group:
-        raise ProtocolError(ErrorCode.REVISION_MISMATCH, f"group {group_id} already exists", {"group": group_id})
+        raise ProtocolError(
+            ErrorCode.REVISION_CONFLICT, f"group {group_id} already exists", details={"group": group_id}
+        )
     return _head(group_id, row)
 
 
@@ -529,7 +535,7 @@ def _check_scope(spec: CommandSpec, group: GroupHead) -> None:
     if spec.creates_group or spec.scope == "any" or group.kind == spec.scope:
         return
     where = "an Organization's administrative Group" if spec.scope == "admin" else "a Mission Group"
-    raise ProtocolError(ErrorCode.INVALID_TRANSITION, f"{spec.type} is issued in {where}")
+    raise ProtocolError(ErrorCode.INVALID_STATE_TRANSITION, f"{spec.type} is issued in {where}")
 
 
 def _load_actor(cur: Any, command: Command, group: GroupHead) -> Actor:
@@ -554,13 +560,15 @@ def _actor_from(command: Command, row: Any) -> Actor:
     env = command.envelope
     if env.actor == SYSTEM_ACTOR:
         if command.auth is not Auth.SYSTEM:
-            raise ProtocolError(ErrorCode.FORBIDDEN, "only the server acts as the system actor")
+            raise ProtocolError(ErrorCode.AUTH_FORBIDDEN, "only the server acts as the system actor")
         return Actor(SYSTEM_ACTOR, None, "system", frozenset(), "", 0, None, None)
     if command.auth is Auth.SYSTEM:
-        raise ProtocolError(ErrorCode.FORBIDDEN, "system commands are issued by the system actor")
+        raise ProtocolError(ErrorCode.AUTH_FORBIDDEN, "system commands are issued by the system actor")
     if row is None:
         # An unknown actor cannot have signed anything we can check.
-        raise ProtocolError(ErrorCode.INVALID_SIGNATURE, f"unknown agent {env.actor}", {"actor": env.actor})
+        raise ProtocolError(
+            ErrorCode.AUTH_INVALID_SIGNATURE, f"unknown agent {env.actor}", details={"actor": env.actor}
+        )
     active = bool(row[8])
     return Actor(
         id=env.actor,
@@ -579,20 +587,20 @@ def _check_actor(command: Command, spec: CommandSpec, actor: Actor, group: Group
     env = command.envelope
     if actor.is_system:
         if "system" not in spec.actors:
-            raise ProtocolError(ErrorCode.FORBIDDEN, f"{spec.type} is not a system command")
+            raise ProtocolError(ErrorCode.AUTH_FORBIDDEN, f"{spec.type} is not a system command")
         return
     if "agent" not in spec.actors:
-        raise ProtocolError(ErrorCode.FORBIDDEN, f"{spec.type} is issued by the system only")
+        raise ProtocolError(ErrorCode.AUTH_FORBIDDEN, f"{spec.type} is issued by the system only")
     if command.auth is Auth.SIGNED:
         check_signature(env, actor.public_key)
     elif command.auth is Auth.SELF and not spec.self_authenticating:
-        raise ProtocolError(ErrorCode.INVALID_SIGNATURE, f"{spec.type} needs a signed envelope")
+        raise ProtocolError(ErrorCode.AUTH_INVALID_SIGNATURE, f"{spec.type} needs a signed envelope")
     if command.auth is Auth.SIGNED and env.session_epoch != actor.session_epoch:
         # MWP-WRK-014: a replaced session's Commands are fenced out.
         raise ProtocolError(
-            ErrorCode.STALE_SESSION,
+            ErrorCode.AUTH_STALE_SESSION,
             f"session_epoch {env.session_epoch} is not the current session ({actor.session_epoch})",
-            {"current": actor.session_epoch},
+            details={"current": actor.session_epoch},
         )
     if spec.creates_group:
         pass  # no Group yet: only Organization roles apply
@@ -606,18 +614,18 @@ def _check_actor(command: Command, spec: CommandSpec, actor: Actor, group: Group
             raise group_not_found()
         if env.membership_epoch is not None and env.membership_epoch != actor.membership_epoch:
             raise ProtocolError(
-                ErrorCode.NOT_A_MEMBER,
+                ErrorCode.MEMBERSHIP_STALE,
                 f"membership_epoch {env.membership_epoch} is not current ({actor.membership_epoch})",
-                {"current": actor.membership_epoch},
+                details={"current": actor.membership_epoch},
             )
         if spec.group_roles and not (spec.group_roles & actor.membership_roles):
             raise ProtocolError(
-                ErrorCode.FORBIDDEN,
+                ErrorCode.AUTH_FORBIDDEN,
                 f"{spec.type} needs the Group role {' or '.join(sorted(spec.group_roles))}",
             )
     if spec.org_roles and not (spec.org_roles & actor.org_roles):
         raise ProtocolError(
-            ErrorCode.FORBIDDEN,
+            ErrorCode.AUTH_FORBIDDEN,
             f"{spec.type} needs the Organization role {' or '.join(sorted(spec.org_roles))}",
         )
 
@@ -626,11 +634,17 @@ def check_target_kind(env: Envelope, kind: str, expected_id: str | None = None) 
     """The envelope's ``target`` names an aggregate of ``kind`` (and ``expected_id``)."""
     target = env.target
     if target is None:
-        raise ProtocolError(ErrorCode.MALFORMED, f"target: {env.type} needs a {kind} target", {"field": "target"})
+        raise ProtocolError(
+            ErrorCode.SCHEMA_VALIDATION_FAILED, f"target: {env.type} needs a {kind} target", details={"field": "target"}
+        )
     if target.kind != kind:
-        raise ProtocolError(ErrorCode.MALFORMED, f"target.kind: must be {kind!r}", {"field": "target.kind"})
+        raise ProtocolError(
+            ErrorCode.SCHEMA_VALIDATION_FAILED, f"target.kind: must be {kind!r}", details={"field": "target.kind"}
+        )
     if expected_id is not None and target.id != expected_id:
-        raise ProtocolError(ErrorCode.MALFORMED, f"target.id: must be {expected_id}", {"field": "target.id"})
+        raise ProtocolError(
+            ErrorCode.SCHEMA_VALIDATION_FAILED, f"target.id: must be {expected_id}", details={"field": "target.id"}
+        )
 
 
 def check_revision(env: Envelope, current: int) -> None:
@@ -644,16 +658,18 @@ def check_revision(env: Envelope, current: int) -> None:
     if expected is None:
         if spec is not None and spec.cas:
             raise ProtocolError(
-                ErrorCode.MALFORMED,
+                ErrorCode.SCHEMA_VALIDATION_FAILED,
                 f"target.revision: {env.type} is compare-and-set and needs the expected revision",
-                {"field": "target.revision"},
+                details={"field": "target.revision"},
             )
         return
     if expected != current:
         raise ProtocolError(
-            ErrorCode.REVISION_MISMATCH,
+            ErrorCode.REVISION_CONFLICT,
             f"expected revision {expected}, the aggregate is at {current}",
-            {"expected": expected, "current": current},
+            details={"expected": expected, "current": current},
+            expected_revision=expected,
+            current_revision=current,
         )
 
 

@@ -46,6 +46,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
@@ -54,6 +55,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 
 from mwportal.protocol import ErrorCode, ProtocolError
+from mwportal.protocol.errors import occurred_at_text
 
 # Without a connection pool: enough to keep two cores busy with Commands that
 # spend part of their time waiting on the database, few enough that a
@@ -214,12 +216,20 @@ class Gate:
         err = ProtocolError(
             ErrorCode.BACKPRESSURE,
             f"this server has {limit} Commands in flight; retry the same Command after {retry_after_ms} ms",
-            {"limit": limit},
+            details={"limit": limit},
             retry_after_ms=retry_after_ms,
         )
         self.shed_status = err.http_status
-        self.shed_body = json.dumps(err.as_dict()).encode()
+        # Only occurredAt differs between two shed answers (a fixed-width
+        # timestamp): the bytes around it are built here once.
+        stamp = occurred_at_text(datetime.now(UTC))
+        head, tail = json.dumps(err.as_dict() | {"occurredAt": stamp}).encode().split(stamp.encode())
+        self._shed_head, self._shed_tail = head, tail
         self.shed_retry_after = err.retry_after_header() or "1"
+
+    def shed_body(self) -> bytes:
+        """The BACKPRESSURE document, stamped now."""
+        return self._shed_head + occurred_at_text(datetime.now(UTC)).encode() + self._shed_tail
 
     def count_shed(self) -> None:
         # Unlocked on the sync path: a lost increment only miscounts a log line.
@@ -297,12 +307,13 @@ class BackpressureASGI:
         gate = self.gate
         if not await gate.admission.enter_async():
             gate.count_shed()
+            body = gate.shed_body()
             await send({"type": "http.response.start", "status": gate.shed_status, "headers": [
                 (b"content-type", b"application/json"),
-                (b"content-length", str(len(gate.shed_body)).encode()),
+                (b"content-length", str(len(body)).encode()),
                 (b"retry-after", gate.shed_retry_after.encode()),
             ]})  # fmt: skip
-            await send({"type": "http.response.body", "body": gate.shed_body})
+            await send({"type": "http.response.body", "body": body})
             return
         slot = Slot(gate.admission)
         try:
@@ -320,8 +331,8 @@ def _path_info(scope: dict[str, Any]) -> str:
 
 
 def backpressure_response(gate: Gate) -> HttpResponse:
-    """The 429 BACKPRESSURE document (DESIGN §4 error shape) with Retry-After."""
-    response = HttpResponse(gate.shed_body, status=gate.shed_status, content_type="application/json")
+    """The 429 BACKPRESSURE error document (§19) with Retry-After."""
+    response = HttpResponse(gate.shed_body(), status=gate.shed_status, content_type="application/json")
     response["Retry-After"] = gate.shed_retry_after
     # Set here because a shed request skips CommonMiddleware, which would.
     response["Content-Length"] = str(len(response.content))

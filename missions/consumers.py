@@ -61,7 +61,6 @@ from mwportal.protocol import (
     parse_envelope,
     parse_uuid,
 )
-from mwportal.protocol.errors import RETRYABLE
 
 from .access import access_group
 from .auth import agent_for_token
@@ -88,10 +87,18 @@ CLOSE_INTERNAL = 4011
 
 
 class FrameError(Exception):
-    def __init__(self, code: ErrorCode | str, message: str, ref: Any = None, *, retry_after_ms: int | None = None):
+    def __init__(
+        self,
+        code: ErrorCode | str,
+        message: str,
+        ref: Any = None,
+        *,
+        retry_after_ms: int | None = None,
+        details: dict[str, Any] | None = None,
+    ):
         super().__init__(message)
-        self.code, self.message, self.ref = str(code), message, ref
-        self.retry_after_ms = retry_after_ms
+        self.code, self.message, self.ref = ErrorCode(code), message, ref
+        self.retry_after_ms, self.details = retry_after_ms, details
 
 
 def internal_error(ref: Any = None) -> FrameError:
@@ -106,11 +113,13 @@ def internal_error(ref: Any = None) -> FrameError:
 
 
 def _subscribe_check(agent: Agent, group_id: str, after: int) -> tuple[Group, dict[str, Any] | None, dict[str, Any]]:
-    """Membership (NOT_A_MEMBER) and the online window (CURSOR_TOO_OLD) of a subscribe."""
+    """Membership (GROUP_NOT_FOUND) and the online window (CURSOR_TOO_OLD) of a subscribe."""
     group = access_group(agent, group_id)
     if after > group.last_sequence:
         raise ProtocolError(
-            ErrorCode.MALFORMED, f"after: {after} is beyond the head {group.last_sequence}", {"field": "after"}
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
+            f"after: {after} is beyond the head {group.last_sequence}",
+            details={"field": "after"},
         )
     snap = snapshot_for_cursor(group, after)
     membership = Membership.objects.filter(group=group, agent=agent, active=True).first()
@@ -123,10 +132,12 @@ def _store_ack(agent_id: str, group_id: str, sequence: int) -> None:
     """Keep the highest acknowledged cursor; acknowledgement never deletes history (MWP-WRK-030)."""
     head = Group.objects.filter(id=group_id).values_list("last_sequence", flat=True).first()
     if head is None:
-        raise ProtocolError(ErrorCode.NOT_FOUND, f"group {group_id} does not exist")
+        raise ProtocolError(ErrorCode.GROUP_NOT_FOUND, f"group {group_id} does not exist")
     if sequence > head:
         raise ProtocolError(
-            ErrorCode.MALFORMED, f"sequence: {sequence} is beyond the head {head}", {"field": "sequence"}
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
+            f"sequence: {sequence} is beyond the head {head}",
+            details={"field": "sequence"},
         )
     cursor, created = AgentCursor.objects.get_or_create(
         agent_id=agent_id, group_id=group_id, defaults={"sequence": sequence, "updated_at": timezone.now()}
@@ -172,15 +183,28 @@ class _EventStream(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
         async with self.send_lock:
             await self.send(text_data=json.dumps(frame, separators=(",", ":")))
 
-    async def error(self, code: str, message: str, ref: Any = None, retry_after_ms: int | None = None) -> None:
-        frame: dict[str, Any] = {"op": "error", "code": code, "message": message, "ref": ref}
-        frame["retryable"] = code in RETRYABLE
-        if retry_after_ms is not None:
-            frame["retryAfterMs"] = retry_after_ms
-        await self.send_json(frame)
+    async def error(
+        self,
+        code: str,
+        message: str,
+        ref: Any = None,
+        retry_after_ms: int | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        """An ``error`` frame: the frame's ``op`` and ``ref`` around the
+        normative error document (§19); issue 18 gives it the MWP frame."""
+        document = ProtocolError(code, message, details=details, retry_after_ms=retry_after_ms).document()
+        await self.send_json({"op": "error", "ref": ref, **document})
 
-    async def bad_frame(self, code: str, message: str, ref: Any = None, retry_after_ms: int | None = None) -> None:
-        await self.error(code, message, ref, retry_after_ms)
+    async def bad_frame(
+        self,
+        code: str,
+        message: str,
+        ref: Any = None,
+        retry_after_ms: int | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        await self.error(code, message, ref, retry_after_ms, details)
         now = time.monotonic()
         self.bad_frames.append(now)
         while self.bad_frames and self.bad_frames[0] < now - BAD_FRAME_WINDOW:
@@ -189,7 +213,7 @@ class _EventStream(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             reason = f"closing: more than {MAX_BAD_FRAMES} bad frames in {BAD_FRAME_WINDOW:.0f} s"
             # daphne drops the reason of a close frame, so it travels in a
             # last error frame just before the close code.
-            await self.error("MALFORMED", reason)
+            await self.error(ErrorCode.PROTOCOL_VIOLATION, reason)
             await self.close(code=CLOSE_POLICY, reason=reason)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
@@ -198,29 +222,29 @@ class _EventStream(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             return
         size = len(raw.encode("utf-8", "surrogatepass")) if isinstance(raw, str) else len(raw)
         if size > MAX_FRAME_BYTES:
-            await self.bad_frame("MALFORMED", f"frame: over {MAX_FRAME_BYTES} bytes")
+            await self.bad_frame(ErrorCode.PROTOCOL_VIOLATION, f"frame: over {MAX_FRAME_BYTES} bytes")
             return
         try:
             frame = loads_strict(raw)
         except CanonicalizationError as exc:
-            await self.bad_frame("MALFORMED", f"frame: {exc}")
+            await self.bad_frame(ErrorCode.PROTOCOL_VIOLATION, f"frame: {exc}")
             return
         if not isinstance(frame, dict) or not isinstance(frame.get("op"), str):
-            await self.bad_frame("MALFORMED", "frame: must be a JSON object with an op")
+            await self.bad_frame(ErrorCode.PROTOCOL_VIOLATION, "frame: must be a JSON object with an op")
             return
         handler = getattr(self, "op_" + frame["op"], None) if frame["op"].isidentifier() else None
         if handler is None:
-            await self.bad_frame("MALFORMED", f"op: unknown op {frame['op'][:40]!r}", frame.get("ref"))
+            await self.bad_frame(ErrorCode.PROTOCOL_VIOLATION, f"op: unknown op {frame['op'][:40]!r}", frame.get("ref"))
             return
         try:
             await handler(frame)
         except FrameError as exc:
             if exc.code == ErrorCode.INTERNAL_ERROR:
-                await self.error(exc.code, exc.message, exc.ref, exc.retry_after_ms)
+                await self.error(exc.code, exc.message, exc.ref, exc.retry_after_ms, exc.details)
             else:
-                await self.bad_frame(exc.code, exc.message, exc.ref, exc.retry_after_ms)
+                await self.bad_frame(exc.code, exc.message, exc.ref, exc.retry_after_ms, exc.details)
         except ProtocolError as exc:
-            await self.bad_frame(str(exc.code), exc.message, frame.get("ref"), exc.retry_after_ms)
+            await self.bad_frame(exc.code, exc.message, frame.get("ref"), exc.retry_after_ms, exc.details)
         except Exception:
             # A database outage, an exhausted pool, a bug: the client may try
             # again; the connection and its subscriptions stay up.
@@ -233,7 +257,7 @@ class _EventStream(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
         try:
             group, snapshot, _ = await database_sync_to_async(_subscribe_check)(agent, group_id, after)
         except ProtocolError as exc:
-            raise FrameError(exc.code, exc.message, ref or group_id) from None
+            raise FrameError(exc.code, exc.message, ref or group_id, details=exc.details) from None
         except Exception:
             log.exception("subscribe to %s failed inside the server", group_id)
             raise internal_error(ref or group_id) from None
@@ -300,7 +324,9 @@ class _EventStream(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
 def _after(frame: dict[str, Any]) -> int:
     after = frame.get("after", 0)
     if isinstance(after, bool) or not isinstance(after, int) or after < 0:
-        raise FrameError("MALFORMED", "after: must be a non-negative integer", frame.get("group"))
+        raise FrameError(
+            ErrorCode.SCHEMA_VALIDATION_FAILED, "after: must be a non-negative integer", frame.get("group")
+        )
     return after
 
 
@@ -357,7 +383,7 @@ class AgentConsumer(_EventStream):
     async def _hello_timed_out(self) -> None:
         if self.agent is not None or self.closing:
             return
-        await self.error(ErrorCode.STALE_SESSION, f"no hello within {self.limits.hello_timeout:g} s")
+        await self.error(ErrorCode.AUTH_REQUIRED, f"no hello within {self.limits.hello_timeout:g} s")
         await self.close(code=CLOSE_UNAUTHENTICATED, reason="no hello")
 
     async def disconnect(self, code: int) -> None:
@@ -374,7 +400,7 @@ class AgentConsumer(_EventStream):
 
     def require_hello(self) -> Agent:
         if self.agent is None:
-            raise FrameError(ErrorCode.STALE_SESSION, "send hello with the session token first")
+            raise FrameError(ErrorCode.AUTH_REQUIRED, "send hello with the session token first")
         return self.agent
 
     async def op_hello(self, frame: dict[str, Any]) -> None:
@@ -386,16 +412,16 @@ class AgentConsumer(_EventStream):
         at a time, so nothing else runs between the check and the binding."""
         if self.hello_seen:
             reason = "hello: this connection already said hello; open a new one for another session"
-            await self.error(ErrorCode.FORBIDDEN, reason, frame.get("ref"))
+            await self.error(ErrorCode.AUTH_FORBIDDEN, reason, frame.get("ref"))
             await self.close(code=CLOSE_POLICY, reason="a second hello")
             return
         token = frame.get("token")
         if not isinstance(token, str) or not token:
-            raise FrameError("MALFORMED", "token: is required")
+            raise FrameError(ErrorCode.SCHEMA_VALIDATION_FAILED, "token: is required")
         try:
             agent, epoch = await database_sync_to_async(agent_for_token)(token)
         except ProtocolError as exc:
-            await self.error(str(exc.code), exc.message)
+            await self.error(exc.code, exc.message, details=exc.details)
             await self.close(code=CLOSE_UNAUTHENTICATED, reason="the session token is not current")
             return
         # Everything that can fail inside the server comes before the
@@ -445,13 +471,17 @@ class AgentConsumer(_EventStream):
         agent = self.require_hello()
         cursors = frame.get("cursors")
         if not isinstance(cursors, list) or not cursors:
-            raise FrameError("MALFORMED", "cursors: must be a non-empty list of {group, sequence}")
+            raise FrameError(
+                ErrorCode.SCHEMA_VALIDATION_FAILED, "cursors: must be a non-empty list of {group, sequence}"
+            )
         for i, cursor in enumerate(cursors):
             if not isinstance(cursor, dict) or set(cursor) != {"group", "sequence"}:
-                raise FrameError("MALFORMED", f"cursors.{i}: needs exactly group and sequence")
+                raise FrameError(ErrorCode.SCHEMA_VALIDATION_FAILED, f"cursors.{i}: needs exactly group and sequence")
             seq = cursor["sequence"]
             if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
-                raise FrameError("MALFORMED", f"cursors.{i}.sequence: must be a non-negative integer")
+                raise FrameError(
+                    ErrorCode.SCHEMA_VALIDATION_FAILED, f"cursors.{i}.sequence: must be a non-negative integer"
+                )
             group_id = parse_uuid(cursor["group"], f"cursors.{i}.group")
             await database_sync_to_async(access_group)(agent, group_id)
             await database_sync_to_async(_store_ack)(str(agent.id), group_id, seq)
@@ -464,7 +494,7 @@ class AgentConsumer(_EventStream):
             # Agent's signed envelope, captured or handed over, is not this
             # connection's to submit.
             raise FrameError(
-                ErrorCode.FORBIDDEN,
+                ErrorCode.AUTH_FORBIDDEN,
                 f"actor: this connection is Agent {agent.id}; it cannot send Commands of {envelope.actor}",
                 envelope.action_id,
             )
@@ -472,7 +502,7 @@ class AgentConsumer(_EventStream):
             receipt = await database_sync_to_async(accept)(Command(envelope, Auth.SIGNED))
         except ProtocolError as exc:
             # A refused Command is an answer, not a bad frame.
-            await self.error(str(exc.code), exc.message, envelope.action_id, exc.retry_after_ms)
+            await self.error(exc.code, exc.message, envelope.action_id, exc.retry_after_ms, exc.details)
             return
         except Exception:
             # accept() is one transaction: failing, it accepted nothing.
@@ -486,7 +516,7 @@ class AgentConsumer(_EventStream):
         if not isinstance(capacity, dict) or any(
             isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in capacity.values()
         ):
-            raise FrameError("MALFORMED", "capacity: must be an object of non-negative integers")
+            raise FrameError(ErrorCode.SCHEMA_VALIDATION_FAILED, "capacity: must be an object of non-negative integers")
         self._draw(self.presence_bucket, "presence", frame.get("ref"))
         await database_sync_to_async(_store_presence)(str(agent.id), capacity, True)
 
@@ -564,12 +594,12 @@ class GroupUIConsumer(_EventStream):
         except FrameError as exc:
             # A refusal closes as policy (the page does not retry); a failure
             # inside the server closes as internal, and the page retries.
-            await self.error(exc.code, exc.message, exc.ref, exc.retry_after_ms)
+            await self.error(exc.code, exc.message, exc.ref, exc.retry_after_ms, exc.details)
             internal = exc.code == ErrorCode.INTERNAL_ERROR
             await self.close(code=CLOSE_INTERNAL if internal else CLOSE_POLICY, reason=exc.code)
         except (ProtocolError, ValueError) as exc:
-            code = str(getattr(exc, "code", "MALFORMED"))
-            await self.error(code, getattr(exc, "message", str(exc)))
+            code = str(getattr(exc, "code", ErrorCode.SCHEMA_VALIDATION_FAILED))
+            await self.error(code, getattr(exc, "message", str(exc)), details=getattr(exc, "details", None))
             await self.close(code=CLOSE_POLICY, reason=code)
         except Exception:
             log.exception("the UI stream failed inside the server")
@@ -580,7 +610,7 @@ class GroupUIConsumer(_EventStream):
     async def _start(self) -> None:
         agent = await database_sync_to_async(_person_agent)(self.scope.get("user"))
         if agent is None:
-            await self.error("STALE_SESSION", "sign in to the portal first")
+            await self.error(ErrorCode.AUTH_REQUIRED, "sign in to the portal first")
             await self.close(code=CLOSE_UNAUTHENTICATED, reason="not signed in")
             return
         self.agent = agent
@@ -595,4 +625,6 @@ class GroupUIConsumer(_EventStream):
         await self.start_stream(agent, group_id, max(after, 0))
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        await self.bad_frame("MALFORMED", "this stream is read-only; issue Commands through the portal")
+        await self.bad_frame(
+            ErrorCode.PROTOCOL_VIOLATION, "this stream is read-only; issue Commands through the portal"
+        )

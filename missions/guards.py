@@ -80,4 +80,4 @@ def check_roles(body: dict[str, Any], name: str, allowed: Iterable[str]) -> list
 
 def refuse(code: ErrorCode, message: str, **details: Any) -> ProtocolError:
     """A ``ProtocolError`` for ``raise refuse(...)`` in handlers."""
-    return ProtocolError(code, message, details)
+    return ProtocolError(code, message, details=details)

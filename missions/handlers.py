@@ -65,7 +65,7 @@ def create_org(ctx: HandlerContext) -> Decision:
     slug = check_text(body, "slug", max_length=50)
     name = check_text(body, "name", max_length=200)
     if Organization.objects.filter(slug=slug).exists():
-        raise refuse(ErrorCode.INVALID_TRANSITION, f"an Organization with slug {slug!r} exists", slug=slug)
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, f"an Organization with slug {slug!r} exists", slug=slug)
     org = Organization.objects.create(
         id=org_id, slug=slug, name=name, priority_policy=DEFAULT_POLICY, created_at=ctx.now
     )
@@ -100,18 +100,20 @@ def register_agent(ctx: HandlerContext) -> Decision:
     name = check_text(body, "name", max_length=200)
     kind = body["kind"]
     if kind not in (Agent.KIND_AGENT, Agent.KIND_PERSON):
-        raise refuse(ErrorCode.MALFORMED, "body.kind: must be 'agent' or 'person'", field="body.kind")
+        raise refuse(ErrorCode.SCHEMA_VALIDATION_FAILED, "body.kind: must be 'agent' or 'person'", field="body.kind")
     roles = check_roles(body, "org_roles", ORG_ROLES)
     public_key = body.get("public_key") or ""
     if public_key:
         check_public_key(public_key)
     elif kind == Agent.KIND_AGENT:
         raise refuse(
-            ErrorCode.MALFORMED, "body.public_key: an agent needs an Ed25519 public key", field="body.public_key"
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
+            "body.public_key: an agent needs an Ed25519 public key",
+            field="body.public_key",
         )
     user = check_person_enrollment(ctx, kind, public_key)
     if Agent.objects.filter(id=agent_id).exists():
-        raise refuse(ErrorCode.INVALID_TRANSITION, f"agent {agent_id} exists", agent=agent_id)
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, f"agent {agent_id} exists", agent=agent_id)
     Agent.objects.create(
         id=agent_id,
         organization_id=ctx.group.organization_id,
@@ -134,7 +136,7 @@ def check_public_key(public_key: Any) -> None:
     try:
         load_public_key(public_key)
     except (TypeError, ValueError) as exc:
-        raise refuse(ErrorCode.MALFORMED, f"body.public_key: {exc}", field="body.public_key") from None
+        raise refuse(ErrorCode.SCHEMA_VALIDATION_FAILED, f"body.public_key: {exc}", field="body.public_key") from None
 
 
 def check_person_enrollment(ctx: HandlerContext, kind: str, public_key: str) -> Any:
@@ -162,7 +164,7 @@ def check_person_enrollment(ctx: HandlerContext, kind: str, public_key: str) -> 
     body = ctx.body
     if kind == Agent.KIND_PERSON and public_key and not ctx.actor.is_system:
         raise refuse(
-            ErrorCode.FORBIDDEN,
+            ErrorCode.AUTH_FORBIDDEN,
             "body.public_key: a person's key comes from the person: register them without one;"
             " they supply theirs signed in to the portal (agent.enroll)",
             field="body.public_key",
@@ -171,22 +173,24 @@ def check_person_enrollment(ctx: HandlerContext, kind: str, public_key: str) -> 
         return None
     username = check_text(body, "user", max_length=150)
     if kind != Agent.KIND_PERSON:
-        raise refuse(ErrorCode.MALFORMED, "body.user: only a person Agent is linked to a user", field="body.user")
+        raise refuse(
+            ErrorCode.SCHEMA_VALIDATION_FAILED, "body.user: only a person Agent is linked to a user", field="body.user"
+        )
     from django.contrib.auth import get_user_model
 
     user = get_user_model().objects.filter(username=username).first()
     if not ctx.actor.is_system:
         if user is None or not Agent.objects.filter(user=user, organization_id=ctx.group.organization_id).exists():
             raise refuse(
-                ErrorCode.FORBIDDEN,
+                ErrorCode.AUTH_FORBIDDEN,
                 f"user {username!r} does not belong to this Organization; a person is enrolled by themselves"
                 " or by an admin of an Organization they belong to",
                 field="body.user",
             )
     elif user is None:
-        raise refuse(ErrorCode.NOT_FOUND, f"no user {username!r}", field="body.user")
+        raise refuse(ErrorCode.INVALID_COMMAND, f"no user {username!r}", field="body.user", reason="not_found")
     if Agent.objects.filter(user=user).exists():
-        raise refuse(ErrorCode.INVALID_TRANSITION, f"user {username!r} already has an Agent")
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, f"user {username!r} already has an Agent")
     return user
 
 
@@ -204,19 +208,25 @@ def enroll_agent(ctx: HandlerContext) -> Decision:
     check_members(ctx.body, ["public_key"])
     public_key = ctx.body["public_key"]
     if not isinstance(public_key, str) or not public_key:
-        raise refuse(ErrorCode.MALFORMED, "body.public_key: must be a non-empty string", field="body.public_key")
+        raise refuse(
+            ErrorCode.SCHEMA_VALIDATION_FAILED, "body.public_key: must be a non-empty string", field="body.public_key"
+        )
     check_public_key(public_key)
     # The Agent row is written only under its Organization's administrative
     # Group lock, which accept() holds: no concurrent enroll or register races.
     agent = Agent.objects.get(id=ctx.actor.id)
     if agent.kind != Agent.KIND_PERSON:
-        raise refuse(ErrorCode.FORBIDDEN, "agent.enroll is for a person; an agent's key is set when it is registered")
+        raise refuse(
+            ErrorCode.AUTH_FORBIDDEN, "agent.enroll is for a person; an agent's key is set when it is registered"
+        )
     if agent.public_key:
-        raise refuse(ErrorCode.INVALID_TRANSITION, "this person already has a key", agent=ctx.actor.id)
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, "this person already has a key", agent=ctx.actor.id)
     if Agent.objects.filter(public_key=public_key).exists():
         # A key already bound to another Agent was not generated for this
         # person: whoever holds it could act as both.
-        raise refuse(ErrorCode.FORBIDDEN, "body.public_key: this key belongs to another Agent", field="body.public_key")
+        raise refuse(
+            ErrorCode.AUTH_FORBIDDEN, "body.public_key: this key belongs to another Agent", field="body.public_key"
+        )
     Agent.objects.filter(id=ctx.actor.id).update(public_key=public_key)
     # The Agent's second state: registered (revision 1), then enrolled.
     ref = AggregateRef("agent", ctx.actor.id, 2)
@@ -235,21 +245,25 @@ def open_session(ctx: HandlerContext) -> Decision:
     request = ctx.body["request"]
     if not isinstance(request, dict) or set(request) != {"agent", "issued_at", "nonce", "signature"}:
         raise refuse(
-            ErrorCode.MALFORMED, "body.request: needs exactly agent, issued_at, nonce, signature", field="body.request"
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
+            "body.request: needs exactly agent, issued_at, nonce, signature",
+            field="body.request",
         )
     if request["agent"] != ctx.actor.id:
-        raise refuse(ErrorCode.MALFORMED, "agent: does not match the actor", field="agent")
+        raise refuse(ErrorCode.SCHEMA_VALIDATION_FAILED, "agent: does not match the actor", field="agent")
     nonce = request["nonce"]
     if not isinstance(nonce, str) or not 8 <= len(nonce) <= 200:
-        raise refuse(ErrorCode.MALFORMED, "nonce: must be a string of 8 to 200 characters", field="nonce")
+        raise refuse(
+            ErrorCode.SCHEMA_VALIDATION_FAILED, "nonce: must be a string of 8 to 200 characters", field="nonce"
+        )
     issued_at = parse_time(request["issued_at"], "issued_at")
     if not isinstance(request["signature"], str) or not verify(ctx.actor.public_key, request, request["signature"]):
-        raise refuse(ErrorCode.INVALID_SIGNATURE, "the session request's signature does not verify")
+        raise refuse(ErrorCode.AUTH_INVALID_SIGNATURE, "the session request's signature does not verify")
     skew = timedelta(seconds=settings.MWP_SESSION_REQUEST_MAX_SKEW_SECONDS)
     if abs(ctx.now - issued_at) > skew:
-        raise refuse(ErrorCode.INVALID_SIGNATURE, "issued_at is not within 5 minutes of the server's clock")
+        raise refuse(ErrorCode.AUTH_INVALID_SIGNATURE, "issued_at is not within 5 minutes of the server's clock")
     if AgentSession.objects.filter(agent_id=ctx.actor.id, nonce=nonce).exists():
-        raise refuse(ErrorCode.INVALID_SIGNATURE, "this session request was already used (replay)")
+        raise refuse(ErrorCode.AUTH_INVALID_SIGNATURE, "this session request was already used (replay)")
     epoch = ctx.actor.session_epoch + 1
     token = secrets.token_urlsafe(32)
     AgentSession.objects.filter(agent_id=ctx.actor.id, revoked_at__isnull=True).update(revoked_at=ctx.now)
@@ -279,12 +293,12 @@ def publish_agent_card(ctx: HandlerContext) -> Decision:
     check_members(body, ["capabilities", "max_concurrency"])
     capabilities = body["capabilities"]
     if not isinstance(capabilities, list):
-        raise refuse(ErrorCode.MALFORMED, "body.capabilities: must be a list", field="body.capabilities")
+        raise refuse(ErrorCode.SCHEMA_VALIDATION_FAILED, "body.capabilities: must be a list", field="body.capabilities")
     seen = set()
     for i, cap in enumerate(capabilities):
         if not isinstance(cap, dict) or set(cap) != {"id", "version"}:
             raise refuse(
-                ErrorCode.MALFORMED,
+                ErrorCode.SCHEMA_VALIDATION_FAILED,
                 f"body.capabilities.{i}: needs exactly id and version",
                 field=f"body.capabilities.{i}",
             )
@@ -292,7 +306,7 @@ def publish_agent_card(ctx: HandlerContext) -> Decision:
         check_text(cap, "version", max_length=50)
         if cap["id"] in seen:
             raise refuse(
-                ErrorCode.MALFORMED,
+                ErrorCode.SCHEMA_VALIDATION_FAILED,
                 f"body.capabilities.{i}: {cap['id']!r} is listed twice",
                 field=f"body.capabilities.{i}",
             )
@@ -348,15 +362,17 @@ def check_mission_budgets(body: dict[str, Any]) -> dict[str, Any]:
 
     budgets = body.get("budgets") or {}
     if not isinstance(budgets, dict):
-        raise refuse(ErrorCode.MALFORMED, "body.budgets: must be an object", field="body.budgets")
+        raise refuse(ErrorCode.SCHEMA_VALIDATION_FAILED, "body.budgets: must be an object", field="body.budgets")
     for name, value in budgets.items():
         if name not in BUDGET_DIMENSIONS:
             raise refuse(
-                ErrorCode.MALFORMED, f"body.budgets.{name}: not a budget dimension", field=f"body.budgets.{name}"
+                ErrorCode.SCHEMA_VALIDATION_FAILED,
+                f"body.budgets.{name}: not a budget dimension",
+                field=f"body.budgets.{name}",
             )
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0):
             raise refuse(
-                ErrorCode.MALFORMED,
+                ErrorCode.SCHEMA_VALIDATION_FAILED,
                 f"body.budgets.{name}: must be a non-negative number or null",
                 field=f"body.budgets.{name}",
             )
@@ -381,9 +397,9 @@ def found_mission(
     is a consequence of a Command in the parent Group).
     """
     if Mission.objects.filter(id=mission_id).exists():
-        raise refuse(ErrorCode.INVALID_TRANSITION, f"mission {mission_id} exists", mission=mission_id)
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, f"mission {mission_id} exists", mission=mission_id)
     if Group.objects.filter(id=group_id).exists():
-        raise refuse(ErrorCode.REVISION_MISMATCH, f"group {group_id} already exists", group=group_id)
+        raise refuse(ErrorCode.REVISION_CONFLICT, f"group {group_id} already exists", group=group_id)
     group = Group.objects.create(
         id=group_id,
         organization_id=org_id,
@@ -471,7 +487,9 @@ def _set_roles(ctx: HandlerContext, agent_id: str, roles: list[str]) -> tuple[in
     if not COMBINED_STATEMENTS:
         existing = _membership_of(ctx, agent_id)
         if existing is None or not existing.active:
-            raise refuse(ErrorCode.NOT_FOUND, f"agent {agent_id} is not a member", agent=agent_id)
+            raise refuse(
+                ErrorCode.INVALID_COMMAND, f"agent {agent_id} is not a member", agent=agent_id, reason="not_found"
+            )
         _update_membership(existing.pk, roles=roles, epoch=existing.epoch + 1, active=True, now=ctx.now)
         return existing.epoch + 1, existing.roles
     with connection.cursor() as cur:
@@ -484,7 +502,7 @@ def _set_roles(ctx: HandlerContext, agent_id: str, roles: list[str]) -> tuple[in
         )
         row = cur.fetchone()
     if row is None:
-        raise refuse(ErrorCode.NOT_FOUND, f"agent {agent_id} is not a member", agent=agent_id)
+        raise refuse(ErrorCode.INVALID_COMMAND, f"agent {agent_id} is not a member", agent=agent_id, reason="not_found")
     return row[0], json.loads(row[1]) if isinstance(row[1], str | bytes) else row[1]
 
 
@@ -512,7 +530,7 @@ def _check_keeps_an_owner(ctx: HandlerContext, agent_id: str, new_roles: list[st
         .values_list("roles", flat=True)
     )
     if not any("owner" in roles for roles in others):
-        raise refuse(ErrorCode.INVALID_TRANSITION, "a Group must keep at least one owner")
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, "a Group must keep at least one owner")
 
 
 @command("membership.add", group_roles=("owner",), target="group", cas=True)
@@ -522,10 +540,12 @@ def add_membership(ctx: HandlerContext) -> Decision:
     agent_id = check_uuid(body, "agent")
     roles = check_roles(body, "roles", GROUP_ROLES)
     if not Agent.objects.filter(id=agent_id, organization_id=ctx.group.organization_id).exists():
-        raise refuse(ErrorCode.NOT_FOUND, f"no agent {agent_id} in this Organization", agent=agent_id)
+        raise refuse(
+            ErrorCode.INVALID_COMMAND, f"no agent {agent_id} in this Organization", agent=agent_id, reason="not_found"
+        )
     existing = _membership_of(ctx, agent_id)
     if existing is not None and existing.active:
-        raise refuse(ErrorCode.INVALID_TRANSITION, f"agent {agent_id} is already a member", agent=agent_id)
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, f"agent {agent_id} is already a member", agent=agent_id)
     if existing is None:
         epoch = 1
         Membership.objects.create(group_id=ctx.group.id, agent_id=agent_id, roles=roles, epoch=1, updated_at=ctx.now)
@@ -547,7 +567,7 @@ def remove_membership(ctx: HandlerContext) -> Decision:
     agent_id = check_uuid(body, "agent")
     existing = _membership_of(ctx, agent_id)
     if existing is None or not existing.active:
-        raise refuse(ErrorCode.NOT_FOUND, f"agent {agent_id} is not a member", agent=agent_id)
+        raise refuse(ErrorCode.INVALID_COMMAND, f"agent {agent_id} is not a member", agent=agent_id, reason="not_found")
     _check_keeps_an_owner(ctx, agent_id, None)
     epoch = existing.epoch + 1
     _update_membership(existing.pk, roles=None, epoch=epoch, active=False, now=ctx.now)
@@ -606,9 +626,9 @@ def snapshot_group(ctx: HandlerContext) -> Decision:
     check_members(ctx.body, ["at"], ["final"])
     if ctx.body["at"] != ctx.group.last_sequence:
         # The head moved since the snapshot was asked for; the caller asks again.
-        raise refuse(ErrorCode.REVISION_MISMATCH, "the Group head moved", current=ctx.group.last_sequence)
+        raise refuse(ErrorCode.REVISION_CONFLICT, "the Group head moved", current=ctx.group.last_sequence)
     if GroupSnapshot.objects.filter(group_id=ctx.group.id, sequence=ctx.group.last_sequence).exists():
-        raise refuse(ErrorCode.INVALID_TRANSITION, "a snapshot at this sequence exists")
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, "a snapshot at this sequence exists")
     snap = take_snapshot(ctx, final=bool(ctx.body.get("final")))
     ref = AggregateRef("group", ctx.group.id, ctx.group.revision)
     body = {
@@ -628,7 +648,7 @@ def archive_mission(ctx: HandlerContext) -> Decision:
     check_members(ctx.body, [])
     mission = Mission.objects.get(group_id=ctx.group.id)
     if mission.status not in ("completed", "failed", "cancelled"):
-        raise refuse(ErrorCode.INVALID_TRANSITION, f"a Mission that is {mission.status} cannot be archived")
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, f"a Mission that is {mission.status} cannot be archived")
     Mission.objects.filter(id=mission.id).update(status="archived")
     ref = AggregateRef("group", ctx.group.id, ctx.group.revision + 1)
     at = ctx.group.last_sequence + 1  # the archive Event's own sequence
@@ -660,7 +680,9 @@ def redact_event(ctx: HandlerContext) -> Decision:
     reason = check_text(ctx.body, "reason", max_length=2000)
     event = GroupEvent.objects.filter(group_id=ctx.group.id, sequence=sequence).first()
     if event is None:
-        raise refuse(ErrorCode.NOT_FOUND, f"no Event {sequence} in this Group", sequence=sequence)
+        raise refuse(
+            ErrorCode.INVALID_COMMAND, f"no Event {sequence} in this Group", sequence=sequence, reason="not_found"
+        )
     ref = AggregateRef("group", ctx.group.id, ctx.group.revision)
     body = {"sequence": sequence, "event_id": str(event.event_id), "reason": reason}
     return Decision([Emit("event.redacted", ref, body)], ref)

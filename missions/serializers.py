@@ -6,19 +6,28 @@ serializers only describe them to the schema.
 
 from rest_framework import serializers
 
-
-class ErrorBodySerializer(serializers.Serializer):
-    code = serializers.CharField()
-    message = serializers.CharField()
-    retryable = serializers.BooleanField(help_text="an unchanged retry may succeed (spec §19)")
-    retryAfterMs = serializers.IntegerField(  # noqa: N815 (the protocol's member name)
-        required=False, help_text="wait at least this long before retrying (RATE_LIMITED, BACKPRESSURE)"
-    )
-    details = serializers.DictField()
+from mwportal.protocol import ErrorCode
 
 
 class ErrorSerializer(serializers.Serializer):
-    error = ErrorBodySerializer()
+    """The normative error document (spec §19, ``error.schema.json``): every
+    REST refusal is one, bare, with no wrapper."""
+
+    code = serializers.ChoiceField(choices=[str(c) for c in ErrorCode])
+    message = serializers.CharField(min_length=1, max_length=2000)
+    retryable = serializers.BooleanField(help_text="an unchanged retry is safe (spec §19)")
+    occurredAt = serializers.DateTimeField(help_text="RFC 3339, UTC, ending in Z")  # noqa: N815 (protocol names)
+    fatal = serializers.BooleanField(required=False)
+    relatedFrameId = serializers.CharField(required=False)  # noqa: N815
+    relatedActionId = serializers.CharField(required=False)  # noqa: N815
+    groupId = serializers.CharField(required=False)  # noqa: N815
+    expectedRevision = serializers.IntegerField(required=False, min_value=0)  # noqa: N815
+    currentRevision = serializers.IntegerField(required=False, min_value=0)  # noqa: N815
+    retryAfterMs = serializers.IntegerField(  # noqa: N815
+        required=False, min_value=0, help_text="wait at least this long before retrying (RATE_LIMITED, BACKPRESSURE)"
+    )
+    snapshotArtifactHash = serializers.CharField(required=False)  # noqa: N815
+    details = serializers.DictField(required=False, help_text="what the code alone does not say (details.reason)")
 
 
 class SessionRequestSerializer(serializers.Serializer):

@@ -20,6 +20,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView, set_rollback
 
 from mwportal.protocol import (
+    HTTP_STATUS,
     CanonicalizationError,
     ErrorCode,
     ProtocolError,
@@ -39,7 +40,9 @@ from .snapshots import snapshot_for_cursor
 
 log = logging.getLogger(__name__)
 
-ERRORS = {code: s.ErrorSerializer for code in (400, 401, 403, 404, 409, 410, 422)}
+# Every status an error document can come with (the one table in
+# mwportal/protocol/errors.py), for each view's OpenAPI responses.
+ERRORS = {status: s.ErrorSerializer for status in sorted(set(HTTP_STATUS.values()))}
 
 
 # How long a client waits before retrying after INTERNAL_ERROR: a pool
@@ -104,16 +107,20 @@ def protocol_exception_handler(exc: Exception, context: dict[str, Any]) -> Respo
             # is worth a traceback.
             return _logged(error_response(exc), exc, context)
         return error_response(exc)
-    if isinstance(exc, drf_exceptions.NotAuthenticated | drf_exceptions.AuthenticationFailed):
-        return error_response(ProtocolError(ErrorCode.STALE_SESSION, str(exc.detail)), 401)
+    if isinstance(exc, drf_exceptions.NotAuthenticated):
+        return error_response(ProtocolError(ErrorCode.AUTH_REQUIRED, str(exc.detail)), 401)
+    if isinstance(exc, drf_exceptions.AuthenticationFailed):
+        return error_response(ProtocolError(ErrorCode.AUTH_STALE_SESSION, str(exc.detail)), 401)
     if isinstance(exc, drf_exceptions.PermissionDenied | PermissionDenied):
-        return error_response(ProtocolError(ErrorCode.FORBIDDEN, _detail(exc, "forbidden")), 403)
+        return error_response(ProtocolError(ErrorCode.AUTH_FORBIDDEN, _detail(exc, "forbidden")), 403)
     if isinstance(exc, drf_exceptions.NotFound | Http404):
-        return error_response(ProtocolError(ErrorCode.NOT_FOUND, _detail(exc, "not found")), 404)
+        # A route matched but its object is absent: the errors.py rule for
+        # absent things read over REST.
+        return error_response(ProtocolError(ErrorCode.GROUP_NOT_FOUND, _detail(exc, "not found")), 404)
     if isinstance(exc, drf_exceptions.APIException) and exc.status_code < 500:
-        # Method not allowed, unsupported media type, throttling: the status
-        # is DRF's, the shape is ours.
-        return error_response(ProtocolError(ErrorCode.MALFORMED, str(exc.detail)), exc.status_code)
+        # Method not allowed, unsupported media type, throttling: the HTTP
+        # binding's own refusals keep DRF's status; the document is ours.
+        return error_response(ProtocolError(ErrorCode.PROTOCOL_VIOLATION, str(exc.detail)), exc.status_code)
     set_rollback()
     return _logged(error_response(internal_error(exc)), exc, context)
 
@@ -134,10 +141,17 @@ def _logged(response: Response, exc: BaseException, context: dict[str, Any]) -> 
 
 
 def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
-    """``handler404``: an unknown path under ``/api/`` answers the NOT_FOUND
-    document, as every API refusal does; the portal's pages keep their HTML page."""
+    """``handler404``: an unknown path under ``/api/`` answers an error
+    document (PROTOCOL_VIOLATION, 404: the binding has no such route), as
+    every API refusal does; the portal's pages keep their HTML page."""
     if request.path.startswith("/api/"):
-        return json_error_response(ProtocolError(ErrorCode.NOT_FOUND, f"no API route {request.path}"))
+        err = ProtocolError(
+            ErrorCode.PROTOCOL_VIOLATION,
+            f"no API route {request.path}",
+            details={"reason": "no_route"},
+            http_status=404,
+        )
+        return json_error_response(err)
     return defaults.page_not_found(request, exception)
 
 
@@ -152,25 +166,36 @@ def server_error(request: HttpRequest) -> HttpResponse:
 
 
 def read_json_body(request: Request) -> Any:
-    """The request body as strict JSON, at most 1 MiB, else MALFORMED."""
+    """The request body as strict JSON, at most 1 MiB, else PROTOCOL_VIOLATION
+    (unreadable) or SCHEMA_VALIDATION_FAILED (a member's value)."""
     django_request: HttpRequest = request._request
     limit = settings.MWP_MAX_COMMAND_BYTES
     declared = django_request.META.get("CONTENT_LENGTH") or "0"
     if not declared.isdigit() or int(declared) > limit:
-        raise malformed("body", f"the request body is over {limit} bytes")
+        raise unreadable(f"the request body is over {limit} bytes")
     raw = django_request.read(limit + 1)
     if len(raw) > limit:
-        raise malformed("body", f"the request body is over {limit} bytes")
+        raise unreadable(f"the request body is over {limit} bytes")
     if not raw:
-        raise malformed("body", "is empty; expected a JSON object")
+        raise unreadable("is empty; expected a JSON object")
     try:
         return loads_strict(raw)
     except CanonicalizationError as exc:
-        if exc.field:
+        # §6.4: invalid JSON, a duplicate member or a value outside the JCS
+        # data model (a lone surrogate, an unsafe number) is PROTOCOL_VIOLATION;
+        # a NUL is JCS data the project's storage refuses, a member's value.
+        # (canonical.py tells the two apart only in words; strictjson's
+        # reasons replace this in issue 18.)
+        if exc.field and "lone surrogate" not in str(exc):
             # The member inside the document (issue 16 item 6: "body.title:
             # a string holds a NUL character"); the message already names it.
-            raise ProtocolError(ErrorCode.MALFORMED, str(exc), {"field": exc.field}) from None
-        raise malformed("body", str(exc)) from None
+            raise ProtocolError(ErrorCode.SCHEMA_VALIDATION_FAILED, str(exc), details={"field": exc.field}) from None
+        raise unreadable(str(exc)) from None
+
+
+def unreadable(problem: str) -> ProtocolError:
+    """A body that is not one strict JSON value (§17.4 framing): PROTOCOL_VIOLATION."""
+    return ProtocolError(ErrorCode.PROTOCOL_VIOLATION, f"body: {problem}", details={"field": "body"})
 
 
 class SessionsView(APIView):
@@ -192,14 +217,14 @@ class SessionsView(APIView):
         agent_id = parse_uuid(data["agent"], "agent")
         agent = Agent.objects.filter(id=agent_id).first()
         if agent is None:
-            raise ProtocolError(ErrorCode.INVALID_SIGNATURE, f"unknown agent {agent_id}")
+            raise ProtocolError(ErrorCode.AUTH_INVALID_SIGNATURE, f"unknown agent {agent_id}")
         admin_group = Group.objects.filter(organization_id=agent.organization_id, kind=Group.KIND_ADMIN).first()
         if admin_group is None:
-            raise ProtocolError(ErrorCode.NOT_FOUND, "the Agent's Organization has no administrative Group")
+            raise ProtocolError(ErrorCode.GROUP_NOT_FOUND, "the Agent's Organization has no administrative Group")
         nonce = data["nonce"] if isinstance(data["nonce"], str) else ""
         if nonce and AgentSession.objects.filter(agent=agent, nonce=nonce).exists():
             # A replayed or re-signed request with a used nonce (replay protection).
-            raise ProtocolError(ErrorCode.INVALID_SIGNATURE, "this session request was already used (replay)")
+            raise ProtocolError(ErrorCode.AUTH_INVALID_SIGNATURE, "this session request was already used (replay)")
         from .authority import system_action_id
 
         envelope = parse_envelope(
@@ -220,7 +245,7 @@ class SessionsView(APIView):
         )
         receipt = accept(Command(envelope, Auth.SELF))
         if receipt.get("replayed"):
-            raise ProtocolError(ErrorCode.INVALID_SIGNATURE, "this session request was already used (replay)")
+            raise ProtocolError(ErrorCode.AUTH_INVALID_SIGNATURE, "this session request was already used (replay)")
         grants = receipt["grants"]
         return Response(
             {"agent": agent_id, "token": grants["token"], "session_epoch": grants["session_epoch"]}, status=201
@@ -270,9 +295,14 @@ class GroupEventsView(APIView):
             # signed snapshot, then replay after its sequence (spec 16).
             ref = snapshot.reference()
             err = ProtocolError(
-                ErrorCode.CURSOR_TOO_OLD, f"after {after} is outside the online replay window", {"snapshot": ref}
+                ErrorCode.CURSOR_TOO_OLD,
+                f"after {after} is outside the online replay window",
+                details={"snapshot": ref},
             )
-            return Response({**err.as_dict(), "snapshot": ref}, status=410)
+            # The reference travels in details: the document admits no other
+            # member, and snapshotArtifactHash waits for snapshots stored as
+            # Artifacts (issue 18).
+            return error_response(err)
         events = GroupEvent.objects.filter(group=group, sequence__gt=after).order_by("sequence")[:limit]
         return Response({"events": [e.as_wire() for e in events], "head": group.last_sequence})
 
@@ -285,7 +315,7 @@ class GroupSnapshotView(APIView):
         group = access_group(request_agent(request), parse_uuid(group_id, "group"))
         snap = GroupSnapshot.objects.filter(group=group, sequence=sequence).first()
         if snap is None:
-            raise ProtocolError(ErrorCode.NOT_FOUND, f"no snapshot of this Group at {sequence}")
+            raise ProtocolError(ErrorCode.GROUP_NOT_FOUND, f"no snapshot of this Group at {sequence}")
         return Response(snap.document)
 
 

@@ -97,7 +97,7 @@ def run_action(
     """Issue one Command per row as the user's person Agent; report each outcome."""
     agent = request_agent(request)
     if agent is None:
-        modeladmin.message_user(request, "FORBIDDEN: your user has no Agent, so it cannot issue Commands",
+        modeladmin.message_user(request, "AUTH_FORBIDDEN: your user has no Agent, so it cannot issue Commands",
                                 messages.ERROR)  # fmt: skip
         return
     for row in rows:

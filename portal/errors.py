@@ -1,7 +1,9 @@
 """One mapping from protocol error codes to plain words for people (issue 7).
 
 Portal pages and admin actions show a refused Command with ``explain()``: the
-sentence a person can act on first, the protocol's own message after it.
+sentence a person can act on first, the protocol's own message after it. A
+``details.reason`` (the finer meaning a core code covers, errors.py) has
+words of its own where it says more than the code.
 """
 
 from __future__ import annotations
@@ -9,35 +11,51 @@ from __future__ import annotations
 from mwportal.protocol import ErrorCode, ProtocolError
 
 PLAIN_WORDS: dict[ErrorCode, str] = {
-    ErrorCode.MALFORMED: "something in the form is not valid",
-    ErrorCode.INVALID_SIGNATURE: "your sign-in could not be verified; sign in again",
-    ErrorCode.STALE_SESSION: "your session has ended; sign in again",
-    ErrorCode.NOT_A_MEMBER: "you are not a member of this Mission",
-    ErrorCode.FORBIDDEN: "your role does not allow this",
+    ErrorCode.UNSUPPORTED_VERSION: "this client speaks a protocol version the portal does not",
+    ErrorCode.AUTH_REQUIRED: "you are not signed in; sign in first",
+    ErrorCode.AUTH_INVALID_SIGNATURE: "your sign-in could not be verified; sign in again",
+    ErrorCode.AUTH_STALE_SESSION: "your session has ended; sign in again",
+    ErrorCode.AUTH_STALE_COORDINATOR: "the Coordinator has changed since this page was loaded; reload",
+    ErrorCode.AUTH_FORBIDDEN: "your role does not allow this",
+    ErrorCode.GROUP_NOT_FOUND: "it does not exist (any more), or you may not see it",
+    ErrorCode.MEMBERSHIP_REQUIRED: "you are not a member of this Mission",
+    ErrorCode.MEMBERSHIP_STALE: "your membership has changed since this page was loaded; reload",
+    ErrorCode.SCHEMA_VALIDATION_FAILED: "something in the form is not valid",
+    ErrorCode.INVALID_COMMAND: "this request does not make sense here",
+    ErrorCode.INVALID_STATE_TRANSITION: "this is not possible in the item's current state; reload to see where it is",
+    ErrorCode.REVISION_CONFLICT: "someone changed this item; reload",
     ErrorCode.ACTION_ID_COLLISION: "this action was already sent with different content; reload and try again",
-    ErrorCode.REVISION_MISMATCH: "someone changed this item; reload",
-    ErrorCode.INVALID_TRANSITION: "this is not possible in the item's current state; reload to see where it is",
-    ErrorCode.STALE_OWNERSHIP: "the item has changed hands since this page was loaded; reload",
-    ErrorCode.STALE_LEASE: "the work session this refers to is no longer current; reload",
-    ErrorCode.LEASE_EXPIRED: "the work session this refers to has expired",
-    ErrorCode.OFFER_EXPIRED: "the offer has expired",
+    ErrorCode.UNKNOWN_CRITICAL_EXTENSION: "the request needs a feature the portal does not have",
+    ErrorCode.WORK_CONTRACT_INCOMPLETE: "the Work Contract is missing something it needs",
+    ErrorCode.WORK_OFFER_EXPIRED: "the offer has expired",
+    ErrorCode.WORK_ALREADY_OWNED: "someone else has already taken this work",
+    ErrorCode.WORK_LEASE_EXPIRED: "the work session this refers to has expired",
+    ErrorCode.WORK_STALE_OWNERSHIP: "the item has changed hands since this page was loaded; reload",
     ErrorCode.APPROVAL_REQUIRED: "this needs an execution Approval first",
-    ErrorCode.CONTRACT_INVALID: "the Work Contract is not valid",
-    ErrorCode.DEPENDENCY_CYCLE: "these dependencies would go round in a circle",
-    ErrorCode.DEPENDENCY_UNMET: "the work this depends on is not finished yet",
     ErrorCode.BUDGET_EXCEEDED: "this would go over budget",
-    ErrorCode.EVIDENCE_REQUIRED: "Evidence is required for every acceptance criterion",
-    ErrorCode.NOT_FOUND: "it does not exist (any more)",
-    ErrorCode.CURSOR_TOO_OLD: "this history is no longer online; reload",
-    ErrorCode.ARTIFACT_HASH_MISMATCH: "a stored file no longer matches its fingerprint; do not trust it",
-    ErrorCode.OFFLINE_BINDING_INVALID: "work recorded while offline could not be reconciled",
     ErrorCode.RATE_LIMITED: "too many requests for now; wait a moment and try again",
     ErrorCode.BACKPRESSURE: "the server is busy; wait a moment and try again",
+    ErrorCode.CURSOR_TOO_OLD: "this history is no longer online; reload",
+    ErrorCode.PROTOCOL_VIOLATION: "the portal could not read this request",
     ErrorCode.INTERNAL_ERROR: "the server failed and changed nothing; try again",
+}
+
+# The old private codes' meanings, now ``details.reason`` under a core code.
+REASON_WORDS: dict[str, str] = {
+    "contract_invalid": "the Work Contract is not valid",
+    "dependency_cycle": "these dependencies would go round in a circle",
+    "dependency_unmet": "the work this depends on is not finished yet",
+    "evidence_required": "Evidence is required for every acceptance criterion",
+    "not_found": "it does not exist (any more)",
+    "artifact_hash_mismatch": "a file does not match its fingerprint; do not trust it",
+    "offline_binding_invalid": "work recorded while offline could not be reconciled",
+    "stale_lease": "the work session this refers to is no longer current; reload",
 }
 
 
 def explain(error: ProtocolError) -> str:
-    """``"REVISION_MISMATCH: someone changed this item; reload (expected revision 3, …)"``."""
-    words = PLAIN_WORDS.get(error.code, "the request was refused")
+    """``"REVISION_CONFLICT: someone changed this item; reload (expected revision 3, …)"``."""
+    reason = error.details.get("reason")
+    words = REASON_WORDS.get(reason) if isinstance(reason, str) else None
+    words = words or PLAIN_WORDS.get(error.code, "the request was refused")
     return f"{error.code}: {words} ({error.message})"

@@ -48,7 +48,7 @@ def group_rows(agent: Agent, policy: dict[str, Any]) -> list[GroupRow]:
 
 
 def policy_from_form(data: QueryDict, group_ids: list[str]) -> dict[str, Any]:
-    """The policy document the form describes; MALFORMED naming the field for
+    """The policy document the form describes; SCHEMA_VALIDATION_FAILED naming the field for
     what cannot even be read (numbers that are not numbers)."""
     classes: dict[str, float] = {}
     for i in range(int(data.get("class_count") or 0) + 1):

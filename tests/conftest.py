@@ -98,11 +98,23 @@ def nothing_written() -> Iterator[None]:
     assert after == before
 
 
-def refused(code: ErrorCode, fn: Any, *args: Any, **kwargs: Any) -> ProtocolError:
-    """Run ``fn``; it must raise ``ProtocolError(code)`` and write nothing."""
+@dataclass(frozen=True)
+class Because:
+    """A core code with the ``details.reason`` it must carry: the finer
+    meaning of a private code of DESIGN v1 (errors.py)."""
+
+    code: ErrorCode
+    reason: str
+
+
+def refused(code: ErrorCode | Because, fn: Any, *args: Any, **kwargs: Any) -> ProtocolError:
+    """Run ``fn``; it must raise ``ProtocolError(code)`` (with its reason) and write nothing."""
     with nothing_written(), pytest.raises(ProtocolError) as info:
         fn(*args, **kwargs)
-    assert info.value.code == code, info.value.message
+    if isinstance(code, Because):
+        assert (info.value.code, info.value.details.get("reason")) == (code.code, code.reason), info.value.message
+    else:
+        assert info.value.code == code, info.value.message
     return info.value
 
 

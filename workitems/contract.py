@@ -1,7 +1,9 @@
 """The Work Contract (spec 10.1; DESIGN §4a) and its JSON Schema.
 
 ``check_contract(contract)`` returns the contract without server-assigned
-members or raises CONTRACT_INVALID naming the first bad field. The schema is
+members or raises WORK_CONTRACT_INCOMPLETE (a required member is missing) or
+INVALID_COMMAND (present but wrong), naming the first bad field, with
+``details.reason`` ``contract_invalid``. The schema is
 served at ``/api/v1/schema/work-contract.json``.
 
 A *material* change is any change of a field other than ``notes`` (prose may
@@ -152,23 +154,29 @@ def _field_of(error: Any) -> str:
 
 
 def check_contract(contract: Any) -> dict[str, Any]:
-    """The validated contract (without ``revision``), else CONTRACT_INVALID naming the field."""
+    """The validated contract (without ``revision``), else the refusal naming the field."""
     if not isinstance(contract, dict):
-        raise ProtocolError(ErrorCode.CONTRACT_INVALID, "contract: must be an object", {"field": "contract"})
+        raise _invalid(ErrorCode.INVALID_COMMAND, "contract: must be an object", "contract")
     errors = sorted(_validator.iter_errors(contract), key=lambda e: (len(list(e.absolute_path)), e.message))
     if errors:
         err = errors[0]
         field = _field_of(err)
-        raise ProtocolError(ErrorCode.CONTRACT_INVALID, f"{field}: {err.message}", {"field": field})
+        # §19: WORK_CONTRACT_INCOMPLETE is "required Work Contract information is missing".
+        code = ErrorCode.WORK_CONTRACT_INCOMPLETE if err.validator == "required" else ErrorCode.INVALID_COMMAND
+        raise _invalid(code, f"{field}: {err.message}", field)
     ids = [c["id"] for c in contract["acceptance_criteria"]]
     if len(set(ids)) != len(ids):
-        raise ProtocolError(
-            ErrorCode.CONTRACT_INVALID,
+        raise _invalid(
+            ErrorCode.INVALID_COMMAND,
             "contract.acceptance_criteria: ids must be distinct",
-            {"field": "contract.acceptance_criteria"},
+            "contract.acceptance_criteria",
         )
     _check_declared_checks(contract)
     return {k: v for k, v in contract.items() if k != "revision"}
+
+
+def _invalid(code: ErrorCode, message: str, field: str) -> ProtocolError:
+    return ProtocolError(code, message, details={"field": field, "reason": "contract_invalid"})
 
 
 def _check_declared_checks(contract: dict[str, Any]) -> None:
@@ -182,7 +190,7 @@ def _check_declared_checks(contract: dict[str, Any]) -> None:
                 check_spec(spec, where)
                 validate_declared(spec, where)
             except CheckInvalid as exc:
-                raise ProtocolError(ErrorCode.CONTRACT_INVALID, str(exc), {"field": exc.field}) from None
+                raise _invalid(ErrorCode.INVALID_COMMAND, str(exc), exc.field) from None
 
 
 def is_material_change(old: dict[str, Any], new: dict[str, Any]) -> bool:

@@ -38,7 +38,11 @@ def check_evidence_list(value: Any, field: str, *, required: bool) -> list[dict[
     if not isinstance(value, list):
         raise malformed(field, "must be a list of Evidence records")
     if required and not value:
-        raise ProtocolError(ErrorCode.EVIDENCE_REQUIRED, f"{field}: Evidence is required", {"field": field})
+        raise ProtocolError(
+            ErrorCode.INVALID_STATE_TRANSITION,
+            f"{field}: Evidence is required",
+            details={"field": field, "reason": "evidence_required"},
+        )
     for i, record in enumerate(value):
         where = f"{field}.{i}"
         check_object(

@@ -82,7 +82,12 @@ def load_item(ctx: HandlerContext) -> WorkItem:
     except WorkItem.DoesNotExist:
         item = None
     if item is None:
-        raise refuse(ErrorCode.NOT_FOUND, f"no WorkItem {env.target.id} in this Group", workitem=env.target.id)
+        raise refuse(
+            ErrorCode.INVALID_COMMAND,
+            f"no WorkItem {env.target.id} in this Group",
+            workitem=env.target.id,
+            reason="not_found",
+        )
     check_revision(env, item.revision)
     return item
 
@@ -136,33 +141,41 @@ def token_digest(token: str) -> str:
 def check_role(ctx: HandlerContext, roles: tuple[str, ...]) -> None:
     held = ctx.actor.membership_roles or frozenset()
     if not held & set(roles):
-        raise refuse(ErrorCode.FORBIDDEN, f"{ctx.envelope.type} needs the Group role {' or '.join(roles)}")
+        raise refuse(ErrorCode.AUTH_FORBIDDEN, f"{ctx.envelope.type} needs the Group role {' or '.join(roles)}")
 
 
 def check_lease(ctx: HandlerContext, item: WorkItem) -> ExecutionLease:
     """Fencing of lease-bound Commands (spec 11.3; MWP-WRK-013).
 
     The envelope must name the current Lease ID of an active lease held by the
-    actor; an older Lease ID is STALE_LEASE even under the same Ownership
-    Epoch, a changed Ownership Epoch is STALE_OWNERSHIP, an elapsed lease is
-    LEASE_EXPIRED.
+    actor; an older Lease ID is WORK_LEASE_EXPIRED (reason ``stale_lease``)
+    even under the same Ownership Epoch, a changed Ownership Epoch is
+    WORK_STALE_OWNERSHIP, an elapsed lease is WORK_LEASE_EXPIRED (reason
+    ``lease_expired``).
     """
     env = ctx.envelope
     if env.lease_id is None:
         raise malformed("lease_id", f"{env.type} must name the current Execution Lease")
     if env.ownership_epoch is not None and env.ownership_epoch != item.ownership_epoch:
         raise refuse(
-            ErrorCode.STALE_OWNERSHIP,
+            ErrorCode.WORK_STALE_OWNERSHIP,
             f"ownership_epoch {env.ownership_epoch} is not current ({item.ownership_epoch})",
             current=item.ownership_epoch,
         )
     lease = active_lease(item)
     if lease is None or str(lease.id) != env.lease_id or str(lease.agent_id) != ctx.actor.id:
         raise refuse(
-            ErrorCode.STALE_LEASE, f"lease {env.lease_id} is not the current Execution Lease", lease_id=env.lease_id
+            ErrorCode.WORK_LEASE_EXPIRED,
+            f"lease {env.lease_id} is not the current Execution Lease",
+            lease_id=env.lease_id,
+            reason="stale_lease",
         )
     if lease.expires_at <= ctx.now:
-        raise refuse(ErrorCode.LEASE_EXPIRED, f"lease {env.lease_id} expired at {format_time(lease.expires_at)}")
+        raise refuse(
+            ErrorCode.WORK_LEASE_EXPIRED,
+            f"lease {env.lease_id} expired at {format_time(lease.expires_at)}",
+            reason="lease_expired",
+        )
     return lease
 
 
@@ -222,10 +235,16 @@ def unmet_dependencies(item: WorkItem) -> list[str]:
 
 
 def set_dependencies(item: WorkItem, contract: dict[str, Any], mission_id: Any) -> None:
-    """Replace the WorkItem's edges in the Mission DAG; a cycle is DEPENDENCY_CYCLE (spec 10.4)."""
+    """Replace the WorkItem's edges in the Mission DAG; a cycle is
+    INVALID_COMMAND, reason ``dependency_cycle`` (spec 10.4)."""
     wanted = {d["workitem"]: d["policy"] for d in contract["dependencies"]}
     if str(item.id) in wanted:
-        raise refuse(ErrorCode.DEPENDENCY_CYCLE, "a WorkItem cannot depend on itself", workitem=str(item.id))
+        raise refuse(
+            ErrorCode.INVALID_COMMAND,
+            "a WorkItem cannot depend on itself",
+            workitem=str(item.id),
+            reason="dependency_cycle",
+        )
     known = set(
         str(i) for i in WorkItem.objects.filter(mission_id=mission_id, id__in=list(wanted)).values_list("id", flat=True)
     )
@@ -233,7 +252,10 @@ def set_dependencies(item: WorkItem, contract: dict[str, Any], mission_id: Any) 
         if dep["workitem"] not in known:
             field = f"contract.dependencies.{i}.workitem"
             raise refuse(
-                ErrorCode.CONTRACT_INVALID, f"{field}: no WorkItem {dep['workitem']} in this Mission", field=field
+                ErrorCode.INVALID_COMMAND,
+                f"{field}: no WorkItem {dep['workitem']} in this Mission",
+                field=field,
+                reason="contract_invalid",
             )
     # Cycle check: walk the existing edges from each new dependency; reaching
     # this WorkItem again closes a cycle.
@@ -247,7 +269,12 @@ def set_dependencies(item: WorkItem, contract: dict[str, Any], mission_id: Any) 
     while stack:
         node = stack.pop()
         if node == str(item.id):
-            raise refuse(ErrorCode.DEPENDENCY_CYCLE, "the dependencies would form a cycle", workitem=str(item.id))
+            raise refuse(
+                ErrorCode.INVALID_COMMAND,
+                "the dependencies would form a cycle",
+                workitem=str(item.id),
+                reason="dependency_cycle",
+            )
         if node not in seen:
             seen.add(node)
             stack.extend(edges.get(node, ()))
@@ -267,7 +294,7 @@ def propose(ctx: HandlerContext) -> Decision:
     proposal_id = check_uuid(ctx.body, "proposal")
     contract = check_contract(ctx.body["contract"])
     if Proposal.objects.filter(id=proposal_id).exists():
-        raise refuse(ErrorCode.INVALID_TRANSITION, f"proposal {proposal_id} exists")
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, f"proposal {proposal_id} exists")
     Proposal.objects.create(
         id=proposal_id, group_id=ctx.group.id, proposer_id=ctx.actor.id, contract=contract, created_at=ctx.now
     )
@@ -287,22 +314,22 @@ def authorize(ctx: HandlerContext) -> Decision:
         proposal_id = check_uuid(ctx.body, "proposal")
         proposal = Proposal.objects.select_for_update().filter(id=proposal_id, group_id=ctx.group.id).first()
         if proposal is None:
-            raise refuse(ErrorCode.NOT_FOUND, f"no proposal {proposal_id} in this Group")
+            raise refuse(ErrorCode.INVALID_COMMAND, f"no proposal {proposal_id} in this Group", reason="not_found")
         if proposal.status != "open":
-            raise refuse(ErrorCode.INVALID_TRANSITION, f"proposal {proposal_id} is already authorized")
+            raise refuse(ErrorCode.INVALID_STATE_TRANSITION, f"proposal {proposal_id} is already authorized")
     if WorkItem.objects.filter(id=item_id).exists():
         # WorkItem IDs are global, so a taken one must be refused wherever it
         # was taken; the answer is the same for one in this Group and one in a
         # Group the Coordinator cannot see, and names neither (issue 16 item 8:
         # "WorkItem ... exists" was an oracle on other Groups' items).
         raise refuse(
-            ErrorCode.INVALID_TRANSITION,
+            ErrorCode.INVALID_STATE_TRANSITION,
             "body.workitem: this ID cannot be used; authorize with a new UUID",
             field="body.workitem",
         )
     mission = Mission.objects.get(group_id=ctx.group.id)
     if mission.status != "active":
-        raise refuse(ErrorCode.INVALID_TRANSITION, f"the Mission is {mission.status}")
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, f"the Mission is {mission.status}")
     contract = {**contract, "revision": 1}
     item = WorkItem.objects.create(
         id=item_id, group_id=ctx.group.id, mission=mission, proposal=proposal, state=sm.OPEN, contract=contract,
@@ -335,7 +362,7 @@ def offer(ctx: HandlerContext) -> Decision:
     sm.check_transition(item.state, "work.offer")
     if owner_is_live(item, ctx.now):
         raise refuse(
-            ErrorCode.INVALID_TRANSITION,
+            ErrorCode.INVALID_STATE_TRANSITION,
             "the WorkItem has a live owner; it cannot be offered",
             owner=str(item.owner_id),
         )
@@ -398,7 +425,7 @@ def offer(ctx: HandlerContext) -> Decision:
 def _my_open_offer(ctx: HandlerContext, item: WorkItem) -> Offer:
     offer_row = Offer.objects.select_for_update().filter(workitem=item, agent_id=ctx.actor.id, status="open").first()
     if offer_row is None:
-        raise refuse(ErrorCode.INVALID_TRANSITION, "there is no open offer of this WorkItem to you")
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, "there is no open offer of this WorkItem to you")
     return offer_row
 
 
@@ -413,9 +440,9 @@ def accept_offer(ctx: HandlerContext) -> Decision:
     sm.check_transition(item.state, "work.accept_offer")
     mine = _my_open_offer(ctx, item)
     if mine.expires_at <= ctx.now:
-        raise refuse(ErrorCode.OFFER_EXPIRED, f"the offer expired at {format_time(mine.expires_at)}")
+        raise refuse(ErrorCode.WORK_OFFER_EXPIRED, f"the offer expired at {format_time(mine.expires_at)}")
     if mine.contract_revision != item.contract_revision:
-        raise refuse(ErrorCode.INVALID_TRANSITION, "the offer is for an older contract revision")
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, "the offer is for an older contract revision")
     mine.status, mine.closed_at = "accepted", ctx.now
     mine.save(update_fields=["status", "closed_at"])
     withdrawn = withdraw_offers(item, ctx.now)
@@ -503,9 +530,9 @@ def grant_execution(ctx: HandlerContext) -> Decision:
     item = load_item(ctx)
     sm.check_transition(item.state, "approval.grant_execution")
     if not requires_approval(item.contract):
-        raise refuse(ErrorCode.INVALID_TRANSITION, "this contract requires no execution Approval")
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, "this contract requires no execution Approval")
     if item.approved_contract_revision == item.contract_revision:
-        raise refuse(ErrorCode.INVALID_TRANSITION, "execution is already approved for this contract revision")
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, "execution is already approved for this contract revision")
     item.approved_contract_revision = item.contract_revision
     save(item, ctx.now)
     Approval.objects.create(
@@ -562,24 +589,33 @@ def start(ctx: HandlerContext) -> Decision:
     sm.check_transition(item.state, "work.start")
     if env.ownership_epoch != item.ownership_epoch or str(item.owner_id) != ctx.actor.id:
         raise refuse(
-            ErrorCode.STALE_OWNERSHIP,
+            ErrorCode.WORK_STALE_OWNERSHIP,
             "the actor does not own this WorkItem under that Ownership Epoch",
             current=item.ownership_epoch,
         )
     if not owner_is_live(item, ctx.now):
-        raise refuse(ErrorCode.LEASE_EXPIRED, "the start-by deadline has passed; ownership has lapsed")
+        raise refuse(
+            ErrorCode.WORK_LEASE_EXPIRED,
+            "the start-by deadline has passed; ownership has lapsed",
+            reason="lease_expired",
+        )
     if item.accepted_contract_revision != item.contract_revision:
-        raise refuse(ErrorCode.INVALID_TRANSITION, "the contract changed; it needs renewed acceptance")
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, "the contract changed; it needs renewed acceptance")
     if requires_approval(item.contract) and item.approved_contract_revision != item.contract_revision:
         raise refuse(ErrorCode.APPROVAL_REQUIRED, "this contract needs an execution Approval before it starts")
     unmet = unmet_dependencies(item)
     if unmet:
-        raise refuse(ErrorCode.DEPENDENCY_UNMET, "dependencies do not satisfy their policy yet", workitems=unmet)
+        raise refuse(
+            ErrorCode.INVALID_STATE_TRANSITION,
+            "dependencies do not satisfy their policy yet",
+            workitems=unmet,
+            reason="dependency_unmet",
+        )
     if item.needs_new_attempt:
         check_retry_allowed(item, ctx.now)
         if item.retry_not_before is not None and item.retry_not_before > ctx.now:
             raise refuse(
-                ErrorCode.INVALID_TRANSITION,
+                ErrorCode.INVALID_STATE_TRANSITION,
                 f"backing off until {format_time(item.retry_not_before)} before the next attempt",
                 retry_not_before=format_time(item.retry_not_before),
             )
@@ -705,7 +741,7 @@ def _reconcile_offline_checkpoint(ctx: HandlerContext, item: WorkItem, binding: 
     if lease.status == "active":
         sm.check_transition(item.state, "work.checkpoint")
     elif item.state != sm.QUEUED:
-        raise refuse(ErrorCode.INVALID_TRANSITION, f"a {item.state} WorkItem takes no buffered progress")
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, f"a {item.state} WorkItem takes no buffered progress")
     usage = charge_usage(ctx, item, binding.usage_delta)
     usage_body: dict[str, Any] | None = None
     if usage:
@@ -761,7 +797,7 @@ def unblock(ctx: HandlerContext) -> Decision:
     item = load_item(ctx)
     sm.check_transition(item.state, "work.unblock")
     if item.child_mission_id is not None:
-        raise refuse(ErrorCode.INVALID_TRANSITION, "the WorkItem waits for its child Mission")
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, "the WorkItem waits for its child Mission")
     if owner_is_live(item, ctx.now):
         item.state = sm.QUEUED
         item.start_by = ctx.now + _seconds("MWP_START_BY_SECONDS")
@@ -855,14 +891,22 @@ def check_submission(body: dict[str, Any], item: WorkItem) -> tuple[list[str], l
     missing = [c for c in known if c not in covered]
     if missing:
         raise refuse(
-            ErrorCode.EVIDENCE_REQUIRED, f"no Evidence for acceptance criteria {', '.join(missing)}", criteria=missing
+            ErrorCode.INVALID_STATE_TRANSITION,
+            f"no Evidence for acceptance criteria {', '.join(missing)}",
+            criteria=missing,
+            reason="evidence_required",
         )
     cited = sorted({sha for record in evidence for sha in record["artifacts"]} | set(artifacts))
     # In the store, and held by this Group: another Mission's content never
     # enters this one by default (spec 13.3).
     absent = sorted(set(missing_blobs(cited)) | (set(cited) - in_group(str(item.group_id), cited))) if cited else []
     if absent:
-        raise refuse(ErrorCode.NOT_FOUND, f"Artifacts not held by this Group: {', '.join(absent)}", artifacts=absent)
+        raise refuse(
+            ErrorCode.INVALID_COMMAND,
+            f"Artifacts not held by this Group: {', '.join(absent)}",
+            artifacts=absent,
+            reason="not_found",
+        )
     return artifacts, evidence
 
 
@@ -1004,9 +1048,9 @@ def _system_item(ctx: HandlerContext) -> WorkItem:
     check_members(ctx.body, ["workitem", "ownership_epoch"], ["lease_id"])
     item = WorkItem.objects.select_for_update().filter(id=ctx.body["workitem"], group_id=ctx.group.id).first()
     if item is None:
-        raise refuse(ErrorCode.NOT_FOUND, "no such WorkItem")
+        raise refuse(ErrorCode.INVALID_COMMAND, "no such WorkItem", reason="not_found")
     if item.ownership_epoch != ctx.body["ownership_epoch"]:
-        raise refuse(ErrorCode.STALE_OWNERSHIP, "the WorkItem changed owner since the expiry was observed")
+        raise refuse(ErrorCode.WORK_STALE_OWNERSHIP, "the WorkItem changed owner since the expiry was observed")
     return item
 
 
@@ -1031,7 +1075,7 @@ def expire_lease(ctx: HandlerContext) -> Decision:
     item = _system_item(ctx)
     lease = active_lease(item)
     if lease is None or str(lease.id) != ctx.body.get("lease_id") or lease.expires_at > ctx.now:
-        raise refuse(ErrorCode.INVALID_TRANSITION, "the lease is no longer active and past its expiry")
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, "the lease is no longer active and past its expiry")
     sm.check_transition(item.state, "expire.lease")
     end_lease(lease, "expired", "lease timeout", ctx.now)
     try:
@@ -1074,7 +1118,7 @@ def _fence_lapsed_owner(ctx: HandlerContext, transition: str, event: str, what: 
     item = _system_item(ctx)
     sm.check_transition(item.state, transition)
     if item.owner_id is None or item.owner_expires_at is None or item.owner_expires_at > ctx.now:
-        raise refuse(ErrorCode.INVALID_TRANSITION, f"the {what} has not passed")
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, f"the {what} has not passed")
     body = _fence_owner(item)
     save(item, ctx.now)
     return Decision([Emit(event, item_ref(item), body)], item_ref(item))
@@ -1216,7 +1260,7 @@ def create_child(ctx: HandlerContext) -> Decision:
 def _mission_for(ctx: HandlerContext) -> Mission:
     mission = Mission.objects.get(group_id=ctx.group.id)
     if mission.status != "active":
-        raise refuse(ErrorCode.INVALID_TRANSITION, f"the Mission is already {mission.status}")
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, f"the Mission is already {mission.status}")
     return mission
 
 
@@ -1299,7 +1343,9 @@ def approve_mission(ctx: HandlerContext) -> Decision:
     mission = _mission_for(ctx)
     unfinished = WorkItem.objects.filter(group_id=ctx.group.id, state__in=sm.UNFINISHED).count()
     if unfinished:
-        raise refuse(ErrorCode.INVALID_TRANSITION, f"{unfinished} WorkItems are unfinished", unfinished=unfinished)
+        raise refuse(
+            ErrorCode.INVALID_STATE_TRANSITION, f"{unfinished} WorkItems are unfinished", unfinished=unfinished
+        )
     note = ctx.body.get("note") or ""
     Approval.objects.create(
         group_id=ctx.group.id,

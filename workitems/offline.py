@@ -68,7 +68,7 @@ class OfflineBinding:
 
 
 def invalid(message: str, **details: Any) -> ProtocolError:
-    return refuse(ErrorCode.OFFLINE_BINDING_INVALID, message, **details)
+    return refuse(ErrorCode.INVALID_COMMAND, message, **details, reason="offline_binding_invalid")
 
 
 def parse_binding(extensions: dict[str, Any]) -> OfflineBinding | None:

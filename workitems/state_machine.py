@@ -91,7 +91,7 @@ def check_transition(state: str | None, transition: str, to: str | None = None) 
     if not targets or (to is not None and to not in targets):
         where = "a new WorkItem" if state is None else f"a WorkItem in state {state!r}"
         raise ProtocolError(
-            ErrorCode.INVALID_TRANSITION,
+            ErrorCode.INVALID_STATE_TRANSITION,
             f"{transition} is not permitted for {where}",
-            {"state": state, "transition": transition},
+            details={"state": state, "transition": transition},
         )

@@ -14,6 +14,7 @@ from django.test import Client
 from missions.models import ActionReceipt, AgentSession, Group, GroupEvent
 from mwportal.protocol import format_time, signed
 from tests.conftest import AgentKey
+from tests.protocol.normative import normative_errors
 
 SESSIONS = "/api/v1/sessions"
 COMMANDS = "/api/v1/commands"
@@ -46,33 +47,31 @@ def show(response: HttpResponse) -> str:
 
 
 def error_of(response: HttpResponse, status: int, code: str) -> dict[str, Any]:
-    """Assert the DESIGN §4 error shape with ``status`` and ``code``; the inner error."""
+    """Assert that the body is the bare normative error document (§19; DESIGN
+    v2 §5) with ``status`` and ``code``. Returns the document with ``details``
+    defaulted to ``{}`` when it has none and without ``occurredAt`` (a clock
+    reading, checked here), so that two answers compare by what they say."""
     assert response.status_code == status, show(response)
-    payload = response.json()
-    assert set(payload) == {"error"}, payload
-    error = payload["error"]
-    assert (
-        {"code", "message", "retryable", "details"}
-        <= set(error)
-        <= {
-            "code",
-            "message",
-            "retryable",
-            "details",
-            "retryAfterMs",
-        }
-    ), error
+    error = response.json()
+    assert {"code", "message", "retryable", "occurredAt"} <= set(error) <= DOCUMENT_MEMBERS, error
     assert error["code"] == code, error
     # spec §19: RATE_LIMITED, BACKPRESSURE and INTERNAL_ERROR may be retried unchanged.
     assert error["retryable"] is (code in ("RATE_LIMITED", "BACKPRESSURE", "INTERNAL_ERROR")), error
     assert isinstance(error["message"], str) and error["message"], error
-    assert isinstance(error["details"], dict), error
-    return error
+    assert isinstance(error.get("details", {}), dict), error
+    assert normative_errors(error) == [], error
+    return {"details": {}, **{k: v for k, v in error.items() if k != "occurredAt"}}
+
+
+DOCUMENT_MEMBERS = {
+    *("code", "message", "retryable", "occurredAt", "fatal", "relatedFrameId", "relatedActionId", "groupId"),
+    *("expectedRevision", "currentRevision", "retryAfterMs", "snapshotArtifactHash", "details"),
+}
 
 
 def malformed_naming(response: HttpResponse, field: str) -> dict[str, Any]:
-    """400 MALFORMED whose message (and details, when it says) names ``field``."""
-    error = error_of(response, 400, "MALFORMED")
+    """400 SCHEMA_VALIDATION_FAILED whose message (and details, when it says) names ``field``."""
+    error = error_of(response, 400, "SCHEMA_VALIDATION_FAILED")
     assert field in error["message"], error
     if "field" in error["details"]:
         assert error["details"]["field"] == field, error
@@ -109,3 +108,11 @@ def nothing_written() -> Iterator[None]:
     before = state()
     yield
     assert state() == before
+
+
+def unreadable_body(response: HttpResponse) -> dict[str, Any]:
+    """400 PROTOCOL_VIOLATION naming ``body``: not one strict JSON value, or
+    too large to read (framing, §17.4), before any schema is consulted."""
+    error = error_of(response, 400, "PROTOCOL_VIOLATION")
+    assert "body" in error["message"] and error["details"] == {"field": "body"}, error
+    return error

@@ -59,7 +59,7 @@ def test_it_refuses_a_forged_copy_of_a_known_envelope_instead_of_returning_its_r
         assert forged["signature"] != genuine["signature"]
         with nothing_written():
             response = post_json(http(), COMMANDS, forged)
-        error_of(response, 401, "INVALID_SIGNATURE")
+        error_of(response, 401, "AUTH_INVALID_SIGNATURE")
         assert "events" not in response.content.decode()
     # The genuine retry still gets its receipt.
     again = post_json(http(), COMMANDS, genuine)
@@ -73,7 +73,7 @@ def test_it_refuses_a_known_envelope_with_its_signature_removed_or_mangled(owner
     signature = genuine["signature"]
     mangled = signature[:-4] + ("AAAA" if not signature.endswith("AAAA") else "BBBB")
     with nothing_written():
-        error_of(post_json(http(), COMMANDS, {**genuine, "signature": mangled}), 401, "INVALID_SIGNATURE")
+        error_of(post_json(http(), COMMANDS, {**genuine, "signature": mangled}), 401, "AUTH_INVALID_SIGNATURE")
 
 
 # --- issued_at freshness ----------------------------------------------------
@@ -87,7 +87,7 @@ def test_it_refuses_a_known_envelope_with_its_signature_removed_or_mangled(owner
 def test_it_refuses_a_command_issued_far_outside_the_window(owner: AgentKey, issued_at: datetime) -> None:
     with nothing_written():
         error = error_of(
-            post_json(http(), COMMANDS, mission_create(owner, issued_at=issued_at)), 401, "INVALID_SIGNATURE"
+            post_json(http(), COMMANDS, mission_create(owner, issued_at=issued_at)), 401, "AUTH_INVALID_SIGNATURE"
         )
     assert error["details"] == {"field": "issued_at"}
     assert "issued_at" in error["message"]
@@ -110,7 +110,7 @@ def test_it_accepts_exactly_the_freshness_window(owner: AgentKey, offset: int, a
     if accepted:
         assert response.status_code == 201, show(response)
     else:
-        error_of(response, 401, "INVALID_SIGNATURE")
+        error_of(response, 401, "AUTH_INVALID_SIGNATURE")
         assert not GroupEvent.objects.filter(group_id=envelope["group"]).exists()
 
 
@@ -126,10 +126,10 @@ def test_an_unchanged_retry_after_the_window_still_gets_its_receipt_but_a_forger
         again = post_json(http(), COMMANDS, genuine)
         assert again.status_code == 200, show(again)
         assert again.json()["replayed"] is True
-        error_of(post_json(http(), COMMANDS, resigned(genuine, outsider.private_key)), 401, "INVALID_SIGNATURE")
+        error_of(post_json(http(), COMMANDS, resigned(genuine, outsider.private_key)), 401, "AUTH_INVALID_SIGNATURE")
         # New content signed with the old time is stale.
         stale = mission_create(owner, issued_at=datetime.fromisoformat(genuine["issued_at"].replace("Z", "+00:00")))
-        error_of(post_json(http(), COMMANDS, stale), 401, "INVALID_SIGNATURE")
+        error_of(post_json(http(), COMMANDS, stale), 401, "AUTH_INVALID_SIGNATURE")
 
 
 # --- internal kinds ---------------------------------------------------------
@@ -159,5 +159,5 @@ def test_it_refuses_a_signed_artifact_upload_with_forbidden(
     agent, group = (worker2, mission["group"]) if where == "mission" else (outsider, org["admin_group"])
     envelope = agent.envelope("artifact.upload", group, {"sha256": stored_sha})
     with nothing_written():
-        error = error_of(post_json(http(), COMMANDS, envelope), 403, "FORBIDDEN")
+        error = error_of(post_json(http(), COMMANDS, envelope), 403, "AUTH_FORBIDDEN")
     assert "artifact.upload" in error["message"]

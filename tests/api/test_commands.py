@@ -30,6 +30,7 @@ from tests.api.support import (
     post_json,
     post_raw,
     show,
+    unreadable_body,
 )
 from tests.conftest import AgentKey, group_revision
 
@@ -136,20 +137,20 @@ def test_a_bad_signature_is_401_and_writes_nothing(owner: AgentKey, outsider: Ag
     flipped_sig = {**raw, "signature": ("B" if raw["signature"][0] == "A" else "A") + raw["signature"][1:]}
     for bad in (tampered, wrong_key, garbage, flipped_sig):
         with nothing_written():
-            error_of(post_json(client, COMMANDS, bad), 401, "INVALID_SIGNATURE")
+            error_of(post_json(client, COMMANDS, bad), 401, "AUTH_INVALID_SIGNATURE")
 
 
 def test_an_unknown_actor_is_401(org: dict[str, str]) -> None:
     private, public = generate_keypair()
     stranger = AgentKey(str(uuid.uuid4()), private, public, "acme", session_epoch=1)
     with nothing_written():
-        error_of(post_json(http(), COMMANDS, create_mission(stranger)), 401, "INVALID_SIGNATURE")
+        error_of(post_json(http(), COMMANDS, create_mission(stranger)), 401, "AUTH_INVALID_SIGNATURE")
 
 
 def test_a_stale_session_epoch_is_401(owner: AgentKey) -> None:
     stale = create_mission(owner, session_epoch=owner.session_epoch - 1)
     with nothing_written():
-        error_of(post_json(http(), COMMANDS, stale), 401, "STALE_SESSION")
+        error_of(post_json(http(), COMMANDS, stale), 401, "AUTH_STALE_SESSION")
 
 
 def test_a_non_member_gets_the_answer_of_an_absent_group(
@@ -167,8 +168,8 @@ def test_a_non_member_gets_the_answer_of_an_absent_group(
         "membership.remove", absent, {"agent": worker2.id}, target={"kind": "group", "id": absent, "revision": 1}
     )
     with nothing_written():
-        seen = error_of(post_json(http(), COMMANDS, raw), 404, "NOT_FOUND")
-        unseen = error_of(post_json(http(), COMMANDS, raw_absent), 404, "NOT_FOUND")
+        seen = error_of(post_json(http(), COMMANDS, raw), 404, "GROUP_NOT_FOUND")
+        unseen = error_of(post_json(http(), COMMANDS, raw_absent), 404, "GROUP_NOT_FOUND")
     assert seen == unseen
 
 
@@ -178,7 +179,7 @@ def test_a_member_without_the_role_is_403(mission: dict[str, str], worker: Agent
         "membership.remove", g, {"agent": worker2.id}, target={"kind": "group", "id": g, "revision": group_revision(g)}
     )
     with nothing_written():
-        error_of(post_json(http(), COMMANDS, raw), 403, "FORBIDDEN")
+        error_of(post_json(http(), COMMANDS, raw), 403, "AUTH_FORBIDDEN")
 
 
 def test_an_unknown_group_is_404(owner: AgentKey, worker: AgentKey) -> None:
@@ -187,7 +188,7 @@ def test_an_unknown_group_is_404(owner: AgentKey, worker: AgentKey) -> None:
         "membership.add", g, {"agent": worker.id, "roles": ["worker"]}, target={"kind": "group", "id": g, "revision": 1}
     )
     with nothing_written():
-        error_of(post_json(http(), COMMANDS, raw), 404, "NOT_FOUND")
+        error_of(post_json(http(), COMMANDS, raw), 404, "GROUP_NOT_FOUND")
 
 
 def test_a_stale_revision_is_409(mission: dict[str, str], owner: AgentKey, outsider: AgentKey) -> None:
@@ -199,7 +200,7 @@ def test_a_stale_revision_is_409(mission: dict[str, str], owner: AgentKey, outsi
         target={"kind": "group", "id": g, "revision": group_revision(g) - 1},
     )
     with nothing_written():
-        error_of(post_json(http(), COMMANDS, raw), 409, "REVISION_MISMATCH")
+        error_of(post_json(http(), COMMANDS, raw), 409, "REVISION_CONFLICT")
 
 
 # --- Malformed envelopes: 400 naming the field, nothing written -------------
@@ -296,7 +297,7 @@ def test_a_member_of_the_wrong_type_is_malformed_naming_it(
 )
 def test_a_body_that_is_not_json_is_malformed(owner: AgentKey, raw: str | bytes) -> None:
     with nothing_written():
-        malformed_naming(post_raw(http(), COMMANDS, raw), "body")
+        unreadable_body(post_raw(http(), COMMANDS, raw))
 
 
 @pytest.mark.parametrize("value", [[], [{}], "envelope", 1, 1.5, None, True], ids=repr)
@@ -310,7 +311,7 @@ def test_duplicate_members_are_malformed(owner: AgentKey, member: str) -> None:
     raw = create_mission(owner)
     text = json.dumps(raw)[:-1] + f", {json.dumps(member)}: {json.dumps(raw[member])}}}"
     with nothing_written():
-        error = malformed_naming(post_raw(http(), COMMANDS, text), "body")
+        error = unreadable_body(post_raw(http(), COMMANDS, text))
     assert member in error["message"]
 
 
@@ -319,21 +320,32 @@ def test_nested_duplicate_members_are_malformed(owner: AgentKey) -> None:
     text = json.dumps(raw).replace('"title": "Survey"', '"title": "Survey", "title": "Other"')
     assert text.count('"title"') == 2
     with nothing_written():
-        malformed_naming(post_raw(http(), COMMANDS, text), "body")
+        unreadable_body(post_raw(http(), COMMANDS, text))
 
 
 def test_an_empty_body_is_malformed(org: dict[str, str]) -> None:
     with nothing_written():
-        malformed_naming(post_raw(http(), COMMANDS, b""), "body")
+        unreadable_body(post_raw(http(), COMMANDS, b""))
 
 
-@pytest.mark.parametrize("number", ["9007199254740992", "-9007199254740993", "1e400", "NaN", "-Infinity"])
-def test_numbers_without_a_canonical_form_are_malformed(owner: AgentKey, number: str) -> None:
+@pytest.mark.parametrize(
+    ("number", "code"),
+    [
+        # A binary64 value, but not a session epoch: the member's schema.
+        ("9007199254740992", "SCHEMA_VALIDATION_FAILED"),
+        # §6.4: not JSON, or a value that cannot enter the JCS data model.
+        ("-9007199254740993", "PROTOCOL_VIOLATION"),
+        ("1e400", "PROTOCOL_VIOLATION"),
+        ("NaN", "PROTOCOL_VIOLATION"),
+        ("-Infinity", "PROTOCOL_VIOLATION"),
+    ],
+)
+def test_numbers_without_a_canonical_form_are_malformed(owner: AgentKey, number: str, code: str) -> None:
     raw = create_mission(owner)
     text = json.dumps(raw).replace(f'"session_epoch": {raw["session_epoch"]}', f'"session_epoch": {number}')
     assert number in text
     with nothing_written():
-        error_of(post_raw(http(), COMMANDS, text), 400, "MALFORMED")
+        error_of(post_raw(http(), COMMANDS, text), 400, code)
 
 
 def padded_command(owner: AgentKey, size: int) -> bytes:
@@ -356,13 +368,13 @@ def test_a_command_of_exactly_one_mebibyte_is_accepted(owner: AgentKey) -> None:
 def test_a_command_one_byte_over_one_mebibyte_is_malformed(owner: AgentKey) -> None:
     data = padded_command(owner, ONE_MIB + 1)
     with nothing_written():
-        malformed_naming(post_raw(http(), COMMANDS, data), "body")
+        unreadable_body(post_raw(http(), COMMANDS, data))
 
 
 def test_a_huge_body_is_malformed(org: dict[str, str]) -> None:
     data = b'{"pad": "' + b"x" * (4 * ONE_MIB) + b'"}'
     with nothing_written():
-        malformed_naming(post_raw(http(), COMMANDS, data), "body")
+        unreadable_body(post_raw(http(), COMMANDS, data))
 
 
 @pytest.mark.parametrize(
@@ -379,20 +391,21 @@ def test_escaped_lone_surrogates_are_malformed_not_500(owner: AgentKey, where: s
     else:
         text = text.replace('"title": "Survey"', f'"title": "Survey", "note": {escape}')
     with nothing_written():
-        error_of(post_raw(http(), COMMANDS, text), 400, "MALFORMED")
+        # §6.4: a lone surrogate cannot enter the JCS data model.
+        error_of(post_raw(http(), COMMANDS, text), 400, "PROTOCOL_VIOLATION")
 
 
 def test_an_unknown_member_named_with_a_lone_surrogate_is_malformed_not_500(owner: AgentKey) -> None:
     # The refusal names the member; naming it must not break the JSON answer.
     text = json.dumps(create_mission(owner))[:-1] + ', "\\ud800": 1}'
     with nothing_written():
-        error_of(post_raw(http(), COMMANDS, text), 400, "MALFORMED")
+        error_of(post_raw(http(), COMMANDS, text), 400, "PROTOCOL_VIOLATION")
 
 
 def test_utf8_encoded_surrogates_are_malformed_not_500(owner: AgentKey) -> None:
     data = json.dumps(create_mission(owner)).encode().replace(b'"Survey"', b'"Sur\xed\xa0\x80vey"')
     with nothing_written():
-        error_of(post_raw(http(), COMMANDS, data), 400, "MALFORMED")
+        error_of(post_raw(http(), COMMANDS, data), 400, "PROTOCOL_VIOLATION")
 
 
 def test_deeply_nested_bodies_never_answer_500(owner: AgentKey) -> None:
@@ -507,7 +520,7 @@ def test_no_mutated_envelope_answers_500(
     if response.status_code == 200:
         assert response.json()["replayed"] is True
     if response.status_code >= 400:
-        error_of(response, response.status_code, response.json()["error"]["code"])
+        error_of(response, response.status_code, response.json()["code"])
 
 
 @settings(
@@ -518,7 +531,7 @@ def test_no_json_value_answers_500(org: dict[str, str], value: Any) -> None:
     with nothing_written():
         response = post_raw(http(), COMMANDS, as_bytes(value))
     assert response.status_code in {400, 401, 403, 404, 409, 422}, show(response)
-    error_of(response, response.status_code, response.json()["error"]["code"])
+    error_of(response, response.status_code, response.json()["code"])
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -26,11 +26,13 @@ from tests.workitems.flow import contract
 
 
 def answer(response: HttpResponse, group: str) -> tuple[int, dict[str, Any]]:
-    """The status and the error document with ``group`` replaced by a marker,
-    so answers about two different Group IDs compare equal when nothing else
-    tells them apart."""
+    """The status and the error document with ``group`` replaced by a marker
+    and without ``occurredAt`` (the clock, not the Group), so answers about
+    two different Group IDs compare equal when nothing else tells them apart."""
     text = response.content.decode().replace(group, "<group>")
-    return response.status_code, json.loads(text)
+    document = json.loads(text)
+    assert isinstance(document.pop("occurredAt", None), str), document
+    return response.status_code, document
 
 
 def snapshot_url(group: str) -> str:
@@ -58,7 +60,7 @@ def test_it_answers_a_non_member_exactly_as_for_an_absent_group(
     missing = answer(http().get(url(absent), **token), absent)
     assert unseen == missing
     status, document = missing
-    assert status == 404 and document["error"]["code"] == "NOT_FOUND", document
+    assert status == 404 and document["code"] == "GROUP_NOT_FOUND", document
 
 
 @pytest.mark.parametrize("route", sorted(READS))
@@ -91,7 +93,7 @@ def test_a_member_still_reads_and_still_gets_a_real_404_for_an_absent_snapshot(
     # The gate did not become a wall: a member's answers are unchanged.
     token = bearer(worker.extra["token"])
     assert http().get(events_url(mission["group"]), **token).status_code == 200
-    error = error_of(http().get(snapshot_url(mission["group"]), **token), 404, "NOT_FOUND")
+    error = error_of(http().get(snapshot_url(mission["group"]), **token), 404, "GROUP_NOT_FOUND")
     assert "snapshot" in error["message"]
 
 
@@ -131,7 +133,7 @@ def test_it_answers_work_authorize_of_another_groups_item_as_for_one_of_its_own(
     unseen = authorize(cora, group, hidden)
     taken_here = authorize(cora, group, own)
     assert answer(unseen, hidden) == answer(taken_here, own)
-    error = error_of(unseen, 422, "INVALID_TRANSITION")
+    error = error_of(unseen, 422, "INVALID_STATE_TRANSITION")
     # It names neither the other Group nor that the item "exists" anywhere.
     assert "exists" not in error["message"].lower()
     assert mission["group"] not in unseen.content.decode()
@@ -147,7 +149,7 @@ def test_a_gate_reached_through_a_workitem_does_not_hand_out_its_group_id(
     assert authorize(coordinator, mission["group"], hidden).status_code == 201
     _, cora = other_mission
     response = http().get(f"/api/v1/workitems/{hidden}/review", **bearer(cora.extra["token"]))
-    error_of(response, 404, "NOT_FOUND")
+    error_of(response, 404, "GROUP_NOT_FOUND")
     assert mission["group"] not in response.content.decode()
 
 
@@ -158,6 +160,6 @@ def test_it_answers_an_unknown_api_path_with_the_not_found_document() -> None:
     from django.test import Client
 
     client = Client()
-    error_of(client.get("/api/v1/no/such/route"), 404, "NOT_FOUND")
+    error_of(client.get("/api/v1/no/such/route"), 404, "PROTOCOL_VIOLATION")
     page = client.get("/no/such/page/")
     assert page.status_code == 404 and page["Content-Type"].startswith("text/html")

@@ -3,7 +3,7 @@ item 10; spec §19 "Authority failed without accepting the transition").
 
 Every REST route answers a database error (an outage, a broken connection,
 an exhausted pool) and any other unexpected exception with
-``{"error": {"code": "INTERNAL_ERROR", "retryable": true, "retryAfterMs"}}``
+the error document ``{"code": "INTERNAL_ERROR", "retryable": true, "retryAfterMs", ...}``
 and a ``Retry-After`` header instead of Django's HTML page; the traceback is
 logged once, server-side, and nothing of it reaches the client. Failures are
 injected at the database cursor (``connection.execute_wrapper``), so every
@@ -193,7 +193,7 @@ def test_a_refusal_is_still_its_own_code_and_not_logged_as_an_error(
     caplog: pytest.LogCaptureFixture, mission: dict[str, str]
 ) -> None:
     caplog.set_level(logging.INFO)
-    error_of(http().get(f"/api/v1/groups/{mission['group']}/events"), 401, "STALE_SESSION")
+    error_of(http().get(f"/api/v1/groups/{mission['group']}/events"), 401, "AUTH_REQUIRED")
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 

@@ -133,9 +133,21 @@ def test_it_documents_the_event_page(spec: dict[str, Any]) -> None:
 
 
 def test_it_documents_the_error_shape(spec: dict[str, Any]) -> None:
+    # The bare normative error document (§19), every member of it, no wrapper.
     error = body_schema(spec, spec["paths"][COMMANDS]["post"], "400")
-    inner = resolve(spec, error["properties"]["error"])
-    assert set(inner["properties"]) == {"code", "message", "retryable", "retryAfterMs", "details"}
+    assert set(error["properties"]) == {
+        *("code", "message", "retryable", "occurredAt", "fatal", "relatedFrameId", "relatedActionId", "groupId"),
+        *("expectedRevision", "currentRevision", "retryAfterMs", "snapshotArtifactHash", "details"),
+    }
+    assert set(error["required"]) == {"code", "message", "retryable", "occurredAt"}
+    assert set(resolve(spec, error["properties"]["code"])["enum"]) == {
+        *("UNSUPPORTED_VERSION", "AUTH_REQUIRED", "AUTH_INVALID_SIGNATURE", "AUTH_STALE_SESSION"),
+        *("AUTH_STALE_COORDINATOR", "AUTH_FORBIDDEN", "GROUP_NOT_FOUND", "MEMBERSHIP_REQUIRED", "MEMBERSHIP_STALE"),
+        *("SCHEMA_VALIDATION_FAILED", "INVALID_COMMAND", "INVALID_STATE_TRANSITION", "REVISION_CONFLICT"),
+        *("ACTION_ID_COLLISION", "UNKNOWN_CRITICAL_EXTENSION", "WORK_CONTRACT_INCOMPLETE", "WORK_OFFER_EXPIRED"),
+        *("WORK_ALREADY_OWNED", "WORK_LEASE_EXPIRED", "WORK_STALE_OWNERSHIP", "APPROVAL_REQUIRED", "BUDGET_EXCEEDED"),
+        *("RATE_LIMITED", "BACKPRESSURE", "CURSOR_TOO_OLD", "PROTOCOL_VIOLATION", "INTERNAL_ERROR"),
+    }
 
 
 def test_it_documents_bearer_authentication_for_reading_events(spec: dict[str, Any]) -> None:

@@ -29,7 +29,7 @@ from mwportal.protocol import ErrorCode
 from tests.api.support import COMMANDS, bearer, error_of, http, nothing_written, post_json
 from tests.artifacts.conftest import Artifacts, add_member
 from tests.artifacts.test_context import package_doc, publish
-from tests.conftest import AgentKey, group_revision, make_agent, refused
+from tests.conftest import AgentKey, Because, group_revision, make_agent, refused
 
 UPLOADS = "/api/v1/artifacts/uploads"
 
@@ -40,8 +40,8 @@ def signed_upload(agent: AgentKey, group: str, sha: str) -> Any:
 
 
 def assert_not_readable(art: Artifacts, sha: str, agent: AgentKey) -> None:
-    error_of(art.download(sha, agent), 404, "NOT_FOUND")
-    error_of(art.get(f"/api/v1/artifacts/{sha}/provenance", agent), 404, "NOT_FOUND")
+    error_of(art.download(sha, agent), 404, "GROUP_NOT_FOUND")
+    error_of(art.get(f"/api/v1/artifacts/{sha}/provenance", agent), 404, "GROUP_NOT_FOUND")
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ def test_it_refuses_a_signed_upload_naming_another_groups_blob(art: Artifacts, o
     sha = art.upload(b"mission B content", agent=art.coordinator, group=other["group"])
     assert_not_readable(art, sha, art.worker)
     with nothing_written():
-        error_of(signed_upload(art.worker, art.group, sha), 403, "FORBIDDEN")
+        error_of(signed_upload(art.worker, art.group, sha), 403, "AUTH_FORBIDDEN")
     assert not BlobGroup.objects.filter(blob_id=sha, group_id=art.group).exists()
     assert_not_readable(art, sha, art.worker)
 
@@ -80,7 +80,7 @@ def test_it_refuses_a_signed_upload_naming_another_organizations_blob(
     assert_not_readable(art, sha, art.worker)
     for group in (art.group, org["admin_group"]):
         with nothing_written():
-            error_of(signed_upload(art.worker, group, sha), 403, "FORBIDDEN")
+            error_of(signed_upload(art.worker, group, sha), 403, "AUTH_FORBIDDEN")
     assert list(BlobGroup.objects.filter(blob_id=sha).values_list("group_id", flat=True)) == [
         uuid.UUID(globex["group"])
     ]
@@ -91,8 +91,8 @@ def test_it_refuses_a_signed_upload_naming_another_organizations_blob(
 def test_it_refuses_every_signed_upload_even_of_bytes_the_group_holds(art: Artifacts) -> None:
     """``artifact.upload`` is the server's own record: refused from any signed client, whatever it names."""
     sha = art.upload(b"ours")
-    error_of(signed_upload(art.worker, art.group, sha), 403, "FORBIDDEN")
-    error_of(signed_upload(art.worker, art.group, "1" * 64), 403, "FORBIDDEN")
+    error_of(signed_upload(art.worker, art.group, sha), 403, "AUTH_FORBIDDEN")
+    error_of(signed_upload(art.worker, art.group, "1" * 64), 403, "AUTH_FORBIDDEN")
 
 
 def test_it_stops_serving_a_removed_member_at_once(art: Artifacts) -> None:
@@ -102,7 +102,7 @@ def test_it_stops_serving_a_removed_member_at_once(art: Artifacts) -> None:
     target = {"kind": "group", "id": art.group, "revision": group_revision(art.group)}
     art.owner.send("membership.remove", art.group, {"agent": art.worker.id}, target=target)
     assert_not_readable(art, sha, art.worker)
-    error_of(signed_upload(art.worker, art.group, sha), 403, "FORBIDDEN")
+    error_of(signed_upload(art.worker, art.group, sha), 403, "AUTH_FORBIDDEN")
     assert art.download(sha, art.coordinator).status_code == 200
 
 
@@ -117,7 +117,7 @@ def test_it_does_not_let_a_removed_member_complete_an_upload(art: Artifacts) -> 
     assert patched.status_code == 204
     target = {"kind": "group", "id": art.group, "revision": group_revision(art.group)}
     art.owner.send("membership.remove", art.group, {"agent": art.worker.id}, target=target)
-    error_of(client.post(f"{UPLOADS}/{upload}/complete", **auth), 404, "NOT_FOUND")
+    error_of(client.post(f"{UPLOADS}/{upload}/complete", **auth), 404, "GROUP_NOT_FOUND")
     assert not BlobGroup.objects.filter(group_id=art.group).exists()
 
 
@@ -136,10 +136,10 @@ def test_it_grants_no_bytes_through_a_forwarded_context_package_13_3(
     received = art.get(f"/api/v1/groups/{other['group']}/context-packages/{doc['package']}", bea)
     assert received.status_code == 200 and received.json()["document"]["artifacts"] == [sha]
     assert_not_readable(art, sha, bea)
-    error_of(signed_upload(bea, other["group"], sha), 403, "FORBIDDEN")
+    error_of(signed_upload(bea, other["group"], sha), 403, "AUTH_FORBIDDEN")
     # Nor does B's log accept the hash as content it holds.
     again = package_doc(art, art.coordinator, group=other["group"], mission=other["mission"], artifacts=[sha])
-    refused(ErrorCode.NOT_FOUND, publish, art.coordinator, other["group"], again)
+    refused(Because(ErrorCode.INVALID_COMMAND, "not_found"), publish, art.coordinator, other["group"], again)
     assert_not_readable(art, sha, bea)
     # Bytes arrive in B only by being sent there; then B's members read them.
     art.upload(b"A's working notes", agent=art.coordinator, group=other["group"])
@@ -159,7 +159,7 @@ def test_it_refuses_uploads_into_the_administrative_group(art: Artifacts, org: d
         response = client.post(
             f"{UPLOADS}?group={org['admin_group']}", content_type="text/plain", HTTP_UPLOAD_LENGTH="4", **auth
         )
-    error = error_of(response, 403, "FORBIDDEN")
+    error = error_of(response, 403, "AUTH_FORBIDDEN")
     assert "administrative Group" in error["message"]
     assert not Blob.objects.exists()
     assert GroupEvent.objects.filter(group_id=org["admin_group"]).count() == before

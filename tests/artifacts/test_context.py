@@ -14,7 +14,7 @@ from mwportal.protocol import ErrorCode, format_time, generate_keypair, signed
 from mwportal.protocol.documents import CONTEXT_MEMBERS, document_hash
 from tests.api.support import error_of
 from tests.artifacts.conftest import Artifacts
-from tests.conftest import AgentKey, refused
+from tests.conftest import AgentKey, Because, refused
 
 
 def package_doc(
@@ -72,9 +72,9 @@ def test_a_new_version_links_to_the_previous_one_13_3(art: Artifacts) -> None:
     package = first["package"]
     # A second version must name the first's hash.
     wrong = package_doc(art, art.coordinator, package=package, version=2, previous="ab" * 32)
-    refused(ErrorCode.REVISION_MISMATCH, publish, art.coordinator, art.group, wrong)
+    refused(ErrorCode.REVISION_CONFLICT, publish, art.coordinator, art.group, wrong)
     skipped = package_doc(art, art.coordinator, package=package, version=3, previous=document_hash(first))
-    refused(ErrorCode.REVISION_MISMATCH, publish, art.coordinator, art.group, skipped)
+    refused(ErrorCode.REVISION_CONFLICT, publish, art.coordinator, art.group, skipped)
     second = package_doc(art, art.coordinator, package=package, version=2, previous=document_hash(first))
     publish(art.coordinator, art.group, second)
     rows = list(ContextPackage.objects.filter(package=package).order_by("version"))
@@ -88,7 +88,7 @@ def test_a_new_version_links_to_the_previous_one_13_3(art: Artifacts) -> None:
 def test_a_package_signed_by_another_key_is_refused(art: Artifacts) -> None:
     stranger, _ = generate_keypair()
     refused(
-        ErrorCode.INVALID_SIGNATURE,
+        ErrorCode.AUTH_INVALID_SIGNATURE,
         publish,
         art.coordinator,
         art.group,
@@ -108,7 +108,11 @@ def test_a_package_signed_by_another_key_is_refused(art: Artifacts) -> None:
 )  # fmt: skip
 def test_a_malformed_package_is_refused_naming_the_field(art: Artifacts, override: dict[str, Any], field: str) -> None:
     err = refused(
-        ErrorCode.MALFORMED, publish, art.coordinator, art.group, package_doc(art, art.coordinator, **override)
+        ErrorCode.SCHEMA_VALIDATION_FAILED,
+        publish,
+        art.coordinator,
+        art.group,
+        package_doc(art, art.coordinator, **override),
     )
     assert err.details["field"] == field
 
@@ -119,11 +123,11 @@ def test_group_content_never_enters_another_missions_context_by_default_13_3(
     a_blob = art.upload(b"A's notes")
     # A package of B may not cite A's Artifacts, nor claim A's scope.
     refused(
-        ErrorCode.NOT_FOUND, publish, art.coordinator, other["group"],
+        Because(ErrorCode.INVALID_COMMAND, "not_found"), publish, art.coordinator, other["group"],
         package_doc(art, art.coordinator, group=other["group"], mission=other["mission"], artifacts=[a_blob]),
     )  # fmt: skip
     refused(
-        ErrorCode.MALFORMED, publish, art.coordinator, other["group"],
+        ErrorCode.SCHEMA_VALIDATION_FAILED, publish, art.coordinator, other["group"],
         package_doc(art, art.coordinator, group=art.group),
     )  # fmt: skip
 
@@ -136,8 +140,10 @@ def test_a_context_package_of_group_a_cannot_be_read_through_group_b_13_3(
     package = doc["package"]
     # Carl and Walt are members of both Groups; through B the package does not exist.
     for agent in (art.coordinator, art.worker2):
-        error_of(art.get(f"/api/v1/groups/{other['group']}/context-packages/{package}", agent), 404, "NOT_FOUND")
-        error_of(art.get(f"/api/v1/groups/{other['group']}/context-packages/{package}/events", agent), 404, "NOT_FOUND")
+        error_of(art.get(f"/api/v1/groups/{other['group']}/context-packages/{package}", agent), 404, "GROUP_NOT_FOUND")
+        error_of(
+            art.get(f"/api/v1/groups/{other['group']}/context-packages/{package}/events", agent), 404, "GROUP_NOT_FOUND"
+        )
         assert art.get(f"/api/v1/groups/{other['group']}/context-packages", agent).json() == {"packages": []}
     # Through A, members read it; a non-member of A cannot use A at all.
     assert art.get(f"/api/v1/groups/{art.group}/context-packages/{package}", art.worker).status_code == 200
@@ -149,9 +155,9 @@ def test_a_context_package_of_group_a_cannot_be_read_through_group_b_13_3(
 def test_non_members_and_unknown_packages_get_the_same_404_issue_16_item_8(art: Artifacts, outsider: AgentKey) -> None:
     doc = package_doc(art, art.coordinator)
     publish(art.coordinator, art.group, doc)
-    error_of(art.get(f"/api/v1/groups/{art.group}/context-packages/{doc['package']}", outsider), 404, "NOT_FOUND")
-    error_of(art.get(f"/api/v1/groups/{art.group}/context-packages", outsider), 404, "NOT_FOUND")
-    error_of(art.get(f"/api/v1/groups/{art.group}/context-packages/{uuid.uuid4()}"), 404, "NOT_FOUND")
+    error_of(art.get(f"/api/v1/groups/{art.group}/context-packages/{doc['package']}", outsider), 404, "GROUP_NOT_FOUND")
+    error_of(art.get(f"/api/v1/groups/{art.group}/context-packages", outsider), 404, "GROUP_NOT_FOUND")
+    error_of(art.get(f"/api/v1/groups/{art.group}/context-packages/{uuid.uuid4()}"), 404, "GROUP_NOT_FOUND")
 
 
 def test_a_member_fetches_the_cited_events_13_3(art: Artifacts) -> None:
@@ -171,11 +177,20 @@ def test_forwarding_across_groups_needs_permission_and_leaves_an_auditable_event
     publish(art.coordinator, art.group, doc)
     body = {"package": doc["package"], "version": 1, "to_group": other["group"]}
     # Wanda is only a worker of A: no forwarding.
-    refused(ErrorCode.FORBIDDEN, art.worker.send, "context.forward", art.group, body)
-    # Carl coordinates A but has no role in a third Mission Group: the
-    # permission check covers the receiving Group too.
+    refused(ErrorCode.AUTH_FORBIDDEN, art.worker.send, "context.forward", art.group, body)
+    # Carl coordinates A but is not in a third Mission Group: the check
+    # covers the receiving Group too, and a Group he is not in answers as an
+    # absent one (issue 16), exactly.
     third = _mission_without(owner, str(uuid.uuid4()))
-    refused(ErrorCode.FORBIDDEN, art.coordinator.send, "context.forward", art.group, {**body, "to_group": third})
+    unseen = refused(
+        ErrorCode.GROUP_NOT_FOUND, art.coordinator.send, "context.forward", art.group, {**body, "to_group": third}
+    )
+    absent = str(uuid.uuid4())
+    missing = refused(
+        ErrorCode.GROUP_NOT_FOUND, art.coordinator.send, "context.forward", art.group, {**body, "to_group": absent}
+    )
+    assert unseen.message.replace(third, "G") == missing.message.replace(absent, "G")
+    assert unseen.details == missing.details == {"field": "body.to_group"}
     before_b = Group.objects.get(id=other["group"]).last_sequence
     receipt = art.coordinator.send("context.forward", art.group, body)
     assert [e["type"] for e in receipt["events"]] == ["context.forwarded"]
@@ -191,9 +206,9 @@ def test_forwarding_across_groups_needs_permission_and_leaves_an_auditable_event
     error_of(
         art.get(f"/api/v1/groups/{other['group']}/context-packages/{doc['package']}/events", outsider_of_a),
         404,
-        "NOT_FOUND",
+        "GROUP_NOT_FOUND",
     )
-    refused(ErrorCode.INVALID_TRANSITION, art.coordinator.send, "context.forward", art.group, body)
+    refused(ErrorCode.INVALID_STATE_TRANSITION, art.coordinator.send, "context.forward", art.group, body)
 
 
 def _mission_without(owner: AgentKey, group_id: str) -> str:

@@ -10,7 +10,7 @@ from mwportal.protocol import ErrorCode, generate_keypair
 from mwportal.protocol.documents import MANIFEST_MEMBERS, document_hash, verify_document
 from tests.api.support import error_of
 from tests.artifacts.conftest import Artifacts
-from tests.conftest import AgentKey, refused
+from tests.conftest import AgentKey, Because, refused
 
 
 def test_a_published_manifest_carries_every_field_of_13_1_and_its_signature(art: Artifacts) -> None:
@@ -37,9 +37,9 @@ def test_a_manifest_with_a_wrong_signature_is_refused_13_1(art: Artifacts) -> No
     sha = art.upload(b"data")
     stranger, _ = generate_keypair()
     bad = art.manifest(item, sha, b"data", key=stranger)
-    refused(ErrorCode.INVALID_SIGNATURE, art.publish, item, bad)
+    refused(ErrorCode.AUTH_INVALID_SIGNATURE, art.publish, item, bad)
     tampered = {**art.manifest(item, sha, b"data"), "classification": "public"}  # signed as "internal"
-    refused(ErrorCode.INVALID_SIGNATURE, art.publish, item, tampered)
+    refused(ErrorCode.AUTH_INVALID_SIGNATURE, art.publish, item, tampered)
     assert not Artifact.objects.exists()
 
 
@@ -47,18 +47,30 @@ def test_a_manifest_naming_a_source_that_does_not_exist_is_refused_13_1(art: Art
     item = art.active_item()
     sha = art.upload(b"derived")
     ghost = "ab" * 32
-    err = refused(ErrorCode.NOT_FOUND, art.publish, item, art.manifest(item, sha, b"derived", sources=[ghost]))
+    err = refused(
+        Because(ErrorCode.INVALID_COMMAND, "not_found"),
+        art.publish,
+        item,
+        art.manifest(item, sha, b"derived", sources=[ghost]),
+    )
     assert err.details["sources"] == [ghost]
 
 
 def test_content_that_was_never_uploaded_to_this_group_is_refused(art: Artifacts, other: dict[str, str]) -> None:
     item = art.active_item()
     elsewhere = art.upload(b"from B", agent=art.coordinator, group=other["group"])
-    refused(ErrorCode.NOT_FOUND, art.publish, item, art.manifest(item, elsewhere, b"from B"))
+    refused(
+        Because(ErrorCode.INVALID_COMMAND, "not_found"), art.publish, item, art.manifest(item, elsewhere, b"from B")
+    )
     # Nor may B's content be cited as a source: Group content never enters
     # another Mission by default (spec 13.3).
     mine = art.upload(b"mine")
-    refused(ErrorCode.NOT_FOUND, art.publish, item, art.manifest(item, mine, b"mine", sources=[elsewhere]))
+    refused(
+        Because(ErrorCode.INVALID_COMMAND, "not_found"),
+        art.publish,
+        item,
+        art.manifest(item, mine, b"mine", sources=[elsewhere]),
+    )
 
 
 @pytest.mark.parametrize(
@@ -77,7 +89,9 @@ def test_a_manifest_that_disagrees_with_the_content_or_scope_is_malformed(
 ) -> None:
     item = art.active_item()
     sha = art.upload(b"content")
-    err = refused(ErrorCode.MALFORMED, art.publish, item, art.manifest(item, sha, b"content", **override))
+    err = refused(
+        ErrorCode.SCHEMA_VALIDATION_FAILED, art.publish, item, art.manifest(item, sha, b"content", **override)
+    )
     assert err.details["field"] == field
 
 
@@ -88,10 +102,9 @@ def test_publication_needs_the_current_lease_MWP_WRK_013(art: Artifacts) -> None
     old_lease = art.leases[item]
     art.checkpoint(item)
     art.start(item)
-    refused(ErrorCode.STALE_LEASE, art.lease_command, "artifact.publish", item, {"manifest": manifest},
-            lease_id=old_lease)  # fmt: skip
-    refused(ErrorCode.STALE_LEASE, art.publish, item, art.manifest(item, sha, b"late", agent=art.worker2),
-            agent=art.worker2)  # fmt: skip
+    stale = Because(ErrorCode.WORK_LEASE_EXPIRED, "stale_lease")
+    refused(stale, art.lease_command, "artifact.publish", item, {"manifest": manifest}, lease_id=old_lease)
+    refused(stale, art.publish, item, art.manifest(item, sha, b"late", agent=art.worker2), agent=art.worker2)
     art.publish(item, manifest)
 
 
@@ -131,9 +144,9 @@ def test_provenance_graph_is_queryable_by_members_13_1(art: Artifacts, outsider:
     assert {n["sha256"] for n in one_step["nodes"]} == {raw, clean, report}
     lone = art.produce(item, b"unrelated")
     assert [n["sha256"] for n in art.get(f"/api/v1/artifacts/{lone}/provenance").json()["nodes"]] == [lone]
-    error_of(art.get(f"/api/v1/artifacts/{clean}/provenance", outsider), 404, "NOT_FOUND")
-    error_of(art.get(f"/api/v1/artifacts/{'0' * 64}/provenance"), 404, "NOT_FOUND")
-    error_of(art.get(f"/api/v1/artifacts/{clean}/provenance?depth=0"), 400, "MALFORMED")
+    error_of(art.get(f"/api/v1/artifacts/{clean}/provenance", outsider), 404, "GROUP_NOT_FOUND")
+    error_of(art.get(f"/api/v1/artifacts/{'0' * 64}/provenance"), 404, "GROUP_NOT_FOUND")
+    error_of(art.get(f"/api/v1/artifacts/{clean}/provenance?depth=0"), 400, "SCHEMA_VALIDATION_FAILED")
 
 
 def test_the_openapi_schema_documents_the_artifact_endpoints(db: None) -> None:

@@ -42,7 +42,7 @@ def test_it_accepts_an_rfc_6838_media_type_exactly_when_it_fits_the_column(value
     else:
         with pytest.raises(ProtocolError) as info:
             check_media_type(value)
-        assert info.value.code == ErrorCode.MALFORMED and "200" in info.value.message
+        assert info.value.code == ErrorCode.SCHEMA_VALIDATION_FAILED and "200" in info.value.message
 
 
 @given(media_types, st.integers(min_value=0, max_value=300), st.characters(exclude_characters=REST))
@@ -51,7 +51,7 @@ def test_it_refuses_any_character_outside_the_tokens(value: str, at: int, bad: s
     at = min(at, len(value))
     with pytest.raises(ProtocolError) as info:
         check_media_type(value[:at] + bad + value[at:])
-    assert info.value.code == ErrorCode.MALFORMED
+    assert info.value.code == ErrorCode.SCHEMA_VALIDATION_FAILED
     assert info.value.details == {"field": "Content-Type"}
 
 
@@ -102,4 +102,4 @@ def test_no_content_type_answers_500(art: Artifacts, media_type: str) -> None:
     for post in (post_single, post_resumable):
         response = post(art, media_type)
         if response.status_code != 201:
-            error_of(response, 400, "MALFORMED")
+            error_of(response, 400, "SCHEMA_VALIDATION_FAILED")

@@ -90,7 +90,7 @@ def test_a_multi_chunk_upload_is_stored_under_its_sha256_with_an_event(art: Arti
     assert b"".join(download.streaming_content) == content
     # The staging files are gone.
     assert list(uploads_dir().iterdir()) == []
-    error_of(patch(art, upload, len(content), b"x"), 404, "NOT_FOUND")
+    error_of(patch(art, upload, len(content), b"x"), 404, "GROUP_NOT_FOUND")
 
 
 def test_a_wrong_offset_is_409_with_the_current_offset_and_appends_nothing(art: Artifacts) -> None:
@@ -99,7 +99,7 @@ def test_a_wrong_offset_is_409_with_the_current_offset_and_appends_nothing(art: 
     assert patch(art, upload, 0, content[:CHUNK_MAX]).status_code == 204
     for wrong in (0, CHUNK_MAX + 1, 5):
         response = patch(art, upload, wrong, content[CHUNK_MAX:])
-        error = error_of(response, 409, "REVISION_MISMATCH")
+        error = error_of(response, 409, "REVISION_CONFLICT")
         assert error["details"]["offset"] == CHUNK_MAX
         assert response["Upload-Offset"] == str(CHUNK_MAX)
     assert (uploads_dir() / f"{upload}.part").stat().st_size == CHUNK_MAX
@@ -124,26 +124,28 @@ def test_resume_after_a_lost_patch_response(art: Artifacts) -> None:
 
 def test_an_oversize_chunk_or_one_past_the_length_is_malformed(art: Artifacts) -> None:
     upload = new_upload(art, 2 * CHUNK_MAX)
-    error_of(patch(art, upload, 0, content_of(CHUNK_MAX + 1)), 400, "MALFORMED")
+    error_of(patch(art, upload, 0, content_of(CHUNK_MAX + 1)), 400, "SCHEMA_VALIDATION_FAILED")
     assert patch(art, upload, 0, content_of(CHUNK_MAX)).status_code == 204
     short = new_upload(art, 10)
-    error_of(patch(art, short, 0, b"eleven byte"), 400, "MALFORMED")
+    error_of(patch(art, short, 0, b"eleven byte"), 400, "SCHEMA_VALIDATION_FAILED")
     assert (uploads_dir() / f"{short}.part").stat().st_size == 0
-    error_of(start(art, settings.MWP_ARTIFACT_MAX_BYTES + 1), 400, "MALFORMED")
+    error_of(start(art, settings.MWP_ARTIFACT_MAX_BYTES + 1), 400, "SCHEMA_VALIDATION_FAILED")
     client, auth = art.client(art.worker)
-    error_of(client.post(f"{UPLOADS}?group={art.group}", content_type="text/csv", **auth), 400, "MALFORMED")
+    error_of(
+        client.post(f"{UPLOADS}?group={art.group}", content_type="text/csv", **auth), 400, "SCHEMA_VALIDATION_FAILED"
+    )
 
 
 def test_only_the_agent_that_started_an_upload_sees_it(art: Artifacts) -> None:
     upload = new_upload(art, 10)
-    error_of(patch(art, upload, 0, b"0123456789", agent=art.worker2), 404, "NOT_FOUND")
+    error_of(patch(art, upload, 0, b"0123456789", agent=art.worker2), 404, "GROUP_NOT_FOUND")
     client, auth = art.client(art.worker2)
     assert client.head(f"{UPLOADS}/{upload}", **auth).status_code == 404
-    error_of(client.get(f"{UPLOADS}/{upload}", **auth), 404, "NOT_FOUND")
+    error_of(client.get(f"{UPLOADS}/{upload}", **auth), 404, "GROUP_NOT_FOUND")
     assert patch(art, upload, 0, b"0123456789").status_code == 204
-    error_of(complete(art, upload, agent=art.worker2), 404, "NOT_FOUND")
-    error_of(patch(art, "..", 0, b"x"), 404, "NOT_FOUND")
-    error_of(patch(art, "not-an-upload-id", 0, b"x"), 404, "NOT_FOUND")
+    error_of(complete(art, upload, agent=art.worker2), 404, "GROUP_NOT_FOUND")
+    error_of(patch(art, "..", 0, b"x"), 404, "GROUP_NOT_FOUND")
+    error_of(patch(art, "not-an-upload-id", 0, b"x"), 404, "GROUP_NOT_FOUND")
     assert complete(art, upload).status_code == 201
 
 
@@ -151,7 +153,7 @@ def test_complete_before_all_bytes_is_refused(art: Artifacts) -> None:
     content = content_of(CHUNK_MAX + 1)
     upload = new_upload(art, len(content))
     assert patch(art, upload, 0, content[:CHUNK_MAX]).status_code == 204
-    error = error_of(complete(art, upload), 400, "MALFORMED")
+    error = error_of(complete(art, upload), 400, "SCHEMA_VALIDATION_FAILED")
     assert error["details"]["offset"] == CHUNK_MAX
     assert not Blob.objects.exists()
     assert patch(art, upload, CHUNK_MAX, content[CHUNK_MAX:]).status_code == 204
@@ -163,22 +165,26 @@ def test_an_expected_hash_mismatch_is_refused_and_nothing_is_stored(art: Artifac
     upload = new_upload(art, len(content))
     assert patch(art, upload, 0, content).status_code == 204
     wrong = hashlib.sha256(b"something else").hexdigest()
-    error = error_of(complete(art, upload, wrong), 409, "ARTIFACT_HASH_MISMATCH")
-    assert error["details"] == {"sha256": hashlib.sha256(content).hexdigest(), "expected": wrong}
+    error = error_of(complete(art, upload, wrong), 400, "INVALID_COMMAND")
+    assert error["details"] == {
+        "sha256": hashlib.sha256(content).hexdigest(),
+        "expected": wrong,
+        "reason": "artifact_hash_mismatch",
+    }
     assert not Blob.objects.exists()
     assert not GroupEvent.objects.filter(type="artifact.uploaded").exists()
     assert not (Path(settings.MWP_ARTIFACT_ROOT) / blob_name(hashlib.sha256(content).hexdigest())).exists()
-    error_of(complete(art, upload), 404, "NOT_FOUND")  # dropped
-    error_of(complete(art, upload, "not-a-hash"), 400, "MALFORMED")
+    error_of(complete(art, upload), 404, "GROUP_NOT_FOUND")  # dropped
+    error_of(complete(art, upload, "not-a-hash"), 400, "SCHEMA_VALIDATION_FAILED")
 
 
 def test_non_members_cannot_start_an_upload(art: Artifacts, outsider: AgentKey) -> None:
-    error_of(start(art, 10, agent=outsider), 404, "NOT_FOUND")
+    error_of(start(art, 10, agent=outsider), 404, "GROUP_NOT_FOUND")
     client, auth = art.client(art.worker)
     error_of(
         client.post(f"{UPLOADS}?group=00000000-0000-4000-8000-000000000000", content_type="text/csv",
                     HTTP_UPLOAD_LENGTH="10", **auth),
-        404, "NOT_FOUND",
+        404, "GROUP_NOT_FOUND",
     )  # fmt: skip
     assert list(uploads_dir().iterdir()) == []
 
@@ -191,13 +197,13 @@ def test_stale_uploads_are_deleted(art: Artifacts, settings) -> None:  # type: i
     meta_path.write_text(json.dumps(meta))
     fresh = new_upload(art, 10)  # the sweep on creation removes the stale one
     assert not (uploads_dir() / f"{old}.part").exists()
-    error_of(patch(art, old, 0, b"0123456789"), 404, "NOT_FOUND")
+    error_of(patch(art, old, 0, b"0123456789"), 404, "GROUP_NOT_FOUND")
     assert patch(art, fresh, 0, b"0123456789").status_code == 204
     # On access too.
     meta = json.loads((uploads_dir() / f"{fresh}.json").read_text())
     meta["created"] = 0
     (uploads_dir() / f"{fresh}.json").write_text(json.dumps(meta))
-    error_of(complete(art, fresh), 404, "NOT_FOUND")
+    error_of(complete(art, fresh), 404, "GROUP_NOT_FOUND")
     assert not (uploads_dir() / f"{fresh}.part").exists()
     assert sweep_stale_uploads() == 0
 
@@ -216,8 +222,8 @@ def test_under_asgi_a_single_request_upload_over_a_chunk_is_refused(art: Artifac
         return response.status_code, response.json()
 
     status, payload = async_to_sync(post)(content_of(CHUNK_MAX + 1))
-    assert status == 400 and payload["error"]["code"] == "MALFORMED", payload
-    assert "/api/v1/artifacts/uploads" in payload["error"]["message"]
+    assert status == 400 and payload["code"] == "SCHEMA_VALIDATION_FAILED", payload
+    assert "/api/v1/artifacts/uploads" in payload["message"]
     assert not Blob.objects.exists()
     status, payload = async_to_sync(post)(content_of(CHUNK_MAX))
     assert status == 201, payload
@@ -321,5 +327,5 @@ def test_a_request_that_waited_on_a_completion_finds_no_upload(art: Artifacts, m
     monkeypatch.setattr(uploads, "put_staged", put_while_another_waits)
     blob = complete_upload(upload, agent, group, None)
     thread.join(5)
-    assert outcome == ["NOT_FOUND"]
+    assert outcome == ["GROUP_NOT_FOUND"]
     assert (Path(settings.MWP_ARTIFACT_ROOT) / blob_name(blob.sha256)).read_bytes() == b"0123456789"

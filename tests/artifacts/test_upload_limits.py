@@ -70,8 +70,8 @@ def test_it_bounds_the_open_uploads_per_agent_and_frees_a_place_on_delete_or_com
     opened(art, 10, art.coordinator)  # another Agent's quota is its own
     client, auth = art.client(art.worker)
     assert client.delete(f"{UPLOADS}/{mine[0]}", **auth).status_code == 204
-    error_of(client.get(f"{UPLOADS}/{mine[0]}", **auth), 404, "NOT_FOUND")
-    error_of(client.delete(f"{UPLOADS}/{mine[1]}", **art.client(art.coordinator)[1]), 404, "NOT_FOUND")
+    error_of(client.get(f"{UPLOADS}/{mine[0]}", **auth), 404, "GROUP_NOT_FOUND")
+    error_of(client.delete(f"{UPLOADS}/{mine[1]}", **art.client(art.coordinator)[1]), 404, "GROUP_NOT_FOUND")
     fourth = opened(art, 10)
     rate_limited(start(art, 10))
     patched = client.patch(
@@ -137,13 +137,13 @@ def test_a_single_upload_declaring_more_than_the_limit_is_refused_before_its_bod
     )  # fmt: skip
     response = ArtifactUploadView.as_view()(request).render()
     assert response.status_code == 400
-    error = json.loads(response.content)["error"]
-    assert error["code"] == "MALFORMED" and "at most 1000 bytes" in error["message"]
+    error = json.loads(response.content)
+    assert error["code"] == "SCHEMA_VALIDATION_FAILED" and "at most 1000 bytes" in error["message"]
     assert request.META["wsgi.input"].read_started is False
     assert not Blob.objects.exists()
 
 
 @pytest.mark.parametrize("length", [0, 2 * GIB + 1])
 def test_a_reservation_outside_the_artifact_bounds_is_malformed_not_counted(art: Artifacts, length: int) -> None:
-    error_of(start(art, length), 400, "MALFORMED")
+    error_of(start(art, length), 400, "SCHEMA_VALIDATION_FAILED")
     assert list(uploads_dir().glob("*.json")) == []

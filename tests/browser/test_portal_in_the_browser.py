@@ -89,7 +89,7 @@ def test_a_coordinator_does_not_see_the_policy_editor_MWP_WRK_009(
     assert page.locator("#nav-policy").count() == 0
     response = page.goto(f"{base_url(server)}/policy/")
     assert response is not None and response.status == 403
-    assert "FORBIDDEN" in page.inner_text("main")
+    assert "AUTH_FORBIDDEN" in page.inner_text("main")
     shot(page, "coordinator-policy-forbidden")
 
     owner = sign_in(browser, server, "pat")

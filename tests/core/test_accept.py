@@ -78,7 +78,7 @@ def test_revision_mismatch_rejects_whole_command_MWP_EVT_007(
     g = mission["group"]
     stale = {"kind": "group", "id": g, "revision": group_revision(g) - 1}
     err = refused(
-        ErrorCode.REVISION_MISMATCH,
+        ErrorCode.REVISION_CONFLICT,
         owner.send,
         "membership.set_roles",
         g,
@@ -94,7 +94,7 @@ def test_membership_change_without_revision_is_refused_MWP_EVT_007(
 ) -> None:
     g = mission["group"]
     refused(
-        ErrorCode.MALFORMED,
+        ErrorCode.SCHEMA_VALIDATION_FAILED,
         owner.send,
         "membership.set_roles",
         g,
@@ -122,14 +122,14 @@ def test_tampered_signature_is_refused(mission: dict[str, str], owner: AgentKey,
     g = mission["group"]
     raw = owner.envelope("membership.set_roles", g, {"agent": worker.id, "roles": ["reviewer"]}, target=target(g))
     raw["body"] = {"agent": worker.id, "roles": ["owner"]}  # changed after signing
-    refused(ErrorCode.INVALID_SIGNATURE, submit, raw)
+    refused(ErrorCode.AUTH_INVALID_SIGNATURE, submit, raw)
 
 
 def test_signature_by_another_agents_key_is_refused(mission: dict[str, str], owner: AgentKey, worker: AgentKey) -> None:
     g = mission["group"]
     raw = owner.envelope("membership.set_roles", g, {"agent": worker.id, "roles": ["reviewer"]}, target=target(g))
     forged = signed(worker.private_key, {k: v for k, v in raw.items() if k != "signature"})
-    refused(ErrorCode.INVALID_SIGNATURE, submit, forged)
+    refused(ErrorCode.AUTH_INVALID_SIGNATURE, submit, forged)
 
 
 def test_stale_session_epoch_after_new_session_is_refused_MWP_WRK_014(
@@ -140,7 +140,7 @@ def test_stale_session_epoch_after_new_session_is_refused_MWP_WRK_014(
     owner.open_session()
     assert owner.session_epoch == old_epoch + 1
     refused(
-        ErrorCode.STALE_SESSION,
+        ErrorCode.AUTH_STALE_SESSION,
         owner.send,
         "membership.set_roles",
         g,
@@ -155,7 +155,7 @@ def test_non_member_is_refused(mission: dict[str, str], outsider: AgentKey, work
     # Issue 16 item 8: answered as an absent Group would be (no existence oracle).
     g = mission["group"]
     refused(
-        ErrorCode.NOT_FOUND,
+        ErrorCode.GROUP_NOT_FOUND,
         outsider.send,
         "membership.set_roles",
         g,
@@ -173,7 +173,7 @@ def test_removed_member_is_refused(
     )
     owner.send("membership.remove", g, {"agent": coordinator.id}, target=target(g))
     refused(
-        ErrorCode.NOT_FOUND,
+        ErrorCode.GROUP_NOT_FOUND,
         coordinator.send,
         "membership.set_roles",
         g,
@@ -185,7 +185,7 @@ def test_removed_member_is_refused(
 def test_wrong_role_is_refused(mission: dict[str, str], coordinator: AgentKey, worker: AgentKey) -> None:
     g = mission["group"]
     refused(
-        ErrorCode.FORBIDDEN,
+        ErrorCode.AUTH_FORBIDDEN,
         coordinator.send,
         "membership.set_roles",
         g,
@@ -203,7 +203,7 @@ def test_stale_membership_epoch_is_refused(
     )
     current = Membership.objects.get(group_id=g, agent_id=coordinator.id).epoch
     refused(
-        ErrorCode.NOT_A_MEMBER,
+        ErrorCode.MEMBERSHIP_STALE,
         coordinator.send,
         "membership.set_roles",
         g,
@@ -223,7 +223,7 @@ def test_stale_membership_epoch_is_refused(
 def test_unknown_group_is_not_found(owner: AgentKey, worker: AgentKey) -> None:
     g = str(uuid.uuid4())
     refused(
-        ErrorCode.NOT_FOUND,
+        ErrorCode.GROUP_NOT_FOUND,
         owner.send,
         "membership.set_roles",
         g,
@@ -235,7 +235,7 @@ def test_unknown_group_is_not_found(owner: AgentKey, worker: AgentKey) -> None:
 def test_agents_cannot_act_as_system(org: dict[str, str], owner: AgentKey) -> None:
     raw = owner.envelope("agent.register", org["admin_group"], {})
     raw["actor"] = "system"
-    refused(ErrorCode.FORBIDDEN, submit, raw)
+    refused(ErrorCode.AUTH_FORBIDDEN, submit, raw)
 
 
 # --- Commands of this issue -------------------------------------------------
@@ -255,7 +255,7 @@ def test_mission_create_makes_group_with_owner_membership(owner: AgentKey) -> No
 
 def test_mission_create_needs_mission_owner(coordinator: AgentKey) -> None:
     refused(
-        ErrorCode.FORBIDDEN,
+        ErrorCode.AUTH_FORBIDDEN,
         coordinator.send,
         "mission.create",
         str(uuid.uuid4()),
@@ -265,7 +265,7 @@ def test_mission_create_needs_mission_owner(coordinator: AgentKey) -> None:
 
 def test_mission_create_on_existing_group_is_refused(mission: dict[str, str], owner: AgentKey) -> None:
     refused(
-        ErrorCode.REVISION_MISMATCH,
+        ErrorCode.REVISION_CONFLICT,
         owner.send,
         "mission.create",
         mission["group"],
@@ -293,7 +293,7 @@ def test_membership_lifecycle_bumps_epochs(mission: dict[str, str], owner: Agent
 def test_adding_an_existing_member_is_invalid(mission: dict[str, str], owner: AgentKey, worker: AgentKey) -> None:
     g = mission["group"]
     refused(
-        ErrorCode.INVALID_TRANSITION,
+        ErrorCode.INVALID_STATE_TRANSITION,
         owner.send,
         "membership.add",
         g,
@@ -304,9 +304,11 @@ def test_adding_an_existing_member_is_invalid(mission: dict[str, str], owner: Ag
 
 def test_a_group_keeps_an_owner(mission: dict[str, str], owner: AgentKey) -> None:
     g = mission["group"]
-    refused(ErrorCode.INVALID_TRANSITION, owner.send, "membership.remove", g, {"agent": owner.id}, target=target(g))
     refused(
-        ErrorCode.INVALID_TRANSITION,
+        ErrorCode.INVALID_STATE_TRANSITION, owner.send, "membership.remove", g, {"agent": owner.id}, target=target(g)
+    )
+    refused(
+        ErrorCode.INVALID_STATE_TRANSITION,
         owner.send,
         "membership.set_roles",
         g,
@@ -319,7 +321,7 @@ def test_bad_roles_are_malformed_naming_the_field(mission: dict[str, str], owner
     g = mission["group"]
     for roles in ([], ["admiral"], ["worker", "worker"], "worker"):
         err = refused(
-            ErrorCode.MALFORMED,
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
             owner.send,
             "membership.set_roles",
             g,
@@ -335,7 +337,7 @@ def test_agent_card_publish_versions_with_compare_and_set(org: dict[str, str], w
     r1 = worker.send("agent_card.publish", a, {"capabilities": caps, "max_concurrency": 2})
     assert r1["aggregate"] == {"kind": "agent_card", "id": worker.id, "revision": 1}
     refused(
-        ErrorCode.REVISION_MISMATCH,
+        ErrorCode.REVISION_CONFLICT,
         worker.send,
         "agent_card.publish",
         a,
@@ -364,15 +366,21 @@ def test_owner_sets_priority_policy(org: dict[str, str], owner: AgentKey) -> Non
 
 
 def test_coordinator_cannot_set_priority_policy_MWP_WRK_009(org: dict[str, str], coordinator: AgentKey) -> None:
-    refused(ErrorCode.FORBIDDEN, coordinator.send, "org.set_priority_policy", org["admin_group"], {"policy": POLICY})
+    refused(
+        ErrorCode.AUTH_FORBIDDEN, coordinator.send, "org.set_priority_policy", org["admin_group"], {"policy": POLICY}
+    )
 
 
 def test_invalid_priority_policy_names_the_field(org: dict[str, str], owner: AgentKey) -> None:
     bad = {**POLICY, "default_class": "urgent"}
-    err = refused(ErrorCode.MALFORMED, owner.send, "org.set_priority_policy", org["admin_group"], {"policy": bad})
+    err = refused(
+        ErrorCode.SCHEMA_VALIDATION_FAILED, owner.send, "org.set_priority_policy", org["admin_group"], {"policy": bad}
+    )
     assert err.details["field"] == "body.policy.default_class"
     bad = {**POLICY, "classes": {"high": -1}}
-    err = refused(ErrorCode.MALFORMED, owner.send, "org.set_priority_policy", org["admin_group"], {"policy": bad})
+    err = refused(
+        ErrorCode.SCHEMA_VALIDATION_FAILED, owner.send, "org.set_priority_policy", org["admin_group"], {"policy": bad}
+    )
     assert err.details["field"] == "body.policy.classes.high"
 
 
@@ -383,7 +391,7 @@ def test_other_organizations_agents_are_not_members_of_admin_group(org: dict[str
     create_organization("globex", "Globex")
     stranger = make_agent("globex", "Stan", ["mission_owner"])
     # Issue 16 item 8: another Organization's administrative Group is as absent.
-    refused(ErrorCode.NOT_FOUND, stranger.send, "org.set_priority_policy", org["admin_group"], {"policy": POLICY})
+    refused(ErrorCode.GROUP_NOT_FOUND, stranger.send, "org.set_priority_policy", org["admin_group"], {"policy": POLICY})
 
 
 def test_every_accepted_command_keeps_the_log_verifiable(mission: dict[str, str], org: dict[str, str]) -> None:

@@ -84,13 +84,13 @@ def test_it_refuses_the_reviewed_attack_an_admin_binding_an_outsider_to_the_admi
     _, held_public_key = generate_keypair()
     raw = ada.envelope("agent.register", org["admin_group"], register_body("vic", held_public_key))
     with nothing_written():
-        error = error_of(post_json(http(), COMMANDS, raw), 403, "FORBIDDEN")
+        error = error_of(post_json(http(), COMMANDS, raw), 403, "AUTH_FORBIDDEN")
     assert "a person's key comes from the person" in error["message"]
     assert not Agent.objects.filter(user=vic).exists()
     # Dressed up as a machine Agent, the user link is refused all the same.
     raw = ada.envelope("agent.register", org["admin_group"], register_body("vic", held_public_key, "agent"))
     with nothing_written():
-        error = error_of(post_json(http(), COMMANDS, raw), 400, "MALFORMED")
+        error = error_of(post_json(http(), COMMANDS, raw), 400, "SCHEMA_VALIDATION_FAILED")
     assert error["details"]["field"] == "body.user"
 
 
@@ -100,7 +100,7 @@ def test_it_refuses_an_admin_linking_a_user_outside_the_organization(
     """Even without a key: Vic belongs to no Organization, so no admin links him."""
     raw = ada.envelope("agent.register", org["admin_group"], register_body("vic"))
     with nothing_written():
-        error = error_of(post_json(http(), COMMANDS, raw), 403, "FORBIDDEN")
+        error = error_of(post_json(http(), COMMANDS, raw), 403, "AUTH_FORBIDDEN")
     assert "does not belong to this Organization" in error["message"]
 
 
@@ -111,25 +111,25 @@ def test_it_refuses_an_admin_of_another_organization(
     admin may not claim acme's Pia; an unknown user gets the same answer, so
     the refusal tells nothing about who exists elsewhere."""
     answers = [
-        refused(ErrorCode.FORBIDDEN, ada.send, "agent.register", org["admin_group"], register_body(name)).message
+        refused(ErrorCode.AUTH_FORBIDDEN, ada.send, "agent.register", org["admin_group"], register_body(name)).message
         for name in ("ivy", "nobody-at-all")
     ]
     assert answers[0].replace("'ivy'", "U") == answers[1].replace("'nobody-at-all'", "U")
     initech_admin_group = str(Agent.objects.get(id=ian.id).organization.groups.get(kind="admin").id)
-    refused(ErrorCode.FORBIDDEN, ian.send, "agent.register", initech_admin_group, register_body("pia"))
+    refused(ErrorCode.AUTH_FORBIDDEN, ian.send, "agent.register", initech_admin_group, register_body("pia"))
     # And an admin of acme sending into initech's administrative Group finds no such Group.
-    refused(ErrorCode.NOT_FOUND, ada.send, "agent.register", initech_admin_group, register_body("ivy"))
+    refused(ErrorCode.GROUP_NOT_FOUND, ada.send, "agent.register", initech_admin_group, register_body("ivy"))
     assert Agent.objects.get(user__username="ivy").id == ivy.id
 
 
 def test_it_refuses_an_admin_supplying_a_key_for_a_person(ada: AgentKey, org: dict[str, str], pia: Agent) -> None:
     _, held_public_key = generate_keypair()
     error = refused(
-        ErrorCode.FORBIDDEN, ada.send, "agent.register", org["admin_group"], register_body(None, held_public_key)
+        ErrorCode.AUTH_FORBIDDEN, ada.send, "agent.register", org["admin_group"], register_body(None, held_public_key)
     )
     assert error.details["field"] == "body.public_key"
     # A user who does belong to acme already has her Agent: nothing to link.
-    refused(ErrorCode.INVALID_TRANSITION, ada.send, "agent.register", org["admin_group"], register_body("pia"))
+    refused(ErrorCode.INVALID_STATE_TRANSITION, ada.send, "agent.register", org["admin_group"], register_body("pia"))
 
 
 def test_it_still_lets_an_admin_register_a_machine_agent_and_a_keyless_person(
@@ -161,7 +161,7 @@ def test_it_lets_a_person_enroll_their_own_key_signed_in(org: dict[str, str], pi
     pia.refresh_from_db()
     _, other = generate_keypair()
     refused(
-        ErrorCode.INVALID_TRANSITION,
+        ErrorCode.INVALID_STATE_TRANSITION,
         accept,
         portal_command(pia, "agent.enroll", org["admin_group"], {"public_key": other}),
     )
@@ -174,14 +174,20 @@ def test_it_lets_nobody_else_enroll_a_persons_key(
     admin_group = org["admin_group"]
     # Signed in Pia's name by someone else: a keyless Agent verifies no signature.
     forged = AgentKey(str(pia.id), generate_keypair()[0], public_key, "acme")
-    refused(ErrorCode.INVALID_SIGNATURE, forged.send, "agent.enroll", admin_group, {"public_key": public_key})
+    refused(ErrorCode.AUTH_INVALID_SIGNATURE, forged.send, "agent.enroll", admin_group, {"public_key": public_key})
     # An admin enrolling "for" her enrolls only itself, and it is no person.
-    refused(ErrorCode.FORBIDDEN, ada.send, "agent.enroll", admin_group, {"public_key": public_key})
+    refused(ErrorCode.AUTH_FORBIDDEN, ada.send, "agent.enroll", admin_group, {"public_key": public_key})
     # A key another Agent holds is not Pia's.
     refused(
-        ErrorCode.FORBIDDEN, accept, portal_command(pia, "agent.enroll", admin_group, {"public_key": worker.public_key})
+        ErrorCode.AUTH_FORBIDDEN,
+        accept,
+        portal_command(pia, "agent.enroll", admin_group, {"public_key": worker.public_key}),
     )
-    refused(ErrorCode.MALFORMED, accept, portal_command(pia, "agent.enroll", admin_group, {"public_key": "AAAA"}))
+    refused(
+        ErrorCode.SCHEMA_VALIDATION_FAILED,
+        accept,
+        portal_command(pia, "agent.enroll", admin_group, {"public_key": "AAAA"}),
+    )
     assert Agent.objects.get(id=pia.id).public_key == ""
 
 

@@ -48,7 +48,7 @@ def test_create_agent_writes_a_0600_key_file_that_signs(tmp_path: Path, capsys: 
 @pytest.mark.django_db
 def test_create_agent_refuses_bad_roles_and_unknown_org(tmp_path: Path) -> None:
     call_command("mwp", "create-org", "initech")
-    with pytest.raises(CommandError, match="MALFORMED: body.org_roles"):
+    with pytest.raises(CommandError, match="SCHEMA_VALIDATION_FAILED: body.org_roles"):
         call_command(
             "mwp",
             "create-agent",

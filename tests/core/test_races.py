@@ -89,7 +89,7 @@ def test_eight_threads_racing_one_cas_command_exactly_one_wins_MWP_EVT_007(
     winners = [r for r in results if isinstance(r, dict)]
     losers = [r for r in results if isinstance(r, ProtocolError)]
     assert len(winners) == 1, results
-    assert Counter(e.code for e in losers) == Counter({ErrorCode.REVISION_MISMATCH: 7})
+    assert Counter(e.code for e in losers) == Counter({ErrorCode.REVISION_CONFLICT: 7})
     group = Group.objects.get(id=g)
     assert (group.revision, group.last_sequence) == (revision + 1, head + 1)
 

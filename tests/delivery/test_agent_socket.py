@@ -13,6 +13,7 @@ from websockets.exceptions import ConnectionClosed
 from missions.models import AgentCursor, Group, GroupEvent
 from tests.conftest import AgentKey, group_revision
 from tests.delivery.conftest import Client, Daphne, in_db_thread
+from tests.protocol.normative import normative_errors
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -186,7 +187,7 @@ def test_two_groups_on_one_connection_and_no_foreign_events(
         return refused, events, memberships
 
     refused, events, memberships = asyncio.run(scenario())
-    assert (refused["op"], refused["code"]) == ("error", "NOT_FOUND")  # unseen = absent (issue 16 item 8)
+    assert (refused["op"], refused["code"]) == ("error", "GROUP_NOT_FOUND")  # unseen = absent (issue 16 item 8)
     assert {e["group"] for e in events} <= {g1, g2}
     removal = GroupEvent.objects.get(group_id=g2, type="membership.removed").sequence
     assert [e["sequence"] for e in events if e["group"] == g2] == list(range(1, removal))
@@ -221,7 +222,14 @@ def test_bad_frames_get_errors_and_the_connection_stays_up(
     head_now = head(g)
     errors, got = asyncio.run(scenario())
     assert [e["op"] for e in errors] == ["error"] * 6
-    assert all(e["code"] == "MALFORMED" for e in errors)
+    # Framing (not JSON, no op, unknown op, too large) is PROTOCOL_VIOLATION;
+    # a frame member's value is SCHEMA_VALIDATION_FAILED (§6.4, §17.4).
+    assert [e["code"] for e in errors] == [
+        *("PROTOCOL_VIOLATION", "PROTOCOL_VIOLATION", "PROTOCOL_VIOLATION", "SCHEMA_VALIDATION_FAILED"),
+        *("PROTOCOL_VIOLATION", "SCHEMA_VALIDATION_FAILED"),
+    ]
+    for e in errors:  # the error object inside the frame is the §19 document
+        assert normative_errors({k: v for k, v in e.items() if k not in ("op", "ref")}) == [], e
     assert "unknown op" in errors[1]["message"]
     assert "over 1048576 bytes" in errors[4]["message"]
     assert got == [head_now + 1, head_now + 2]
@@ -273,7 +281,7 @@ def test_commands_over_the_socket_answer_with_receipts_and_errors(
 
     receipt, error = asyncio.run(scenario())
     assert receipt["op"] == "receipt" and receipt["receipt"]["action_id"] == good["action_id"]
-    assert (error["op"], error["code"], error["ref"]) == ("error", "REVISION_MISMATCH", stale["action_id"])
+    assert (error["op"], error["code"], error["ref"]) == ("error", "REVISION_CONFLICT", stale["action_id"])
 
 
 def test_a_replaced_session_closes_the_connection_MWP_WRK_014(daphne: Daphne, worker: AgentKey) -> None:
@@ -304,7 +312,7 @@ def test_hello_with_a_stale_token_is_refused(daphne: Daphne, worker: AgentKey) -
         return error, None
 
     error, code = asyncio.run(scenario())
-    assert (error["code"], code) == ("STALE_SESSION", 4003)
+    assert (error["code"], code) == ("AUTH_STALE_SESSION", 4003)
 
 
 def json_dumps(value: Any) -> str:

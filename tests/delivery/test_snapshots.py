@@ -114,8 +114,8 @@ def test_rest_answers_410_with_a_snapshot_reference(
     response = client.get(f"/api/v1/groups/{g}/events?after=0")
     assert response.status_code == 410
     body = response.json()
-    assert body["error"]["code"] == "CURSOR_TOO_OLD"
-    ref = body["snapshot"]
+    assert body["code"] == "CURSOR_TOO_OLD"
+    ref = body["details"]["snapshot"]
     assert set(ref) == {"group", "sequence", "hash", "signature", "url"}
     doc = client.get(ref["url"]).json()
     state = _verify(doc, org["id"], g, sequence=ref["sequence"])

@@ -64,13 +64,13 @@ def test_a_member_watches_the_group_live(
 def test_a_non_member_sees_nothing(daphne: Daphne, mission: dict[str, str]) -> None:
     cookie, _ = person("nora")
     frames, code = asyncio.run(stream(daphne, mission["group"], cookie, None))
-    assert [(f["op"], f["code"]) for f in frames] == [("error", "NOT_FOUND")]  # as if absent (issue 16 item 8)
+    assert [(f["op"], f["code"]) for f in frames] == [("error", "GROUP_NOT_FOUND")]  # as if absent (issue 16 item 8)
     assert code == 4008
 
 
 def test_an_anonymous_browser_is_refused(daphne: Daphne, mission: dict[str, str]) -> None:
     frames, code = asyncio.run(stream(daphne, mission["group"], "", None))
-    assert frames[0]["code"] == "STALE_SESSION"
+    assert frames[0]["code"] == "AUTH_REQUIRED"
     assert code == 4003
 
 

@@ -66,10 +66,10 @@ def test_it_refuses_a_command_whose_actor_is_not_the_connections_agent(
 
     with nothing_written():
         refusal, after = asyncio.run(scenario())
-    assert (refusal["op"], refusal["code"], refusal["ref"]) == ("error", "FORBIDDEN", relayed["action_id"])
+    assert (refusal["op"], refusal["code"], refusal["ref"]) == ("error", "AUTH_FORBIDDEN", relayed["action_id"])
     assert refusal["retryable"] is False
     assert worker.id in refusal["message"]
-    assert (after["op"], after["code"]) == ("error", "MALFORMED")
+    assert (after["op"], after["code"]) == ("error", "SCHEMA_VALIDATION_FAILED")
 
 
 def test_it_refuses_a_second_hello_and_closes_the_connection(
@@ -87,7 +87,7 @@ def test_it_refuses_a_second_hello_and_closes_the_connection(
 
     with nothing_written():
         frames, code = asyncio.run(scenario())
-    assert [(f["op"], f["code"]) for f in frames] == [("error", "FORBIDDEN")]
+    assert [(f["op"], f["code"]) for f in frames] == [("error", "AUTH_FORBIDDEN")]
     assert "already said hello" in frames[0]["message"]
     assert code == 4008
 
@@ -154,11 +154,11 @@ def test_it_closes_a_connection_that_never_says_hello(daphne: Daphne, worker: Ag
         return frames, code, elapsed, still
 
     frames, code, elapsed, still = asyncio.run(scenario())
-    assert [(f["op"], f["code"]) for f in frames] == [("error", "STALE_SESSION")]
+    assert [(f["op"], f["code"]) for f in frames] == [("error", "AUTH_REQUIRED")]
     assert "no hello" in frames[0]["message"]
     assert code == 4003
     assert HELLO_TIMEOUT - 0.2 <= elapsed < HELLO_TIMEOUT + 3
-    assert (still["op"], still["code"]) == ("error", "MALFORMED")
+    assert (still["op"], still["code"]) == ("error", "SCHEMA_VALIDATION_FAILED")
 
 
 def test_it_caps_unauthenticated_connections_per_address(daphne: Daphne, worker: AgentKey) -> None:

@@ -26,6 +26,7 @@ from missions.ws_limits import INTERNAL_ERROR_RETRY_AFTER_MS
 from tests.conftest import AgentKey, nothing_written
 from tests.delivery.conftest import set_roles_envelope
 from tests.delivery.test_agent_socket import head
+from tests.protocol.normative import normative_errors
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -64,13 +65,16 @@ async def open_agent(token: str) -> WebsocketCommunicator:
 
 
 def assert_internal_error(frame: dict[str, Any], ref: str) -> None:
-    assert frame == {
+    document = {k: v for k, v in frame.items() if k not in ("op", "ref")}
+    assert normative_errors(document) == [], frame  # §19 inside the frame
+    assert {**frame, "occurredAt": "-"} == {
         "op": "error",
         "code": "INTERNAL_ERROR",
         "message": "the server failed and changed nothing; try again",
         "ref": ref,
         "retryable": True,
         "retryAfterMs": INTERNAL_ERROR_RETRY_AFTER_MS,
+        "occurredAt": "-",
     }
 
 
@@ -153,7 +157,7 @@ def test_it_does_not_count_internal_errors_as_bad_frames(fault: Fault, worker: A
         await ws.disconnect()
         return codes
 
-    assert asyncio.run(scenario()) == ["INTERNAL_ERROR"] * 30 + ["MALFORMED"]
+    assert asyncio.run(scenario()) == ["INTERNAL_ERROR"] * 30 + ["SCHEMA_VALIDATION_FAILED"]
 
 
 def test_it_recovers_a_subscribe_whose_head_read_failed(

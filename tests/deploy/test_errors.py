@@ -41,7 +41,7 @@ def test_it_answers_a_bad_host_with_the_portals_400_page_and_leaks_nothing(daphn
     """issue 16 item 3: the review's request, unauthenticated, with a Host not in ALLOWED_HOSTS."""
     status, body, headers = request(daphne, "GET", "/", {"Host": "attacker.example"})
     assert status == 400
-    assert 'data-status="400"' in body and "MALFORMED: the portal could not read this request." in body
+    assert 'data-status="400"' in body and "PROTOCOL_VIOLATION: the portal could not read this request." in body
     assert headers["content-type"].startswith("text/html")
     for secret in secrets_of_this_server():
         assert secret not in body, secret
@@ -52,7 +52,7 @@ def test_it_answers_an_unknown_path_with_the_portals_404_page(daphne: Daphne) ->
     """issue 16 item 3: no technical 404 listing the URL patterns."""
     status, body, _ = request(daphne, "GET", "/no/such/page", {"Host": "localhost"})
     assert status == 404
-    assert 'data-status="404"' in body and "NOT_FOUND" in body
+    assert 'data-status="404"' in body and "GROUP_NOT_FOUND" in body
     assert "api/v1/" not in body and "URLconf" not in body
 
 

@@ -72,7 +72,7 @@ def test_a_refused_action_is_reported_in_plain_words(flow: Flow, pat: Person) ->
     item = flow.drive_to("queued")  # its contract needs no Approval
     with nothing_written():
         html = action(pat, "/admin/workitems/workitem/", "grant_execution_approval", [item])
-    assert "INVALID_TRANSITION: this is not possible in the item&#x27;s current state" in html
+    assert "INVALID_STATE_TRANSITION: this is not possible in the item&#x27;s current state" in html
 
 
 def test_accept_result_and_cancel_actions(flow: Flow, cora: Person) -> None:
@@ -87,7 +87,7 @@ def test_final_approval_action(flow: Flow, pat: Person, cora: Person) -> None:
     flow.drive_to("verified")
     mission = Mission.objects.get(group_id=flow.group)
     with nothing_written():
-        assert "FORBIDDEN" in action(cora, "/admin/missions/mission/", "give_final_approval", [str(mission.id)])
+        assert "AUTH_FORBIDDEN" in action(cora, "/admin/missions/mission/", "give_final_approval", [str(mission.id)])
     assert "Accepted: mission.approved" in action(pat, "/admin/missions/mission/", "give_final_approval",
                                                   [str(mission.id)])  # fmt: skip
 

@@ -55,7 +55,7 @@ def test_a_stale_grant_form_shows_the_refusal_and_changes_nothing_MWP_EVT_007(fl
     with nothing_written():
         response = pat.client.post(f"/missions/{flow.group}/workitems/{item}/grant", {"revision": revision})
     assert response.status_code == 409
-    assert "REVISION_MISMATCH: someone changed this item; reload" in response.content.decode()
+    assert "REVISION_CONFLICT: someone changed this item; reload" in response.content.decode()
     assert len(events_of(flow.group, "approval.execution_granted")) == 1
 
 
@@ -66,7 +66,7 @@ def test_a_coordinator_cannot_grant(flow: Flow, cora: Person) -> None:
             f"/missions/{flow.group}/workitems/{item}/grant", {"revision": flow.item(item).revision}
         )
     assert response.status_code == 403
-    assert "FORBIDDEN: your role does not allow this" in response.content.decode()
+    assert "AUTH_FORBIDDEN: your role does not allow this" in response.content.decode()
 
 
 def test_deny_fails_the_workitem_with_the_owners_evidence(flow: Flow, pat: Person) -> None:

@@ -51,7 +51,7 @@ def test_approval_with_unfinished_work_is_refused_in_plain_words(flow: Flow, pat
     with nothing_written():
         response = pat.client.post(f"/missions/{flow.group}/approve", {"revision": group_revision(flow.group)})
     assert response.status_code == 422
-    assert "INVALID_TRANSITION: this is not possible" in response.content.decode()
+    assert "INVALID_STATE_TRANSITION: this is not possible" in response.content.decode()
 
 
 def test_a_stale_final_approval_form_changes_nothing_MWP_EVT_007(flow: Flow, pat: Person) -> None:
@@ -62,7 +62,7 @@ def test_a_stale_final_approval_form_changes_nothing_MWP_EVT_007(flow: Flow, pat
     with nothing_written():
         response = pat.client.post(f"/missions/{flow.group}/approve", {"revision": revision})
     assert response.status_code == 409
-    assert "REVISION_MISMATCH: someone changed this item; reload" in response.content.decode()
+    assert "REVISION_CONFLICT: someone changed this item; reload" in response.content.decode()
 
 
 def test_a_coordinator_cannot_give_final_approval(flow: Flow, cora: Person) -> None:

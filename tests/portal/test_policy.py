@@ -57,7 +57,7 @@ def test_an_invalid_policy_is_refused_in_plain_words(flow: Flow, pat: Person) ->
         response = pat.client.post("/policy/", form(flow, 0, default_class="platinum"))
     assert response.status_code == 400
     html = response.content.decode()
-    assert "MALFORMED: something in the form is not valid (body.policy.default_class" in html
+    assert "SCHEMA_VALIDATION_FAILED: something in the form is not valid (body.policy.default_class" in html
     with nothing_written():
         response = pat.client.post("/policy/", form(flow, 0, class_weight_0="lots"))
     assert response.status_code == 400
@@ -69,7 +69,7 @@ def test_a_stale_policy_form_shows_the_refusal_and_changes_nothing_MWP_EVT_007(f
     with nothing_written():
         response = pat.client.post("/policy/", form(flow, 0, aging_seconds="60"))
     assert response.status_code == 409
-    assert "REVISION_MISMATCH: someone changed this item; reload" in response.content.decode()
+    assert "REVISION_CONFLICT: someone changed this item; reload" in response.content.decode()
 
 
 def test_another_groups_title_never_appears_in_the_editor(

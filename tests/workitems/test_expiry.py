@@ -60,7 +60,7 @@ def test_expire_start_by_twice_appends_once_and_fences_the_owner_MWP_WRK_019(flo
         assert events_of(item).count("work.start_deadline_missed") == 1
         with pytest.raises(ProtocolError) as info:
             flow.start(item)
-        assert info.value.code == ErrorCode.STALE_OWNERSHIP
+        assert info.value.code == ErrorCode.WORK_STALE_OWNERSHIP
         # The Coordinator reassigns under a higher Ownership Epoch.
         flow.offer(item, agents=[flow.worker2])
         flow.accept(item, flow.worker2)
@@ -115,7 +115,7 @@ def test_offer_expiry_appends_nothing_but_acceptance_is_refused(flow: Flow) -> N
         assert GroupEvent.objects.count() == count
         with pytest.raises(ProtocolError) as info:
             flow.accept(item)
-    assert info.value.code == ErrorCode.OFFER_EXPIRED
+    assert info.value.code == ErrorCode.WORK_OFFER_EXPIRED
     assert flow.item(item).state == "offered"
 
 

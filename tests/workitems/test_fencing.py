@@ -6,7 +6,7 @@ import pytest
 
 from missions.models import GroupEvent
 from mwportal.protocol import ErrorCode, ProtocolError
-from tests.conftest import group_revision, refused
+from tests.conftest import Because, group_revision, refused
 from tests.workitems.flow import PROGRESS, Flow
 from workitems.models import ExecutionLease, Submission
 
@@ -21,14 +21,21 @@ def test_older_lease_id_after_renewal_and_restart_is_refused_MWP_WRK_013(flow: F
     assert flow.leases[item] != old_lease
     assert flow.item(item).ownership_epoch == 1
     refused(
-        ErrorCode.STALE_LEASE,
+        Because(ErrorCode.WORK_LEASE_EXPIRED, "stale_lease"),
         flow.lease_command,
         "work.checkpoint",
         item,
         {"checkpoint": {"step": 2}, "progress": PROGRESS},
         lease_id=old_lease,
     )
-    refused(ErrorCode.STALE_LEASE, flow.lease_command, "work.renew_lease", item, {}, lease_id=old_lease)
+    refused(
+        Because(ErrorCode.WORK_LEASE_EXPIRED, "stale_lease"),
+        flow.lease_command,
+        "work.renew_lease",
+        item,
+        {},
+        lease_id=old_lease,
+    )
     flow.checkpoint(item)
 
 
@@ -47,7 +54,7 @@ def test_renewal_extends_the_lease_and_rotates_the_token(flow: Flow) -> None:
 def test_lease_commands_must_name_the_lease(flow: Flow) -> None:
     item = flow.drive_to("active")
     refused(
-        ErrorCode.MALFORMED,
+        ErrorCode.SCHEMA_VALIDATION_FAILED,
         flow.worker.send,
         "work.checkpoint",
         flow.group,
@@ -58,13 +65,13 @@ def test_lease_commands_must_name_the_lease(flow: Flow) -> None:
 
 def test_another_worker_cannot_use_the_lease(flow: Flow) -> None:
     item = flow.drive_to("active")
-    refused(ErrorCode.STALE_LEASE, flow.checkpoint, item, agent=flow.worker2)
+    refused(Because(ErrorCode.WORK_LEASE_EXPIRED, "stale_lease"), flow.checkpoint, item, agent=flow.worker2)
 
 
 def test_start_with_a_stale_ownership_epoch_is_refused(flow: Flow) -> None:
     item = flow.drive_to("queued")
     refused(
-        ErrorCode.STALE_OWNERSHIP,
+        ErrorCode.WORK_STALE_OWNERSHIP,
         flow.worker.send,
         "work.start",
         flow.group,
@@ -72,7 +79,7 @@ def test_start_with_a_stale_ownership_epoch_is_refused(flow: Flow) -> None:
         target=flow.target(item),
         ownership_epoch=0,
     )
-    refused(ErrorCode.STALE_OWNERSHIP, flow.start, item, flow.worker2)
+    refused(ErrorCode.WORK_STALE_OWNERSHIP, flow.start, item, flow.worker2)
 
 
 def test_new_session_revokes_leases_and_requeues_MWP_WRK_014(flow: Flow) -> None:
@@ -85,7 +92,7 @@ def test_new_session_revokes_leases_and_requeues_MWP_WRK_014(flow: Flow) -> None
     revoked = GroupEvent.objects.get(group_id=flow.group, type="work.lease_revoked")
     assert revoked.body["lease_id"] == lease_id
     # The old lease is dead even with the new session's epoch.
-    refused(ErrorCode.INVALID_TRANSITION, flow.checkpoint, item, lease_id=lease_id)
+    refused(ErrorCode.INVALID_STATE_TRANSITION, flow.checkpoint, item, lease_id=lease_id)
     flow.start(item)  # the new runtime starts it again under a new lease
     assert flow.leases[item] != lease_id
 
@@ -98,7 +105,7 @@ def test_late_result_of_a_fenced_owner_is_kept_but_never_completes_MWP_WRK_019(f
     new_lease = flow.leases[item]
     with pytest.raises(ProtocolError) as info:
         flow.submit(item, lease_id=old_lease)
-    assert info.value.code == ErrorCode.STALE_LEASE
+    assert info.value.code == ErrorCode.WORK_LEASE_EXPIRED
     late = Submission.objects.get(workitem_id=item)
     assert late.authoritative is False
     assert GroupEvent.objects.filter(aggregate_id=item, type="work.late_result_recorded").count() == 1

@@ -41,7 +41,7 @@ def test_parent_mission_cancellation_reaches_every_unfinished_workitem(flow: Flo
     assert verify_group_log(Group.objects.get(id=flow.group))[1] is None
     with pytest.raises(ProtocolError) as info:
         flow.authorize()
-    assert info.value.code == ErrorCode.INVALID_TRANSITION
+    assert info.value.code == ErrorCode.INVALID_STATE_TRANSITION
 
 
 def test_parent_mission_failure_fails_unfinished_workitems_with_evidence(flow: Flow) -> None:
@@ -104,7 +104,7 @@ def test_mission_approval_needs_finished_workitems(flow: Flow) -> None:
     flow.drive_to("queued")
     with pytest.raises(ProtocolError) as info:
         flow.owner.send("mission.approve", flow.group, {}, target=group_target(flow.group))
-    assert info.value.code == ErrorCode.INVALID_TRANSITION
+    assert info.value.code == ErrorCode.INVALID_STATE_TRANSITION
 
 
 def test_a_failed_parent_workitem_stops_waiting_for_its_child(flow: Flow) -> None:

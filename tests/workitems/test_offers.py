@@ -31,7 +31,7 @@ def test_first_acceptance_wins_and_other_offers_are_withdrawn(flow: Flow) -> Non
     assert statuses == {flow.worker.id: "withdrawn", flow.worker2.id: "accepted"}
     with pytest.raises(ProtocolError) as info:
         flow.accept(item, flow.worker)
-    assert info.value.code == ErrorCode.INVALID_TRANSITION
+    assert info.value.code == ErrorCode.INVALID_STATE_TRANSITION
 
 
 def test_decline_records_a_structured_reason(flow: Flow) -> None:
@@ -52,7 +52,7 @@ def test_selection_basis_is_structured_and_refuses_free_text(flow: Flow) -> None
     item = flow.authorize()
     with pytest.raises(ProtocolError) as info:
         flow.offer(item, selection_basis={**BASIS, "reasoning": "I thought about it"})
-    assert info.value.code == ErrorCode.MALFORMED
+    assert info.value.code == ErrorCode.SCHEMA_VALIDATION_FAILED
     assert info.value.details["field"] == "body.selection_basis.reasoning"
 
 

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from missions.models import GroupEvent, Mission
 from mwportal.protocol import ErrorCode, ProtocolError, format_time
-from tests.conftest import refused
+from tests.conftest import Because, refused
 from tests.workitems.flow import PROGRESS, Flow
 from workitems import tasks
 from workitems.models import Checkpoint, ExecutionLease
@@ -108,10 +108,16 @@ def test_progress_buffered_after_the_grace_window_is_refused_MWP_WRK_021(flow: F
     with time_machine.travel(too_late + timedelta(seconds=5)):
         tasks.expire_leases()
         flow.worker.open_session()
-        refused(ErrorCode.OFFLINE_BINDING_INVALID, send_buffered, flow, item, binding(flow, item, too_late))
+        refused(
+            Because(ErrorCode.INVALID_COMMAND, "offline_binding_invalid"),
+            send_buffered,
+            flow,
+            item,
+            binding(flow, item, too_late),
+        )
         # Stretching the grace deadline past the lease's window does not help.
         stretched = binding(flow, item, too_late, grace_deadline=format_time(too_late + timedelta(minutes=5)))
-        refused(ErrorCode.OFFLINE_BINDING_INVALID, send_buffered, flow, item, stretched)
+        refused(Because(ErrorCode.INVALID_COMMAND, "offline_binding_invalid"), send_buffered, flow, item, stretched)
     assert not Checkpoint.objects.filter(workitem_id=item).exists()
 
 
@@ -120,7 +126,13 @@ def test_progress_buffered_after_lease_closure_is_refused_MWP_WRK_021(flow: Flow
     flow.checkpoint(item)  # the Worker itself released the lease
     after = timezone.now() + timedelta(seconds=1)
     with time_machine.travel(after + timedelta(seconds=1)):
-        refused(ErrorCode.OFFLINE_BINDING_INVALID, send_buffered, flow, item, binding(flow, item, after))
+        refused(
+            Because(ErrorCode.INVALID_COMMAND, "offline_binding_invalid"),
+            send_buffered,
+            flow,
+            item,
+            binding(flow, item, after),
+        )
 
 
 def test_progress_for_a_changed_owner_is_refused_MWP_WRK_021(flow: Flow) -> None:
@@ -135,7 +147,7 @@ def test_progress_for_a_changed_owner_is_refused_MWP_WRK_021(flow: Flow) -> None
         flow.accept(item, flow.worker2)
         flow.worker.open_session()
         bound = binding(flow, item, buffered_at, grace_deadline=format_time(buffered_at + timedelta(seconds=1)))
-        err = refused(ErrorCode.OFFLINE_BINDING_INVALID, send_buffered, flow, item, bound)
+        err = refused(Because(ErrorCode.INVALID_COMMAND, "offline_binding_invalid"), send_buffered, flow, item, bound)
     assert "owner" in err.message
 
 
@@ -165,7 +177,7 @@ def test_a_budget_overflow_refuses_both_the_charge_and_the_progress_MWP_WRK_022(
 def test_a_malformed_binding_names_its_member(flow: Flow, change: dict[str, Any], field: str) -> None:
     item = flow.drive_to("active")
     bound = {**binding(flow, item, timezone.now()), **change}
-    err = refused(ErrorCode.MALFORMED, send_buffered, flow, item, bound)
+    err = refused(ErrorCode.SCHEMA_VALIDATION_FAILED, send_buffered, flow, item, bound)
     assert err.details["field"] == f"extensions.{OFFLINE_EXTENSION}.{field}"
 
 
@@ -173,7 +185,7 @@ def test_the_binding_must_match_the_command(flow: Flow) -> None:
     item = flow.drive_to("active")
     other = flow.drive_to("active")
     bound = binding(flow, item, timezone.now(), workitem=other)
-    refused(ErrorCode.OFFLINE_BINDING_INVALID, send_buffered, flow, item, bound)
+    refused(Because(ErrorCode.INVALID_COMMAND, "offline_binding_invalid"), send_buffered, flow, item, bound)
 
 
 def test_usage_in_the_body_beside_the_binding_is_refused(flow: Flow) -> None:
@@ -190,7 +202,7 @@ def test_an_unknown_critical_extension_is_refused_and_a_non_critical_one_is_kept
     from tests.workitems.flow import BASIS
 
     err = refused(
-        ErrorCode.MALFORMED,
+        ErrorCode.UNKNOWN_CRITICAL_EXTENSION,
         flow.coordinator.send,
         "work.offer",
         flow.group,

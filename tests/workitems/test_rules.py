@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from missions.models import Approval, GroupEvent, Mission
 from mwportal.protocol import ErrorCode
-from tests.conftest import refused
+from tests.conftest import Because, refused
 from tests.workitems.flow import PROGRESS, Flow, contract
 from workitems.models import WorkItem
 
@@ -21,21 +21,24 @@ from workitems.models import WorkItem
 @pytest.mark.parametrize(
     "field", ["goal", "acceptance_criteria", "budgets", "retry", "risk", "capabilities", "deadline", "urgency"]
 )
-def test_missing_contract_field_is_contract_invalid_naming_it(flow: Flow, field: str) -> None:
+def test_missing_contract_field_is_work_contract_incomplete_naming_it(flow: Flow, field: str) -> None:
     c = contract()
     del c[field]
-    err = refused(ErrorCode.CONTRACT_INVALID, flow.authorize, c)
+    err = refused(Because(ErrorCode.WORK_CONTRACT_INCOMPLETE, "contract_invalid"), flow.authorize, c)
     assert err.details["field"] == f"contract.{field}"
 
 
 def test_nested_contract_errors_name_the_path(flow: Flow) -> None:
     c = contract()
     del c["budgets"]["tokens"]
-    assert refused(ErrorCode.CONTRACT_INVALID, flow.authorize, c).details["field"] == "contract.budgets.tokens"
+    incomplete = Because(ErrorCode.WORK_CONTRACT_INCOMPLETE, "contract_invalid")
+    assert refused(incomplete, flow.authorize, c).details["field"] == "contract.budgets.tokens"
+    # Present but wrong is INVALID_COMMAND, not "incomplete".
+    wrong = Because(ErrorCode.INVALID_COMMAND, "contract_invalid")
     c = contract(urgency="yesterday")
-    assert refused(ErrorCode.CONTRACT_INVALID, flow.authorize, c).details["field"] == "contract.urgency"
+    assert refused(wrong, flow.authorize, c).details["field"] == "contract.urgency"
     c = contract(opinion="prose instead of fields")
-    assert refused(ErrorCode.CONTRACT_INVALID, flow.authorize, c).details["field"] == "contract.opinion"
+    assert refused(wrong, flow.authorize, c).details["field"] == "contract.opinion"
 
 
 def test_contract_schema_is_served(client) -> None:  # type: ignore[no-untyped-def]
@@ -58,7 +61,7 @@ def test_proposal_then_authorization(flow: Flow) -> None:
     )
     assert str(flow.item(item).proposal_id) == proposal
     refused(
-        ErrorCode.INVALID_TRANSITION,
+        ErrorCode.INVALID_STATE_TRANSITION,
         flow.coordinator.send,
         "work.authorize",
         flow.group,
@@ -68,7 +71,7 @@ def test_proposal_then_authorization(flow: Flow) -> None:
 
 def test_only_coordinators_authorize(flow: Flow) -> None:
     refused(
-        ErrorCode.FORBIDDEN,
+        ErrorCode.AUTH_FORBIDDEN,
         flow.worker.send,
         "work.authorize",
         flow.group,
@@ -85,7 +88,12 @@ def test_risky_contract_cannot_start_before_execution_approval(flow: Flow) -> No
     flow.accept(item)
     refused(ErrorCode.APPROVAL_REQUIRED, flow.start, item)
     refused(
-        ErrorCode.FORBIDDEN, flow.coordinator.send, "approval.grant_execution", flow.group, {}, target=flow.target(item)
+        ErrorCode.AUTH_FORBIDDEN,
+        flow.coordinator.send,
+        "approval.grant_execution",
+        flow.group,
+        {},
+        target=flow.target(item),
     )
     flow.approve(item)
     assert Approval.objects.get(subject_id=item).kind == "execution"
@@ -100,7 +108,7 @@ def test_dependency_gates_start_until_its_policy_holds(flow: Flow) -> None:
     second = flow.authorize(contract(dependencies=[{"workitem": first, "policy": "verified"}]))
     flow.offer(second)
     flow.accept(second)
-    err = refused(ErrorCode.DEPENDENCY_UNMET, flow.start, second)
+    err = refused(Because(ErrorCode.INVALID_STATE_TRANSITION, "dependency_unmet"), flow.start, second)
     assert err.details["workitems"] == [first]
     flow.offer(first, agents=[flow.worker2])
     flow.accept(first, flow.worker2)
@@ -108,7 +116,7 @@ def test_dependency_gates_start_until_its_policy_holds(flow: Flow) -> None:
     flow.lease_command(
         "work.submit", first, {"artifacts": [], "evidence": flow.evidence(first, flow.worker2)}, agent=flow.worker2
     )
-    refused(ErrorCode.DEPENDENCY_UNMET, flow.start, second)
+    refused(Because(ErrorCode.INVALID_STATE_TRANSITION, "dependency_unmet"), flow.start, second)
     flow.accept_result(first)
     flow.start(second)
 
@@ -118,20 +126,23 @@ def test_dependency_cycles_are_refused(flow: Flow) -> None:
     b = flow.authorize(contract(dependencies=[{"workitem": a, "policy": "verified"}]))
     # Revising a's contract to depend on b closes a cycle.
     refused(
-        ErrorCode.DEPENDENCY_CYCLE,
+        Because(ErrorCode.INVALID_COMMAND, "dependency_cycle"),
         flow.offer,
         a,
         contract=contract(dependencies=[{"workitem": b, "policy": "verified"}]),
     )
     c = str(uuid.uuid4())
     refused(
-        ErrorCode.DEPENDENCY_CYCLE, flow.authorize, contract(dependencies=[{"workitem": c, "policy": "verified"}]), c
+        Because(ErrorCode.INVALID_COMMAND, "dependency_cycle"),
+        flow.authorize,
+        contract(dependencies=[{"workitem": c, "policy": "verified"}]),
+        c,
     )
 
 
 def test_unknown_dependency_is_contract_invalid(flow: Flow) -> None:
     err = refused(
-        ErrorCode.CONTRACT_INVALID,
+        Because(ErrorCode.INVALID_COMMAND, "contract_invalid"),
         flow.authorize,
         contract(dependencies=[{"workitem": str(uuid.uuid4()), "policy": "verified"}]),
     )
@@ -202,7 +213,7 @@ def test_retryable_failure_requeues_with_backoff_until_attempts_run_out(flow: Fl
     flow.lease_command("work.fail", item, {"evidence": evidence, "retryable": True})
     it = flow.item(item)
     assert (it.state, it.attempt, it.needs_new_attempt) == ("queued", 1, True)
-    err = refused(ErrorCode.INVALID_TRANSITION, flow.start, item)  # still backing off
+    err = refused(ErrorCode.INVALID_STATE_TRANSITION, flow.start, item)  # still backing off
     assert "retry_not_before" in err.details
     with time_machine.travel(timezone.now() + timedelta(seconds=31)):
         flow.start(item)
@@ -218,7 +229,7 @@ def test_retryable_failure_requeues_with_backoff_until_attempts_run_out(flow: Fl
 def test_failure_needs_evidence(flow: Flow) -> None:
     item = flow.drive_to("open")
     refused(
-        ErrorCode.EVIDENCE_REQUIRED,
+        Because(ErrorCode.INVALID_STATE_TRANSITION, "evidence_required"),
         flow.coordinator.send,
         "work.fail",
         flow.group,
@@ -242,7 +253,9 @@ def test_attempt_key_is_deterministic_MWP_WRK_031() -> None:
 def test_submit_needs_evidence_for_every_criterion(flow: Flow) -> None:
     item = flow.drive_to("active")
     body = {"artifacts": [], "evidence": flow.evidence(item, flow.worker, criteria=["complete"])}
-    err = refused(ErrorCode.EVIDENCE_REQUIRED, flow.lease_command, "work.submit", item, body)
+    err = refused(
+        Because(ErrorCode.INVALID_STATE_TRANSITION, "evidence_required"), flow.lease_command, "work.submit", item, body
+    )
     assert err.details["criteria"] == ["accurate"]
 
 
@@ -250,7 +263,7 @@ def test_submit_refuses_artifacts_not_in_the_store(flow: Flow) -> None:
     item = flow.drive_to("active")
     ghost = "ab" * 32
     body = {"artifacts": [ghost], "evidence": flow.evidence(item, flow.worker)}
-    err = refused(ErrorCode.NOT_FOUND, flow.lease_command, "work.submit", item, body)
+    err = refused(Because(ErrorCode.INVALID_COMMAND, "not_found"), flow.lease_command, "work.submit", item, body)
     assert err.details["artifacts"] == [ghost]
 
 
@@ -258,14 +271,20 @@ def test_evidence_refuses_free_form_members(flow: Flow) -> None:
     item = flow.drive_to("active")
     evidence = flow.evidence(item, flow.worker)
     evidence[0]["chain_of_thought"] = "first I considered..."
-    err = refused(ErrorCode.MALFORMED, flow.lease_command, "work.submit", item, {"artifacts": [], "evidence": evidence})
+    err = refused(
+        ErrorCode.SCHEMA_VALIDATION_FAILED,
+        flow.lease_command,
+        "work.submit",
+        item,
+        {"artifacts": [], "evidence": evidence},
+    )
     assert err.details["field"] == "body.evidence.0.chain_of_thought"
 
 
 def test_progress_is_structured(flow: Flow) -> None:
     item = flow.drive_to("active")
     err = refused(
-        ErrorCode.MALFORMED,
+        ErrorCode.SCHEMA_VALIDATION_FAILED,
         flow.lease_command,
         "work.checkpoint",
         item,

@@ -51,7 +51,7 @@ class Lifecycle(RuleBasedStateMachine):
         try:
             command()
         except ProtocolError as exc:
-            assert exc.code in (ErrorCode.INVALID_TRANSITION, ErrorCode.STALE_LEASE), (transition, exc)
+            assert exc.code in (ErrorCode.INVALID_STATE_TRANSITION, ErrorCode.WORK_LEASE_EXPIRED), (transition, exc)
             return False
         raise AssertionError(f"{transition} from {self.state} was accepted against the model")
 
@@ -86,7 +86,7 @@ class Lifecycle(RuleBasedStateMachine):
         try:
             started = self.attempt("work.start", ok, lambda: self.flow.start(self.item))
         except ProtocolError as exc:  # queued without a live owner: ownership lapsed
-            assert exc.code in (ErrorCode.STALE_OWNERSHIP, ErrorCode.LEASE_EXPIRED) and not ok
+            assert exc.code in (ErrorCode.WORK_STALE_OWNERSHIP, ErrorCode.WORK_LEASE_EXPIRED) and not ok
             return
         if started:
             self.state = sm.ACTIVE

@@ -84,7 +84,7 @@ def test_every_state_command_pair_follows_the_table(flow: Flow, state: str, comm
     else:
         with pytest.raises(ProtocolError) as info:
             COMMANDS[command](flow, item)
-        assert info.value.code == ErrorCode.INVALID_TRANSITION, info.value
+        assert info.value.code == ErrorCode.INVALID_STATE_TRANSITION, info.value
         late = command == "work.submit" and item in flow.leases
         # Nothing is written, except that a former lease holder's refused
         # submission is kept as a non-authoritative late result (MWP-WRK-019).
