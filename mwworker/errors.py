@@ -76,12 +76,15 @@ class StoreLocked(WorkerError):
 
 
 class Refused(WorkerError):
-    """The Group Authority refused a Command; ``code`` is its error code."""
+    """The Group Authority refused a Command; ``code`` is its error code (one of
+    the 27 of spec §19) and ``reason`` the document's ``details.reason``, the
+    finer case the code covers, when it has one."""
 
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: str, message: str, reason: str | None = None):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+        self.reason = reason
 
 
 class BudgetExceeded(WorkerError):

@@ -79,6 +79,7 @@ class CommandRefused:
     action_id: str
     code: str
     message: str
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,7 +277,7 @@ class ClientSession:
         code, message, ref = str(frame.get("code")), str(frame.get("message", "")), frame.get("ref")
         if isinstance(ref, str) and ref in self._pending:
             del self._pending[ref]
-            return [CommandRefused(ref, code, message)]
+            return [CommandRefused(ref, code, message, error_reason(frame))]
         if isinstance(ref, str) and ref in self.subscriptions:
             del self.subscriptions[ref]
             return [SubscriptionRefused(ref, code, message)]
@@ -321,3 +322,10 @@ _HANDLERS = {
     "cursor_too_old": ClientSession._on_cursor_too_old,
     "membership": ClientSession._on_membership,
 }
+
+
+def error_reason(document: dict[str, Any]) -> str | None:
+    """``details.reason`` of an error document, when it has one."""
+    details = document.get("details")
+    reason = details.get("reason") if isinstance(details, dict) else None
+    return reason if isinstance(reason, str) else None

@@ -112,6 +112,7 @@ from .protocol import (
     ServerError,
     SubscriptionRefused,
     Welcome,
+    error_reason,
 )
 from .scheduler import FairScheduler, Picker
 from .store import Store
@@ -134,7 +135,17 @@ REFRESH_AFTER_SECONDS = 60.0
 # (the Group Authority's MWP_OFFLINE_GRACE_SECONDS must be at least this).
 OFFLINE_EXTENSION = "urn:missionweaveprotocol:extension:bounded-offline-execution"
 OFFLINE_GRACE_SECONDS = 600.0
-LEASE_GONE = frozenset({"STALE_LEASE", "STALE_OWNERSHIP", "LEASE_EXPIRED", "STALE_SESSION", "INVALID_TRANSITION"})
+LEASE_GONE = frozenset({"WORK_LEASE_EXPIRED", "WORK_STALE_OWNERSHIP", "AUTH_STALE_SESSION", "INVALID_STATE_TRANSITION"})
+# INVALID_STATE_TRANSITION also covers refusals that leave the lease standing
+# (the Evidence or the dependencies are not there yet): not a lost lease.
+LEASE_KEPT_REASONS = frozenset({"evidence_required", "dependency_unmet"})
+
+
+def lease_gone(exc: Refused) -> bool:
+    """The refusal says this Worker no longer holds the lease it used."""
+    return exc.code in LEASE_GONE and exc.reason not in LEASE_KEPT_REASONS
+
+
 _DEP_SATISFIED = {
     "verified": frozenset({"verified"}),
     "submitted": frozenset({"submitted", "verified"}),
@@ -743,7 +754,7 @@ class _Http:
             try:
                 return exc.code, json.loads(raw)
             except ValueError:
-                return exc.code, {"error": {"code": "HTTP", "message": raw[:200].decode("utf-8", "replace")}}
+                return exc.code, {"code": "HTTP", "message": raw[:200].decode("utf-8", "replace")}
 
     async def put_artifact(self, token: str | None, group: str, data: bytes, media_type: str) -> str:
         return await asyncio.to_thread(self.put_artifact_blocking, token, group, data, media_type)
@@ -803,16 +814,15 @@ UPLOAD_RETRIES = 5
 
 
 def _resume_offset(payload: Any) -> int | None:
-    err = payload.get("error") if isinstance(payload, dict) else None
-    details = err.get("details") if isinstance(err, dict) else None
+    details = payload.get("details") if isinstance(payload, dict) else None
     offset = details.get("offset") if isinstance(details, dict) else None
     return offset if isinstance(offset, int) else None
 
 
 def _error_of(status: int, payload: Any) -> Refused:
-    err = payload.get("error") if isinstance(payload, dict) else None
-    if isinstance(err, dict):
-        return Refused(str(err.get("code")), str(err.get("message", "")))
+    """The refusal an error document (the bare §19 document of every REST error) describes."""
+    if isinstance(payload, dict) and isinstance(payload.get("code"), str):
+        return Refused(payload["code"], str(payload.get("message", "")), error_reason(payload))
     return Refused("HTTP", f"status {status}")
 
 
@@ -1036,7 +1046,12 @@ class Worker:
         status, payload = await self._http.call("POST", "/api/v1/sessions", body=request)
         if status != 201:
             err = _error_of(status, payload)
-            if err.code in ("INVALID_SIGNATURE", "MALFORMED", "NOT_FOUND"):
+            if err.code in (
+                "AUTH_INVALID_SIGNATURE",
+                "SCHEMA_VALIDATION_FAILED",
+                "PROTOCOL_VIOLATION",
+                "GROUP_NOT_FOUND",
+            ):
                 raise Fatal(f"the portal refused this Agent's session: {err}")
             raise err
         self._token = str(payload["token"])
@@ -1126,7 +1141,7 @@ class Worker:
         elif isinstance(event, CommandRefused):
             pending = self._pending.pop(event.action_id, None)
             if pending is not None and not pending[1].done():
-                pending[1].set_exception(Refused(event.code, event.message))
+                pending[1].set_exception(Refused(event.code, event.message, event.reason))
         elif isinstance(event, CursorTooOld):
             await self._restore(event.group, event.snapshot)
         elif isinstance(event, MembershipChanged):
@@ -1137,7 +1152,7 @@ class Worker:
     async def _on_welcome(self, welcome: Welcome) -> None:
         assert self._session is not None
         if self.session_epoch is not None and welcome.session_epoch != self.session_epoch:
-            self._fail_pending(Refused("STALE_SESSION", "a new session"))
+            self._fail_pending(Refused("AUTH_STALE_SESSION", "a new session"))
         self.session_epoch = welcome.session_epoch
         # Whatever happened while disconnected (a replaced session's lease
         # revocations above all) is behind every head read from now on.
@@ -1305,7 +1320,7 @@ class Worker:
             try:
                 status, payload = await self._http.call("GET", path, token=self._token)
             except OSError as exc:
-                status, payload = 0, {"error": {"code": "HTTP", "message": str(exc)}}
+                status, payload = 0, {"code": "HTTP", "message": str(exc)}
             if connection != self._connection:
                 return
             if status == 200 and isinstance(payload, dict) and isinstance(payload.get("head"), int):
@@ -1313,12 +1328,13 @@ class Worker:
                 self._wake.set()
                 self._notify()
                 return
-            snapshot = payload.get("snapshot") if isinstance(payload, dict) else None
+            details = payload.get("details") if isinstance(payload, dict) else None
+            snapshot = details.get("snapshot") if isinstance(details, dict) else None
             if status == 410 and isinstance(snapshot, dict) and isinstance(snapshot.get("sequence"), int):
                 after = max(after, snapshot["sequence"])  # outside the online window: ask after the snapshot
                 continue
             err = _error_of(status, payload)
-            if err.code in ("NOT_A_MEMBER", "NOT_FOUND", "FORBIDDEN"):
+            if err.code in ("MEMBERSHIP_REQUIRED", "GROUP_NOT_FOUND", "AUTH_FORBIDDEN"):
                 log.info("head of %s: %s; nothing ownership-bound goes out there", group, err)
                 return
             log.warning("head of %s: %s; asking again", group, err)
@@ -1384,9 +1400,9 @@ class Worker:
         try:
             return await fut
         except Refused as exc:
-            if exc.code == "STALE_SESSION" and self.session_epoch == envelope["session_epoch"]:
+            if exc.code == "AUTH_STALE_SESSION" and self.session_epoch == envelope["session_epoch"]:
                 self._session_lost()
-            if refresh and exc.code == "INVALID_SIGNATURE" and self._signed_long_ago(envelope):
+            if refresh and exc.code == "AUTH_INVALID_SIGNATURE" and self._signed_long_ago(envelope):
                 fresh = self._refreshed(envelope)
                 log.info("%s %s refused as stale; sent again as %s", envelope["type"], envelope["action_id"],
                          fresh["action_id"])  # fmt: skip
@@ -1461,7 +1477,7 @@ class Worker:
                 await self._send(envelope)
                 self.log.append(("reconciled", str(old["target"]["id"]), ""))
             except Refused as exc:
-                if exc.code == "STALE_SESSION":
+                if exc.code == "AUTH_STALE_SESSION":
                     return  # reconnecting under a new session; reconciled then
                 if exc.code != "ACTION_ID_COLLISION":  # a collision: an earlier send was accepted
                     log.warning("buffered %s refused: %s", old["type"], exc)
@@ -1477,7 +1493,7 @@ class Worker:
         if self._token is None:
             return
         self._token = None
-        self._fail_pending(Refused("STALE_SESSION", "the session was replaced"))
+        self._fail_pending(Refused("AUTH_STALE_SESSION", "the session was replaced"))
         for slot in list(self._running.values()):
             self._stop_slot(slot, "session replaced")
         ws = self._ws
@@ -1583,7 +1599,7 @@ class Worker:
             self.log.append(("offer.declined", row.workitem, decline.reason))
             return {"accepted": False, "reason": decline.reason}
         except Refused as exc:
-            if exc.code == "REVISION_MISMATCH":
+            if exc.code == "REVISION_CONFLICT":
                 return None  # an Event is on its way; answer once it is applied
             return {"answered": False, "refused": exc.code}
 
@@ -1655,7 +1671,7 @@ class Worker:
             await self._start_lease(slot)
         except Refused as exc:
             del self._running[row.workitem]
-            if exc.code != "STALE_SESSION":  # the next session may start it
+            if exc.code != "AUTH_STALE_SESSION":  # the next session may start it
                 self._start_refused[(row.group_id, row.workitem)] = (row.updated_sequence, utcnow())
             self.log.append(("start.refused", row.workitem, exc.code))
             log.info("work.start of %s refused: %s", row.workitem, exc)
@@ -1670,13 +1686,13 @@ class Worker:
             # The revision the caller knew may be older than the Group's head:
             # wait for it, then start from what the caught-up store says.
             if not await self._catch_up(slot.group, slot):
-                raise Refused("STALE_LEASE", f"{slot.workitem} stopped while its Group caught up")
+                raise Refused("WORK_LEASE_EXPIRED", f"{slot.workitem} stopped while its Group caught up", "stale_lease")
             row = await asyncio.to_thread(self.store.row, slot.group, slot.workitem)
             if (
                 row is None or row.state != "queued" or row.owner != self.me
                 or row.ownership_epoch != slot.ownership_epoch
             ):  # fmt: skip
-                raise Refused("STALE_OWNERSHIP", f"{slot.workitem} is no longer this Worker's to start")
+                raise Refused("WORK_STALE_OWNERSHIP", f"{slot.workitem} is no longer this Worker's to start")
             slot.revision = row.revision
         target = {"kind": "workitem", "id": slot.workitem, "revision": slot.revision}
         receipt = await self._command("work.start", slot.group, {}, target=target,
@@ -1853,7 +1869,7 @@ class Worker:
                 receipt = await self._command(type_, slot.group, body, target=target,
                                               ownership_epoch=slot.ownership_epoch, lease_id=lease_id)  # fmt: skip
             except Refused as exc:
-                if exc.code in LEASE_GONE:
+                if lease_gone(exc):
                     slot.lease_id = None
                     raise LeaseLost(f"{type_}: {exc.code}") from exc
                 raise

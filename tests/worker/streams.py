@@ -993,7 +993,7 @@ class World:
             "lease_id": lease_id,
             "artifacts": [],
             "evidence": [],
-            "refused": "STALE_LEASE",
+            "refused": "WORK_LEASE_EXPIRED",
             "authoritative": False,
         }
         action = system_action_id("late-result", agent, self.uuid())

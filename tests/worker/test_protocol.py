@@ -22,6 +22,8 @@ from mwworker import (
     SubscriptionRefused,
     Welcome,
 )
+from mwworker.errors import Refused
+from mwworker.runtime import lease_gone
 from tests.worker.streams import ME, Event, World
 
 GROUP = "11111111-1111-4111-8111-111111111111"
@@ -123,23 +125,57 @@ def test_a_command_is_answered_by_its_receipt() -> None:
 def test_a_refused_command_names_its_action_id() -> None:
     session = welcomed()
     session.command(envelope())
-    refusal = {"op": "error", "code": "STALE_LEASE", "message": "lease x is not current", "ref": ACTION}
-    assert session.feed(json.dumps(refusal)) == [CommandRefused(ACTION, "STALE_LEASE", "lease x is not current")]
+    refusal = {"op": "error", "code": "WORK_LEASE_EXPIRED", "message": "lease x is not current", "ref": ACTION}
+    assert session.feed(json.dumps(refusal)) == [CommandRefused(ACTION, "WORK_LEASE_EXPIRED", "lease x is not current")]
     assert session.in_doubt() == []
+
+
+def test_a_refusal_carries_the_reason_of_its_error_document() -> None:
+    # §19 document inside the frame: details.reason is the finer case.
+    session = welcomed()
+    session.command(envelope())
+    refusal = {"op": "error", "ref": ACTION, "code": "WORK_LEASE_EXPIRED", "message": "m", "retryable": False,
+               "occurredAt": "2026-12-01T12:00:00.000Z", "details": {"reason": "stale_lease"}}  # fmt: skip
+    assert session.feed(json.dumps(refusal)) == [CommandRefused(ACTION, "WORK_LEASE_EXPIRED", "m", "stale_lease")]
+
+
+@pytest.mark.parametrize(
+    ("code", "reason", "gone"),
+    [
+        ("WORK_LEASE_EXPIRED", "stale_lease", True),
+        ("WORK_LEASE_EXPIRED", "lease_expired", True),
+        ("WORK_STALE_OWNERSHIP", None, True),
+        ("AUTH_STALE_SESSION", None, True),
+        ("INVALID_STATE_TRANSITION", None, True),
+        # The same code for "not yet" leaves the lease standing.
+        ("INVALID_STATE_TRANSITION", "evidence_required", False),
+        ("INVALID_STATE_TRANSITION", "dependency_unmet", False),
+        ("INVALID_COMMAND", "not_found", False),
+    ],
+)
+def test_it_tells_a_lost_lease_from_a_refusal_that_keeps_it(code: str, reason: str | None, gone: bool) -> None:
+    assert lease_gone(Refused(code, "m", reason)) is gone
 
 
 def test_a_refused_subscription_names_its_group() -> None:
     session = welcomed()
     session.subscribe(GROUP, after=0)
-    refusal = {"op": "error", "code": "NOT_A_MEMBER", "message": "not a member", "ref": GROUP}
-    assert session.feed(json.dumps(refusal)) == [SubscriptionRefused(GROUP, "NOT_A_MEMBER", "not a member")]
+    refusal = {"op": "error", "code": "MEMBERSHIP_REQUIRED", "message": "not a member", "ref": GROUP}
+    assert session.feed(json.dumps(refusal)) == [SubscriptionRefused(GROUP, "MEMBERSHIP_REQUIRED", "not a member")]
     assert session.subscriptions == {}
 
 
 def test_other_errors_are_server_errors() -> None:
     session = welcomed()
-    error = {"op": "error", "code": "MALFORMED", "message": "cursors: must be a non-empty list", "ref": None}
-    assert session.feed(json.dumps(error)) == [ServerError("MALFORMED", "cursors: must be a non-empty list", None)]
+    error = {
+        "op": "error",
+        "code": "SCHEMA_VALIDATION_FAILED",
+        "message": "cursors: must be a non-empty list",
+        "ref": None,
+    }
+    assert session.feed(json.dumps(error)) == [
+        ServerError("SCHEMA_VALIDATION_FAILED", "cursors: must be a non-empty list", None)
+    ]
 
 
 def test_cursor_too_old_hands_over_the_snapshot_reference() -> None:
@@ -177,7 +213,9 @@ def test_a_closed_connection_ends_the_session_and_leaves_commands_in_doubt() -> 
 def test_an_unauthenticated_close_says_so() -> None:
     session = ClientSession()
     session.hello("stale")
-    error = {"op": "error", "code": "STALE_SESSION", "message": "the session token is not current", "ref": None}
-    assert session.feed(json.dumps(error)) == [ServerError("STALE_SESSION", "the session token is not current", None)]
+    error = {"op": "error", "code": "AUTH_STALE_SESSION", "message": "the session token is not current", "ref": None}
+    assert session.feed(json.dumps(error)) == [
+        ServerError("AUTH_STALE_SESSION", "the session token is not current", None)
+    ]
     (closed,) = session.connection_lost(4003)
     assert isinstance(closed, Closed) and closed.unauthenticated and not closed.session_replaced

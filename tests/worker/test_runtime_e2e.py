@@ -306,7 +306,11 @@ def test_a_killed_workers_item_is_reassigned_with_a_higher_epoch_and_its_late_su
             return str(info.value.code)
 
         code = await in_db_thread(late_submit)
-        assert code in (ErrorCode.INVALID_TRANSITION, ErrorCode.STALE_OWNERSHIP, ErrorCode.STALE_LEASE)
+        assert code in (
+            ErrorCode.INVALID_STATE_TRANSITION,
+            ErrorCode.WORK_STALE_OWNERSHIP,
+            ErrorCode.WORK_LEASE_EXPIRED,
+        )
         late = await in_db_thread(
             lambda: list(GroupEvent.objects.filter(group_id=g, type="work.late_result_recorded").values("body"))
         )
