@@ -9,7 +9,8 @@ two members of the same name — the same name *after* escapes are decoded,
 so ``{"a":1,"\\u0061":2}`` is refused.
 
 It deliberately refuses nothing the grammar allows: a number beyond binary64
-(``1e400``) parses as an infinity, a long integer as a Python ``int``, an
+(``1e400``) parses as an infinity, a long integer as a Python ``int`` (up to
+4300 digits; a longer one as an infinity too, see ``_long_int``), an
 unpaired surrogate escape as a lone surrogate in the ``str``. Those are
 outside the I-JSON data model, which is stage 5's question (``jcs``), so the
 verifier can classify them there.
@@ -21,7 +22,7 @@ literals) rather than a Python parser: this runs on every signed document.
 from __future__ import annotations
 
 import json
-from decimal import Decimal
+import math
 from typing import Any
 
 __all__ = ["StrictJSONError", "parse", "parse_text"]
@@ -57,9 +58,16 @@ def _non_finite(literal: str) -> Any:
     raise StrictJSONError("non-finite-literal", f"{literal} is not JSON")
 
 
-def _long_int(text: str) -> int:
-    # int(str) stops at sys.get_int_max_str_digits(); Decimal has no such limit.
-    return int(Decimal(text))
+def _long_int(text: str) -> int | float:
+    """An integer literal longer than ``int()`` reads (``sys.int_info``'s
+    default limit, 4300 digits) becomes a signed infinity, as a float literal
+    beyond binary64 does: it is far outside binary64 either way, so stage 5
+    refuses it just the same, and converting it exactly would cost time
+    quadratic in its length (half a minute for a megabyte of digits)."""
+    try:
+        return int(text)
+    except ValueError:
+        return -math.inf if text.startswith("-") else math.inf
 
 
 _DECODE = json.JSONDecoder(object_pairs_hook=_members, parse_constant=_non_finite).decode
@@ -99,6 +107,10 @@ def parse_text(text: str) -> Any:
         raise _grammar_error(exc) from None
     except RecursionError:
         raise StrictJSONError("too-deep", "nesting is deeper than the parser follows") from None
+    except StrictJSONError:
+        raise
+    except ValueError as exc:  # nothing else in the scanner raises it; never let it escape untyped
+        raise StrictJSONError("invalid-json", f"not JSON: {exc}") from None
 
 
 def _grammar_error(exc: json.JSONDecodeError) -> StrictJSONError:
