@@ -31,7 +31,7 @@ class Blob(models.Model):
     created_at = models.DateTimeField()
     # The last integrity check of the stored bytes (every read checks them):
     # "mismatch" means they no longer hash to ``sha256`` and are never served
-    # (ARTIFACT_HASH_MISMATCH).
+    # (INTERNAL_ERROR, reason artifact_hash_mismatch).
     integrity = models.CharField(max_length=10, default="unchecked")
     integrity_checked_at = models.DateTimeField(null=True, blank=True)
 

@@ -317,7 +317,7 @@ def _stored_receipt(command: Command) -> Receipt | None:
 def _verify_replay(command: Command, public_key: str | None) -> None:
     """A signed Command answered from its stored receipt is verified first: a
     forged copy of a known envelope (same content, someone else's signature)
-    gets INVALID_SIGNATURE, never the receipt (issue 16; spec §8: signature
+    gets AUTH_INVALID_SIGNATURE, never the receipt (issue 16; spec §8: signature
     verification precedes every other use of a signed document).
     ``public_key``: the actor's, as the caller read it (None: no such Agent)."""
     if command.auth is Auth.SIGNED:
@@ -457,7 +457,7 @@ COMBINED_STATEMENTS = connection.vendor == "postgresql"
 
 def _read_locked(cur: Any, command: Command, spec: CommandSpec) -> tuple[Any, GroupHead, Actor | None] | None:
     """Steps 1-3 in one statement; None when the Group does not exist (the caller
-    then takes the step-by-step path, which answers NOT_FOUND or creates it)."""
+    then takes the step-by-step path, which answers GROUP_NOT_FOUND or creates it)."""
     env = command.envelope
     agent_id = None if env.actor == SYSTEM_ACTOR else db_uuid(env.actor)
     cur.execute(

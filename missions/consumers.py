@@ -17,11 +17,11 @@ sends the same frame again (spec §19). What a connection may do is bounded
   more than ``MWP_WS_MAX_UNAUTHENTICATED_PER_ADDRESS`` such connections in
   one daphne process (the next is told RATE_LIMITED and closed, 4008);
 - a connection is one Agent, fixed by its first successful ``hello``: a
-  second ``hello`` is refused (FORBIDDEN) and closes the connection (4008),
+  second ``hello`` is refused (AUTH_FORBIDDEN) and closes the connection (4008),
   rather than being ignored, because a client that sends one is confused
   about whom it speaks for and every frame after it would be misread; a
   client with another session opens another connection. A ``command`` whose
-  envelope actor is not that Agent is refused (FORBIDDEN, ``ref`` its action
+  envelope actor is not that Agent is refused (AUTH_FORBIDDEN, ``ref`` its action
   ID), so a connection cannot relay another Agent's signed Commands;
 - subscribes and unsubscribes, and presence frames, each draw on a
   per-connection token bucket, and a connection follows at most

@@ -1,6 +1,6 @@
 """``check_*`` guards shared by handlers: body shape and simple values.
 
-Each raises ``ProtocolError`` (MALFORMED naming the field, unless stated) and
+Each raises ``ProtocolError`` (SCHEMA_VALIDATION_FAILED naming the field, unless stated) and
 returns the cleaned value. Handlers call them before deciding anything.
 """
 
@@ -26,7 +26,7 @@ def check_object(
     unknown: str = "unknown member",
 ) -> dict[str, Any]:
     """``value`` is an object with every ``required`` member and nothing beyond
-    ``optional``; MALFORMED names the first member that is not (``field.name``)."""
+    ``optional``; SCHEMA_VALIDATION_FAILED names the first member that is not (``field.name``)."""
     if not isinstance(value, dict):
         raise malformed(field, "must be an object")
     required = tuple(required)

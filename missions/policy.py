@@ -63,7 +63,7 @@ _validator = Draft202012Validator(POLICY_SCHEMA)
 
 
 def check_policy(policy: Any) -> dict[str, Any]:
-    """The policy if it is valid, else MALFORMED naming the first bad field."""
+    """The policy if it is valid, else SCHEMA_VALIDATION_FAILED naming the first bad field."""
     errors = sorted(_validator.iter_errors(policy), key=lambda e: list(e.absolute_path))
     if errors:
         err = errors[0]

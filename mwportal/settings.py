@@ -249,7 +249,7 @@ AXES_CLIENT_IP_CALLABLE = "portal.login.client_address"
 AXES_DISABLE_ACCESS_LOG = True  # failures are what is counted; a row per success would only grow
 
 # Commands are at most 1 MiB (DESIGN §4); the command view reads the body
-# itself and answers MALFORMED for anything larger, so Django's own limit
+# itself and answers PROTOCOL_VIOLATION for anything larger, so Django's own limit
 # sits just above it.
 MWP_MAX_COMMAND_BYTES = 1024 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = MWP_MAX_COMMAND_BYTES + 1024

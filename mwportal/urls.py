@@ -16,5 +16,5 @@ urlpatterns = [
 # An exception that escapes a view: under /api/ the INTERNAL_ERROR document
 # (issue 16 item 10), elsewhere the portal's page (missions/views.py).
 handler500 = "missions.views.server_error"
-# An unknown path under /api/ gets the NOT_FOUND document, elsewhere the portal's 404 page.
+# An unknown path under /api/ gets the PROTOCOL_VIOLATION (404) document, elsewhere the portal's 404 page.
 handler404 = "missions.views.page_not_found"

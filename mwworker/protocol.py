@@ -15,7 +15,7 @@ frame it receives and sends whatever it has queued::
 
 Frames queued before the server's ``welcome`` (``subscribe``, ``ack``,
 ``command``, ``presence``) are held and released when it arrives: the server
-answers anything but ``hello`` with STALE_SESSION until then.
+answers anything but ``hello`` with AUTH_STALE_SESSION until then.
 
 What ``feed()`` returns, one protocol event per frame:
 
@@ -221,7 +221,7 @@ class ClientSession:
         if not isinstance(action_id, str):
             raise ValueError("the envelope needs its action_id")
         self._pending[action_id] = envelope
-        # ``ref`` makes even a MALFORMED refusal name the Command it refuses.
+        # ``ref`` makes even a SCHEMA_VALIDATION_FAILED refusal name the Command it refuses.
         self._queue({"op": "command", "envelope": envelope, "ref": action_id})
 
     def presence(self, capacity: Mapping[str, int]) -> None:

@@ -52,9 +52,9 @@ ownership (``work.start``, renewals, checkpoints, blocks, submissions,
 failures) goes out for a Group until its durable Cursor has reached the
 Group's head, read after that welcome (``GET /api/v1/groups/{id}/events``).
 A restarted Worker's store may still show a WorkItem as it was before the
-restart's own lease revocation; starting from that earned REVISION_MISMATCH.
+restart's own lease revocation; starting from that earned REVISION_CONFLICT.
 
-A Command refused ``INVALID_SIGNATURE`` that was signed a while ago (a resend
+A Command refused ``AUTH_INVALID_SIGNATURE`` that was signed a while ago (a resend
 after a long disconnect outlives the server's ``issued_at`` freshness window)
 is sent once more as a new Command, with a new action ID, a current
 ``issued_at`` and a new signature (spec §19); a second refusal stands.
@@ -125,7 +125,7 @@ BUDGET_DIMENSIONS = ("financial", "tokens", "tool_calls", "compute_seconds", "wa
 START_RETRY_SECONDS = 5.0  # a refused work.start is tried again after this, if its row did not change
 ACK_INTERVAL = 0.2  # seconds between ACK frames while a replay streams in
 HEAD_RETRY_SECONDS = 1.0  # a Group head that could not be read is asked again after this
-# A Command refused INVALID_SIGNATURE when signed longer ago than this is sent
+# A Command refused AUTH_INVALID_SIGNATURE when signed longer ago than this is sent
 # once more as a new Command (spec §19): the server's freshness window is the
 # Organization's (900 s by default), and a resend after a long disconnect
 # outlives it. A Command signed just now is not stale: its refusal stands.
@@ -898,7 +898,7 @@ class Worker:
         # lease-bound Command) goes out for a Group before it is caught up:
         # a restarted Worker's store may still show a WorkItem as it was
         # before its own lease revocation, and acting on that is what earned
-        # REVISION_MISMATCH after a restart.
+        # REVISION_CONFLICT after a restart.
         self._connection = 0
         self._heads: dict[str, int] = {}
         self._synced: set[str] = set()
@@ -1384,7 +1384,7 @@ class Worker:
     async def _send(self, envelope: dict[str, Any], *, refresh: bool = True) -> dict[str, Any]:
         """Send ``envelope`` (again on every reconnect, unchanged) until it is answered.
 
-        An ``INVALID_SIGNATURE`` refusal of a Command signed more than
+        An ``AUTH_INVALID_SIGNATURE`` refusal of a Command signed more than
         ``refresh_after_seconds`` ago may be its ``issued_at`` freshness (the
         wire does not say which check failed, spec §8): it is then sent once
         as a new Command (spec §19), with a new action ID, a current

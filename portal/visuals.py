@@ -97,7 +97,7 @@ def dag_layout(group_id: Any) -> Dag:
 
     def col(node: str, seen: frozenset[str] = frozenset()) -> int:
         if node not in column:
-            # The DAG is acyclic (DEPENDENCY_CYCLE is refused); ``seen`` only guards a corrupt one.
+            # The DAG is acyclic (INVALID_COMMAND (dependency_cycle) is refused); ``seen`` only guards a corrupt one.
             column[node] = 1 + max((col(p, seen | {node}) for p in parents[node] if p not in seen), default=-1)
         return column[node]
 

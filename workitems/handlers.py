@@ -353,7 +353,7 @@ def offer(ctx: HandlerContext) -> Decision:
 
     One agent is a sequential offer; several form a bounded candidate set
     whose first valid acceptance wins. An expired owner is fenced first; a
-    live one makes the offer INVALID_TRANSITION. A ``contract`` with a
+    live one makes the offer INVALID_STATE_TRANSITION. A ``contract`` with a
     material change increments the contract revision (spec 10.1).
     """
     body = ctx.body

@@ -14,7 +14,7 @@ reconnect, re-signs the Command under its current session (``session_epoch``,
 session's; the binding's ``session_epoch`` is the historical one). The
 envelope's ``lease_id`` names the historical Execution Lease.
 
-The Group Authority refuses the Command with OFFLINE_BINDING_INVALID when the
+The Group Authority refuses the Command with INVALID_COMMAND (offline_binding_invalid) when the
 progress was buffered outside the historical lease and its grace window
 (``MWP_OFFLINE_GRACE_SECONDS`` after the lease's expiry), after the lease was
 closed (released or revoked before the buffer time), for an owner other than
@@ -72,7 +72,7 @@ def invalid(message: str, **details: Any) -> ProtocolError:
 
 
 def parse_binding(extensions: dict[str, Any]) -> OfflineBinding | None:
-    """The binding of a buffered Command, or None for a live one; MALFORMED
+    """The binding of a buffered Command, or None for a live one; SCHEMA_VALIDATION_FAILED
     names the bad member of a binding that is not well formed."""
     if OFFLINE_EXTENSION not in extensions:
         return None
@@ -104,7 +104,7 @@ def parse_binding(extensions: dict[str, Any]) -> OfflineBinding | None:
 
 def check_binding(ctx: HandlerContext, item: WorkItem, binding: OfflineBinding) -> ExecutionLease:
     """The historical lease the buffered progress was made under, when the
-    binding holds (MWP-WRK-021); OFFLINE_BINDING_INVALID otherwise."""
+    binding holds (MWP-WRK-021); INVALID_COMMAND (offline_binding_invalid) otherwise."""
     env = ctx.envelope
     if binding.agent != ctx.actor.id:
         raise invalid("the binding names another Agent than the actor")

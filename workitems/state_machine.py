@@ -2,7 +2,7 @@
 
 ``TRANSITIONS[(state, transition)]`` is the set of states the transition may
 lead to. ``check_transition()`` is the one guard every WorkItem handler calls
-first: anything the table does not list is INVALID_TRANSITION (spec 10.2:
+first: anything the table does not list is INVALID_STATE_TRANSITION (spec 10.2:
 "Implementations MUST reject transitions not permitted by this table").
 
 Rows that the table gives as conditions ("with no live owner", "when
@@ -86,7 +86,7 @@ def allowed(state: str | None, transition: str) -> frozenset[str]:
 
 
 def check_transition(state: str | None, transition: str, to: str | None = None) -> None:
-    """INVALID_TRANSITION unless the table permits ``transition`` from ``state`` (to ``to``)."""
+    """INVALID_STATE_TRANSITION unless the table permits ``transition`` from ``state`` (to ``to``)."""
     targets = allowed(state, transition)
     if not targets or (to is not None and to not in targets):
         where = "a new WorkItem" if state is None else f"a WorkItem in state {state!r}"

@@ -7,7 +7,7 @@ and its deadline), so a task that runs twice, or two beat processes racing,
 append each Event once: the second acceptance is a replayed receipt.
 
 Offer expiry needs no task: it appends no Event, and an acceptance after it is
-OFFER_EXPIRED.
+WORK_OFFER_EXPIRED.
 """
 
 from __future__ import annotations

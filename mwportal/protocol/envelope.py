@@ -1,7 +1,7 @@
 """The Command envelope of DESIGN §4: parsing and validation, no I/O.
 
 ``parse_envelope(data)`` turns an untrusted JSON object into an ``Envelope``
-or raises ``ProtocolError(MALFORMED)`` naming the first bad field. It checks
+or raises ``ProtocolError(SCHEMA_VALIDATION_FAILED)`` naming the first bad field. It checks
 shape only; who may do what is the authority's business.
 """
 
@@ -68,7 +68,7 @@ class Envelope:
 
 
 def parse_uuid(value: Any, name: str) -> str:
-    """The canonical lower-case text of a UUID, or MALFORMED naming ``name``."""
+    """The canonical lower-case text of a UUID, or SCHEMA_VALIDATION_FAILED naming ``name``."""
     if not isinstance(value, str):
         raise malformed(name, "must be a UUID string")
     try:
@@ -127,7 +127,7 @@ def _target(value: Any) -> Target | None:
 
 
 def parse_envelope(data: Any, *, require_signature: bool = True) -> Envelope:
-    """Validate the shape of a Command envelope; MALFORMED names the field.
+    """Validate the shape of a Command envelope; SCHEMA_VALIDATION_FAILED names the field.
 
     ``require_signature=False`` is for Commands built by the portal for a
     Django session or by the system actor; those carry no signature.

@@ -71,7 +71,7 @@ def post_command(server: Daphne, envelope: dict[str, Any]) -> tuple[int, dict[st
 def hold_the_slot(server: Daphne, envelope: dict[str, Any], results: dict[str, Any]) -> threading.Thread:
     """Send ``envelope`` from a thread until it holds the one slot; that thread.
 
-    Probes with an empty Command body tell: one is answered 400 MALFORMED
+    Probes with an empty Command body tell: one is answered 400 PROTOCOL_VIOLATION
     without any database work while the slot is free, 429 once the held
     Command took it. A probe that came first may have had the Command shed;
     it wrote nothing, so it is sent again."""

@@ -3,14 +3,14 @@ and item 8's "smaller surfaces"), through the REST binding:
 
 - a replay is verified before its stored receipt is returned: a forged copy
   of a known envelope (same content, another key's signature) is 401
-  INVALID_SIGNATURE, never the receipt (spec §8: verification precedes every
+  AUTH_INVALID_SIGNATURE, never the receipt (spec §8: verification precedes every
   other use of a signed document);
 - a new signed Command's ``issued_at`` lies in the freshness window (at most
   MWP_COMMAND_FRESHNESS_SECONDS old, MWP_COMMAND_MAX_SKEW_SECONDS ahead):
   2001 and 2999 are refused, inside the window is accepted, and an
   unchanged retry of an accepted Command keeps its receipt after the window;
 - internal kinds (``artifact.upload``: "this Group holds these bytes") are
-  refused from signed clients with FORBIDDEN: holding bytes is proven only
+  refused from signed clients with AUTH_FORBIDDEN: holding bytes is proven only
   by sending them.
 """
 

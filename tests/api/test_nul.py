@@ -1,4 +1,4 @@
-"""A NUL character in a request body is 400 MALFORMED naming the member, on
+"""A NUL character in a request body is 400 SCHEMA_VALIDATION_FAILED naming the member, on
 SQLite and on PostgreSQL (issue 16 item 6).
 
 PostgreSQL's text columns and jsonb refuse ``\\u0000``: before the fix a

@@ -2,7 +2,7 @@
 
 On PostgreSQL a media type over ``Blob.media_type``'s 200 characters (or one
 holding a NUL) was a 500 from the database; SQLite stored it. Both backends
-now answer 400 MALFORMED before a byte is stored, on the single and the
+now answer 400 SCHEMA_VALIDATION_FAILED before a byte is stored, on the single and the
 resumable upload. Run on PostgreSQL too::
 
     MWP_DATABASE_URL=postgres://postgres@127.0.0.1:5432/test MWP_TEST_DATABASE_NAME=test_artifacts \\

@@ -1,6 +1,6 @@
 """The Command envelope of DESIGN §4: ``parse_envelope`` checks shape only.
 
-Every refusal is ``ProtocolError(MALFORMED)`` whose message starts with the
+Every refusal is ``ProtocolError(SCHEMA_VALIDATION_FAILED)`` whose message starts with the
 field's name and whose ``details["field"]`` names it. No database.
 """
 
@@ -336,7 +336,7 @@ def test_it_refuses_content_with_no_canonical_form(body: dict[str, Any]) -> None
     ids=["value", "key", "extensions"],
 )
 def test_it_refuses_lone_surrogates_as_malformed(raw_overrides: dict[str, Any]) -> None:
-    # A lone surrogate (JSON "\ud800") has no canonical UTF-8 form: MALFORMED,
+    # A lone surrogate (JSON "\ud800") has no canonical UTF-8 form: SCHEMA_VALIDATION_FAILED,
     # not an escaping UnicodeEncodeError.
     refusal(valid(**raw_overrides))
 

@@ -3,7 +3,7 @@
 The soak of issue 16 saw a restarted Worker send ``work.start`` before it had
 applied its own lease revocation, in 2 of 40 restarts: its store still showed
 the WorkItem at the revision it had before the crash, and the Group Authority
-answered REVISION_MISMATCH. Here the race is made certain: the Worker's store
+answered REVISION_CONFLICT. Here the race is made certain: the Worker's store
 lags the server (it sent ``work.start`` and died before applying its Event),
 the restart's new session revokes that lease (MWP-WRK-014), and a relay holds
 the Group's replay back while other Frames (the administrative Group's, which
@@ -164,7 +164,7 @@ def test_it_sends_a_command_refused_as_stale_again_as_a_new_command(
 ) -> None:
     """issue 16 item 12, spec §19: a submission whose answer was lost with the
     connection is resent on the next one; by then its issued_at is outside the
-    portal's freshness window (2 s here), and the refusal (INVALID_SIGNATURE)
+    portal's freshness window (2 s here), and the refusal (AUTH_INVALID_SIGNATURE)
     is answered once with a new Command: new action ID, current issued_at, new
     signature. Without it the submission was refused and the WorkItem failed."""
     sent: list[dict[str, Any]] = []

@@ -12,7 +12,7 @@ from workitems.models import ExecutionLease, Submission
 
 
 def test_older_lease_id_after_renewal_and_restart_is_refused_MWP_WRK_013(flow: Flow) -> None:
-    """Same Ownership Epoch, newer lease: the delayed Command is STALE_LEASE."""
+    """Same Ownership Epoch, newer lease: the delayed Command is WORK_LEASE_EXPIRED (stale_lease)."""
     item = flow.drive_to("active")
     old_lease = flow.leases[item]
     flow.lease_command("work.renew_lease", item, {})

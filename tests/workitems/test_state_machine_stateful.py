@@ -42,7 +42,7 @@ class Lifecycle(RuleBasedStateMachine):
         self.item = self.flow.authorize()
 
     def attempt(self, transition: str, expected: bool, command: Any) -> bool:
-        """Run ``command``; it must succeed iff ``expected`` (else INVALID_TRANSITION)."""
+        """Run ``command``; it must succeed iff ``expected`` (else INVALID_STATE_TRANSITION)."""
         self.steps += 1
         if expected:
             assert sm.allowed(self.state, transition), (self.state, transition)

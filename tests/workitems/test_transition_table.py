@@ -2,7 +2,7 @@
 
 A Command is accepted exactly where ``state_machine.TRANSITIONS`` lists the
 pair (with the row's condition met), and anything else is
-INVALID_TRANSITION with nothing written.
+INVALID_STATE_TRANSITION with nothing written.
 """
 
 from __future__ import annotations
