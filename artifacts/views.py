@@ -53,6 +53,7 @@ from rest_framework.views import APIView
 from missions.access import access_group
 from missions.auth import BearerTokenAuthentication, request_agent
 from missions.models import GroupEvent
+from missions.serializers import ErrorSerializer
 from missions.views import ERRORS
 from mwportal.protocol import ErrorCode, ProtocolError, malformed, parse_uuid
 
@@ -153,8 +154,9 @@ class ResumableUploadCreateView(APIView):
             201: OpenApiResponse(description='{"upload", "offset": 0, "chunk_max"}'),
             **ERRORS,
             429: OpenApiResponse(
+                response=ErrorSerializer,
                 description="RATE_LIMITED: the Agent's open uploads or reserved bytes are at their bound "
-                "(MWP_ARTIFACT_UPLOAD_MAX_OPEN, MWP_ARTIFACT_UPLOAD_MAX_RESERVED_BYTES); retryAfterMs"
+                "(MWP_ARTIFACT_UPLOAD_MAX_OPEN, MWP_ARTIFACT_UPLOAD_MAX_RESERVED_BYTES); retryAfterMs",
             ),
         },
     )
@@ -210,8 +212,9 @@ class ResumableUploadView(APIView):
             204: OpenApiResponse(description="appended and fsynced; header Upload-Offset: the new offset"),
             **ERRORS,
             409: OpenApiResponse(
+                response=ErrorSerializer,
                 description="REVISION_CONFLICT: wrong Upload-Offset; details.offset and the "
-                "Upload-Offset header say where to resume"
+                "Upload-Offset header say where to resume",
             ),
         },  # fmt: skip
     )
@@ -247,8 +250,9 @@ class ResumableUploadCompleteView(APIView):
             201: OpenApiResponse(description='{"sha256", "size", "media_type"}'),
             **ERRORS,
             400: OpenApiResponse(
+                response=ErrorSerializer,
                 description="INVALID_COMMAND (details.reason artifact_hash_mismatch): the bytes do not hash to"
-                " ?sha256= (the upload is dropped)"
+                " ?sha256= (the upload is dropped)",
             ),
         },  # fmt: skip
     )
@@ -304,8 +308,9 @@ class ArtifactDownloadView(APIView):
             200: OpenApiResponse(description="the Artifact's bytes, after their SHA-256 was checked"),
             **ERRORS,
             500: OpenApiResponse(
+                response=ErrorSerializer,
                 description="INTERNAL_ERROR (details.reason artifact_hash_mismatch): the stored bytes no longer"
-                " match their hash"
+                " match their hash",
             ),
         }
     )
