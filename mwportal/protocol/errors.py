@@ -13,7 +13,37 @@ The project's private codes of DESIGN version 1 are gone; each one's specific
 meaning survives as ``details["reason"]`` under the core code that covers it
 (``INVALID_COMMAND`` with ``{"reason": "dependency_cycle"}``, ...), so a
 person or a log can still tell the cases apart while a peer switches only on
-the 27 codes.
+the 27 codes. ``reason`` is the old code in lower case:
+
+=========================  ===========================================================
+old (DESIGN v1)            now
+=========================  ===========================================================
+MALFORMED                  SCHEMA_VALIDATION_FAILED (a member's shape or value);
+                           PROTOCOL_VIOLATION (not one strict JSON value, framing,
+                           a value outside the JCS data model: §6.4)
+INVALID_SIGNATURE          AUTH_INVALID_SIGNATURE
+STALE_SESSION              AUTH_STALE_SESSION; AUTH_REQUIRED when there is no session
+NOT_A_MEMBER               MEMBERSHIP_REQUIRED; MEMBERSHIP_STALE for an old epoch
+FORBIDDEN                  AUTH_FORBIDDEN
+REVISION_MISMATCH          REVISION_CONFLICT (with expectedRevision/currentRevision)
+INVALID_TRANSITION         INVALID_STATE_TRANSITION
+STALE_OWNERSHIP            WORK_STALE_OWNERSHIP
+STALE_LEASE                WORK_LEASE_EXPIRED, reason ``stale_lease``
+LEASE_EXPIRED              WORK_LEASE_EXPIRED, reason ``lease_expired``
+OFFER_EXPIRED              WORK_OFFER_EXPIRED
+CONTRACT_INVALID           WORK_CONTRACT_INCOMPLETE (a required member missing) or
+                           INVALID_COMMAND (present but wrong), reason ``contract_invalid``
+DEPENDENCY_CYCLE           INVALID_COMMAND, reason ``dependency_cycle``
+DEPENDENCY_UNMET           INVALID_STATE_TRANSITION, reason ``dependency_unmet``
+EVIDENCE_REQUIRED          INVALID_STATE_TRANSITION, reason ``evidence_required``
+OFFLINE_BINDING_INVALID    INVALID_COMMAND, reason ``offline_binding_invalid``
+ARTIFACT_HASH_MISMATCH     INVALID_COMMAND (an upload's bytes are not the hash the
+                           client named) or INTERNAL_ERROR (stored bytes no longer
+                           match: the Authority's store failed), reason
+                           ``artifact_hash_mismatch``
+NOT_FOUND                  the rule for absent things below
+critical extension         UNKNOWN_CRITICAL_EXTENSION
+=========================  ===========================================================
 
 Absent things (the one rule, issue 16's existence oracle kept):
 
@@ -28,7 +58,8 @@ Absent things (the one rule, issue 16's existence oracle kept):
 - A Command naming something absent inside its (visible) Group, other than
   the Group itself (a WorkItem target, an Artifact, an Agent, an Event), is
   ``INVALID_COMMAND`` (400) with ``{"reason": "not_found"}``: the Command is
-  well-formed but refers to nothing.
+  well-formed but refers to nothing. A Command naming another Group the
+  sender is not in (``context.forward``'s ``to_group``) is GROUP_NOT_FOUND.
 - A path the REST binding does not have is ``PROTOCOL_VIOLATION`` with HTTP
   404, as a wrong method is ``PROTOCOL_VIOLATION`` with 405: the HTTP
   binding's own refusals keep HTTP's status (``ProtocolError(..., http_status=)``).
