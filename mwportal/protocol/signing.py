@@ -1,20 +1,24 @@
-"""Ed25519 keys and signatures over canonical JSON (DESIGN §4).
+"""Ed25519 keys and signatures over canonical JSON, for the server's Commands.
 
-Keys and signatures travel as base64url without padding; public and private
-keys are the raw 32-byte forms. A signature covers the RFC 8785 bytes of the
-signed object without its ``signature`` member.
+Keys and signatures travel as base64url without padding (§2); public and
+private keys are the raw 32-byte forms (the private key is the RFC 8032
+seed). A signature covers the RFC 8785 bytes of the signed object without
+its top-level ``signature`` member.
+
+There is one signer and one verifier in the kernel, ``ed25519.py``: these
+functions are its text-keyed front for the callers that hold base64url keys.
+A public key is checked the §6.4 way (canonical, on the curve, not the
+identity, prime order) once per key, and a signature the §6.4 way (64 bytes,
+canonical ``R`` of prime order or the identity, ``S < L``) every time.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
-from nacl.bindings import crypto_sign_open
-from nacl.exceptions import BadSignatureError
-
+from . import ed25519
 from .canonical import signing_bytes as signing_bytes  # the kernel's one (jcs.signing_bytes), re-exported
 from .values import b64url_decode as b64url_decode  # one base64url for the kernel (§2), re-exported
 from .values import b64url_encode as b64url_encode
@@ -22,22 +26,19 @@ from .values import b64url_encode as b64url_encode
 
 def generate_keypair() -> tuple[str, str]:
     """A fresh ``(private_key, public_key)`` pair, both base64url raw bytes."""
-    key = Ed25519PrivateKey.generate()
-    private = key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
-    public = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-    return b64url_encode(private), b64url_encode(public)
+    seed = os.urandom(32)
+    return b64url_encode(seed), b64url_encode(ed25519.public_key(seed))
 
 
 def public_key_of(private_key: str) -> str:
-    key = Ed25519PrivateKey.from_private_bytes(b64url_decode(private_key))
-    return b64url_encode(key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw))
+    return b64url_encode(ed25519.public_key(b64url_decode(private_key)))
 
 
-def load_public_key(public_key: str) -> Ed25519PublicKey:
-    """The key object of a b64url public key; ValueError if it is not one.
+def load_public_key(public_key: str) -> bytes:
+    """The raw 32 bytes of a base64url public key; ValueError if §6.4 refuses it.
 
     Cached: every signed Command of an Agent verifies with the same key, and
-    decoding it each time costs a fifth of the verification.
+    the strict point check costs about as much as a verification.
     """
     if not isinstance(public_key, str):
         raise ValueError("a public key is b64url text")
@@ -45,21 +46,23 @@ def load_public_key(public_key: str) -> Ed25519PublicKey:
 
 
 @functools.lru_cache(maxsize=4096)
-def _load_public_key(public_key: str) -> Ed25519PublicKey:
+def _load_public_key(public_key: str) -> bytes:
     raw = b64url_decode(public_key)
     if len(raw) != 32:
         raise ValueError("an Ed25519 public key is 32 bytes")
-    return Ed25519PublicKey.from_public_bytes(raw)
+    try:
+        ed25519.check_public_key(raw)
+    except ed25519.Ed25519EncodingError as exc:
+        raise ValueError(f"not a valid Ed25519 public key ({exc.reason})") from None
+    return raw
 
 
 def sign(private_key: str, obj: dict[str, Any]) -> str:
-    key = Ed25519PrivateKey.from_private_bytes(b64url_decode(private_key))
-    return b64url_encode(key.sign(signing_bytes(obj)))
+    return sign_bytes(private_key, signing_bytes(obj))
 
 
 def sign_bytes(private_key: str, payload: bytes) -> str:
-    key = Ed25519PrivateKey.from_private_bytes(b64url_decode(private_key))
-    return b64url_encode(key.sign(payload))
+    return b64url_encode(ed25519.sign(b64url_decode(private_key), payload))
 
 
 def verify(public_key: str, obj: dict[str, Any], signature: str) -> bool:
@@ -67,41 +70,26 @@ def verify(public_key: str, obj: dict[str, Any], signature: str) -> bool:
     return verify_bytes(public_key, signing_bytes(obj), signature)
 
 
-@functools.lru_cache(maxsize=4096)
-def _raw_public_key(public_key: str) -> bytes:
-    # Through the key object: a key cryptography refuses is refused here too.
-    return load_public_key(public_key).public_bytes(Encoding.Raw, PublicFormat.Raw)
-
-
 def verify_bytes(public_key: str, payload: bytes, signature: str) -> bool:
     """True when ``signature`` is ``public_key``'s Ed25519 signature of ``payload``.
 
-    The check itself is libsodium's (PyNaCl), which releases the interpreter
-    lock while it works: every signed Command is verified on the server, and
-    cryptography's verification (OpenSSL) holds the lock for its 60 µs, a
-    sixth of a Command's Python time, during which no other request thread
-    of the process runs. Keys, signing and everything else stay with
-    cryptography; both implement RFC 8032, and libsodium additionally
-    refuses small-order keys and non-canonical signatures, which no honest
-    signer produces.
+    The equation is libsodium's (through ``ed25519.verify``), which releases
+    the interpreter lock while it works: every signed Command is verified on
+    the server, and no other request thread of the process should wait on it.
     """
-    if not isinstance(public_key, str):
+    if not isinstance(public_key, str) or not isinstance(signature, str):
         return False
     try:
-        key = _raw_public_key(public_key)
+        key = load_public_key(public_key)
         raw = b64url_decode(signature)
-    except ValueError:
+        # The cheap half of stage 3 only: when the equation holds, libsodium has
+        # recomputed R from S, k and a prime-order A, so R is canonical and of
+        # prime order; the costly point check could only turn a pass into a
+        # refusal that the equation already gives (see verification.py).
+        ed25519.check_signature_encoding(raw)
+    except (ValueError, ed25519.Ed25519EncodingError):
         return False
-    if len(raw) != _SIGNATURE_BYTES:
-        return False
-    try:
-        crypto_sign_open(raw + payload, key)
-    except (BadSignatureError, ValueError):
-        return False
-    return True
-
-
-_SIGNATURE_BYTES = 64
+    return ed25519.verify(key, payload, raw)
 
 
 def signed(private_key: str, obj: dict[str, Any]) -> dict[str, Any]:
