@@ -6,22 +6,16 @@ body, prev_hash, hash}`` or raises ``MalformedEvent``.
 
 ``content_bytes(event)`` is the RFC 8785 form of the Event without ``hash``:
 the bytes the Group Authority hashed (``mwportal.protocol.event_hash``) and
-the bytes the store keeps in its inbox. ``canonicalize`` walks the value in
-Python and costs most of the apply cycle, so for the usual Event (ASCII member
-names, no floats outside the range where ``repr`` and ECMAScript agree, safe
-integers) the same bytes come from ``json.dumps(sort_keys=True)``, which is
-exactly RFC 8785 there; anything else takes ``canonicalize`` itself. The
-equivalence is a property test (tests/worker/test_events.py).
+the bytes the store keeps in its inbox, from the kernel's one canonicalizer.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from typing import Any
 
-from mwportal.protocol import CanonicalizationError, canonicalize
+from mwportal.protocol import canonicalize
 from mwportal.protocol.canonical import MAX_SAFE_INTEGER
 
 from .errors import MalformedEvent
@@ -70,20 +64,17 @@ def check_event(obj: Any) -> Event:
 
 
 def _float_is_plain(value: float) -> bool:
-    """``repr(value)`` is its RFC 8785 spelling: a non-integral float printed
-    in fixed notation by both (ECMAScript from 1e-7, Python's repr from 1e-4,
-    both below 1e16 here), with the same shortest round-trip digits."""
+    """A non-integral float whose RFC 8785 spelling parses back to the same
+    float: fixed notation in both ECMAScript (from 1e-7) and here (below 1e16)."""
     return not value.is_integer() and 1e-4 <= abs(value) < 1e16
 
 
-def _json_is_jcs(value: Any) -> bool:
-    """True when ``json.dumps(value, sort_keys=True, ...)`` is RFC 8785 exactly.
+def _reads_back_unchanged(value: Any) -> bool:
+    """True when parsing the RFC 8785 bytes of ``value`` gives back exactly its
+    values and types: safe integers, plain floats, exact JSON types only.
 
-    Member names must be ASCII (then code-point order is UTF-16 order),
-    integers safe, floats plain (``_float_is_plain``). String escaping already
-    agrees (the same short escapes, ``\\u00xx`` in lower case for the other
-    control characters, everything else literal UTF-8). Exact types only:
-    a subclass might serialise differently.
+    An integral float is not (``3.0`` is written ``3`` and reads back an
+    ``int``), nor is anything a subclass might spell differently.
     """
     stack: list[Any] = [value]
     pop, push = stack.pop, stack.append
@@ -92,7 +83,7 @@ def _json_is_jcs(value: Any) -> bool:
         kind = type(item)
         if kind is dict:
             for key in item:
-                if type(key) is not str or not key.isascii():
+                if type(key) is not str:
                     return False
             children = item.values()
         elif kind is list:
@@ -113,33 +104,15 @@ def _json_is_jcs(value: Any) -> bool:
     return True
 
 
-# One encoder for every call: json.dumps() with options builds a new one each time.
-_ENCODE = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
-
-
-def canonical_bytes(value: Any) -> bytes:
-    """RFC 8785 bytes of ``value`` (``CanonicalizationError`` when it has none)."""
-    if _json_is_jcs(value):
-        try:
-            return _ENCODE(value).encode("utf-8")
-        except UnicodeEncodeError:
-            raise CanonicalizationError("a string holds a lone surrogate, which is not Unicode text") from None
-    return canonicalize(value)
-
-
 def content_bytes(event: Event) -> tuple[bytes, bool]:
     """The canonical Event without ``hash`` (what the chain hashes and the inbox
     keeps), and whether parsing those bytes gives back exactly the Event's
     values. It does not when RFC 8785 respells a number (``3.0`` is ``3``);
     then whoever folds the Event must fold the parsed bytes, so that a
-    rebuild from the inbox folds the same values."""
+    rebuild from the inbox folds the same values. The bytes are the kernel's
+    one canonicalizer's (``mwportal.protocol.canonicalize``)."""
     content = {k: v for k, v in event.items() if k != "hash"}
-    if _json_is_jcs(content):
-        try:
-            return _ENCODE(content).encode("utf-8"), True
-        except UnicodeEncodeError:
-            raise CanonicalizationError("a string holds a lone surrogate, which is not Unicode text") from None
-    return canonicalize(content), False
+    return canonicalize(content), _reads_back_unchanged(content)
 
 
 def chain_hash(prev_hash: str, content: bytes) -> str:
@@ -150,4 +123,4 @@ def chain_hash(prev_hash: str, content: bytes) -> str:
 def text(value: Any) -> str:
     """The RFC 8785 text of a projection value: equal values are equal text,
     whichever way a number was spelled on the wire (``1.0`` and ``1``)."""
-    return canonical_bytes(value).decode("utf-8")
+    return canonicalize(value).decode("utf-8")
