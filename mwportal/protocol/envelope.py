@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from .canonical import CanonicalizationError, canonicalize
+from .canonical import CanonicalizationError, signing_bytes
 from .errors import malformed
 
 MAX_COMMAND_BYTES = 1024 * 1024
@@ -163,7 +163,7 @@ def parse_envelope(data: Any, *, require_signature: bool = True) -> Envelope:
     if lease_id is not None:
         lease_id = parse_uuid(lease_id, "lease_id")
     try:
-        signing = canonicalize({k: v for k, v in data.items() if k != "signature"})
+        signing = signing_bytes(data)
     except CanonicalizationError as exc:
         raise malformed("envelope", str(exc)) from None
     return Envelope(
