@@ -420,7 +420,7 @@ def _accept_once(command: Command, spec: CommandSpec, now: datetime) -> Receipt:
 
         # Step 5: the handler decides (and writes its aggregate's rows).
         ctx = HandlerContext(envelope=env, spec=spec, actor=actor, group=group, now=now, body=env.body)
-        decision = spec.handler(ctx)
+        decision: Decision = spec.handler(ctx)
 
         # Step 6: append, advance the head(s), write the receipt.
         if not decision.events:

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, TypeVar
 
-if TYPE_CHECKING:
-    from .authority import Decision, HandlerContext
+# The registry sits below ``authority`` (which looks specs up here), so it
+# names no type of authority's: a handler is any ``(HandlerContext) ->
+# Decision``, checked where it is written and where ``accept()`` calls it.
+Handler = Callable[[Any], Any]
+H = TypeVar("H", bound=Handler)
 
 Scope = Literal["mission", "admin", "any"]
 
@@ -20,7 +23,7 @@ Scope = Literal["mission", "admin", "any"]
 @dataclass(frozen=True, slots=True)
 class CommandSpec:
     type: str
-    handler: Callable[[HandlerContext], Decision]
+    handler: Handler
     # "mission": the envelope's group is a Mission Group and the actor needs
     # an active Membership; "admin": the Organization's administrative Group,
     # readable by every Agent of the Organization.
@@ -66,10 +69,10 @@ def command(
     self_authenticating: bool = False,
     extensions: tuple[str, ...] = (),
     internal: bool = False,
-) -> Callable[[Callable[[HandlerContext], Decision]], Callable[[HandlerContext], Decision]]:
+) -> Callable[[H], H]:
     """Register the decorated function as the handler of ``type_``."""
 
-    def register(func: Callable[[HandlerContext], Decision]) -> Callable[[HandlerContext], Decision]:
+    def register(func: H) -> H:
         if type_ in _REGISTRY:
             raise RuntimeError(f"command {type_} is registered twice")
         _REGISTRY[type_] = CommandSpec(
@@ -102,14 +105,14 @@ def command_types() -> list[str]:
 # Called by ``agent.open_session`` inside its transaction with the handler
 # context; each returns the consequences in other Groups (MWP-WRK-014: a
 # replacement session revokes the Agent's leases everywhere).
-SessionReplacedHook = Callable[["HandlerContext"], list[tuple[Any, list[Any]]]]
+SessionReplacedHook = Callable[[Any], list[tuple[Any, list[Any]]]]
 session_replaced_hooks: list[SessionReplacedHook] = []
 
 
 # Called by ``membership.remove`` inside its transaction with the handler
 # context and the removed Agent's id; each returns Events for the same Group
 # (the workitems app revokes the removed member's leases and ownership).
-MembershipRemovedHook = Callable[["HandlerContext", str], list[Any]]
+MembershipRemovedHook = Callable[[Any, str], list[Any]]
 membership_removed_hooks: list[MembershipRemovedHook] = []
 
 
