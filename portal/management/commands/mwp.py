@@ -13,7 +13,9 @@
                                   (a password per person, generated once, kept in
                                   var/demo-logins.json, mode 0600), Missions
 
-Every change goes through ``accept()`` as the system actor.
+Every change goes through ``accept()`` as the system actor. The command
+lives in the top app because it drives all of them (audit, review, the demo
+of ``portal/demo.py``); under ``missions`` it tied that app to every higher one.
 """
 
 from __future__ import annotations
