@@ -12,8 +12,10 @@ locked after it (the write path's one lock order). Commands:
 - ``context.forward`` (owner or coordinator of both Groups): an explicit,
   audited copy of a Context Package into another Group.
 
-``record_evidence`` is what the WorkItem handlers call to keep Evidence
-records (``work.submit``, ``work.accept_result``, ``work.fail``).
+``record_evidence``, the store's blob checks and the review pipeline are
+what the WorkItem handlers call (``work.submit``, ``work.accept_result``,
+``work.fail``); this module installs them as ``workitems.content`` when it
+loads, so ``workitems`` never imports this app.
 """
 
 from __future__ import annotations
@@ -37,12 +39,14 @@ from mwportal.protocol.documents import (
     verify_document,
 )
 from workitems import state_machine as sm
+from workitems.content import Content, install
 from workitems.contract import check_contract
 from workitems.handlers import check_lease, item_ref, load_item
 from workitems.models import Offer, Submission, WorkItem
 
 from .models import Artifact, ArtifactSource, Blob, BlobGroup, ContextForward, ContextPackage, Evidence, ReviewRequest
-from .store import check_sha256
+from .review import review_after_commit
+from .store import check_sha256, missing_blobs
 
 # Who executes a WorkItem under a lease: workers, and reviewers for the
 # review WorkItems the pipeline offers them.
@@ -506,3 +510,16 @@ def forward_context(ctx: HandlerContext) -> Decision:
             (head, [Emit("context.received", ref, {**note, "from_group": ctx.group.id, "document": package.document})])
         ],
     )
+
+
+def absent_from_group(group_id: str, hashes: list[str]) -> list[str]:
+    """Cited hashes missing from the store or not held by this Group:
+    content never enters a Group by default (spec 13.3)."""
+    return sorted(set(missing_blobs(hashes)) | (set(hashes) - in_group(group_id, hashes)))
+
+
+install(
+    Content(
+        record_evidence=record_evidence, absent_from_group=absent_from_group, review_after_commit=review_after_commit
+    )
+)

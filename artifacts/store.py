@@ -41,12 +41,12 @@ from django.utils.module_loading import import_string
 from missions.models import Agent, Group
 from mwportal.protocol import ErrorCode, ProtocolError, make_envelope, malformed, parse_envelope
 from mwportal.security import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, private_dir
+from workitems.guards import check_sha256 as check_sha256  # re-exported; it lives below, in workitems
 
 from .models import Blob, BlobGroup
 
 log = logging.getLogger("missions.artifacts")
 CHUNK = 1024 * 1024
-SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 # RFC 6838 section 4.2: type-name "/" subtype-name, each a restricted-name of
 # 1-127 characters starting with a letter or digit. No parameters (the view
 # drops them) and nothing a header or a database text column could choke on.
@@ -91,14 +91,6 @@ _TIGHTENED: set[Path] = set()
 
 def blob_name(sha256: str) -> str:
     return f"{sha256[:2]}/{sha256[2:4]}/{sha256}"
-
-
-def check_sha256(value: object, field: str = "sha256") -> str:
-    if not isinstance(value, str) or not SHA256_RE.match(value):
-        raise ProtocolError(
-            ErrorCode.SCHEMA_VALIDATION_FAILED, f"{field}: must be 64 lower-case hex digits", details={"field": field}
-        )
-    return value
 
 
 def check_media_type(value: object, field: str = "Content-Type") -> str:

@@ -3,6 +3,7 @@ resource usage and the selection basis. Each raises ``ProtocolError``."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from missions.guards import check_object
@@ -25,10 +26,17 @@ SELECTION_BASIS_MEMBERS = (
 DECLINE_REASONS = ("capacity", "deadline", "capability", "authorization", "dependency", "budget")
 
 
-def _sha256(value: Any, field: str) -> str:
-    from artifacts.store import check_sha256
+# Content hashes are checked here, below the store that keeps the bytes
+# (artifacts/store.py re-exports it), so WorkItem bodies need no upward import.
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
-    return check_sha256(value, field)
+
+def check_sha256(value: object, field: str = "sha256") -> str:
+    if not isinstance(value, str) or not SHA256_RE.match(value):
+        raise ProtocolError(
+            ErrorCode.SCHEMA_VALIDATION_FAILED, f"{field}: must be 64 lower-case hex digits", details={"field": field}
+        )
+    return value
 
 
 def check_evidence_list(value: Any, field: str, *, required: bool) -> list[dict[str, Any]]:
@@ -63,7 +71,7 @@ def check_evidence_list(value: Any, field: str, *, required: bool) -> list[dict[
         if not isinstance(arts, list):
             raise malformed(f"{where}.artifacts", "must be a list of SHA-256 hashes")
         for j, sha in enumerate(arts):
-            _sha256(sha, f"{where}.artifacts.{j}")
+            check_sha256(sha, f"{where}.artifacts.{j}")
         if not isinstance(record["summary"], str) or len(record["summary"]) > 2000:
             raise malformed(f"{where}.summary", "must be a string of at most 2000 characters")
     return value
@@ -99,7 +107,7 @@ def check_progress(value: Any, field: str = "body.progress") -> dict[str, Any]:
     if not isinstance(ev, list):
         raise malformed(f"{field}.evidence", "must be a list of Artifact hashes")
     for j, sha in enumerate(ev):
-        _sha256(sha, f"{field}.evidence.{j}")
+        check_sha256(sha, f"{field}.evidence.{j}")
     return progress
 
 

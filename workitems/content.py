@@ -1,0 +1,66 @@
+"""What the WorkItem handlers ask of the content layer above them.
+
+Evidence rows, the blob store and the review pipeline belong to the
+``artifacts`` app, which sits above ``workitems`` (DESIGN §2). The handlers
+call them through this one seam instead of importing upward; ``artifacts``
+installs its implementation when its handlers load (``ArtifactsConfig.ready``),
+so the dependency points down only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from missions.authority import HandlerContext
+
+    from .models import Submission, WorkItem
+
+
+class RecordEvidence(Protocol):
+    def __call__(
+        self,
+        ctx: HandlerContext,
+        item: WorkItem,
+        records: list[dict[str, Any]],
+        origin: str,
+        *,
+        submission: Submission | None = None,
+    ) -> None:
+        """Keep ``records`` (already checked) as Evidence rows of ``item``."""
+
+
+class AbsentFromGroup(Protocol):
+    def __call__(self, group_id: str, hashes: list[str]) -> list[str]:
+        """Which of ``hashes`` are not stored or not held by the Group, sorted."""
+
+
+class ReviewAfterCommit(Protocol):
+    def __call__(self, workitem_id: str) -> None:
+        """Schedule the review pipeline of the WorkItem's submission for after commit."""
+
+
+@dataclass(frozen=True, slots=True)
+class Content:
+    record_evidence: RecordEvidence
+    absent_from_group: AbsentFromGroup
+    review_after_commit: ReviewAfterCommit
+
+
+_installed: list[Content] = []
+
+
+def install(content: Content) -> None:
+    """Called once by the content layer; a second install would make the seam ambiguous."""
+    if _installed and _installed[0] != content:
+        raise RuntimeError("a content layer is installed already")
+    _installed[:] = [content]
+
+
+def content() -> Content:
+    if not _installed:
+        # A WorkItem cannot record Evidence or check Artifacts without the
+        # artifacts app; refusing loudly beats accepting unchecked hashes.
+        raise RuntimeError("no content layer installed: is the artifacts app in INSTALLED_APPS?")
+    return _installed[0]
