@@ -39,24 +39,39 @@ def database_url() -> str:
     return f"postgres://{cfg['USER']}@{host}:{port}/{cfg['NAME']}"
 
 
-class Daphne:
-    """A daphne process on a free port; ``restart()`` kills it hard and starts it again."""
+def _endpoint_arg(path: Path) -> str:
+    """``path`` as one argument of a Twisted endpoint string (``:`` and ``\\`` escaped)."""
+    return str(path).replace("\\", "\\\\").replace(":", "\\:")
 
-    def __init__(self, env: dict[str, str]):
+
+class Daphne:
+    """A daphne process on a free port; ``restart()`` kills it hard and starts it again.
+
+    With ``tls=(key, cert)`` (PEM files) it serves HTTPS and ``wss`` on the
+    TLS-1.3-only endpoint of ``mwportal/tls.py`` instead of plain TCP."""
+
+    def __init__(self, env: dict[str, str], tls: tuple[Path, Path] | None = None):
         self.port = free_port()
         self.env = env
+        self.tls = tls
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = ROOT / "var" / f"daphne-test-{self.port}.log"
 
     @property
     def url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}"
+        return f"{'wss' if self.tls else 'ws'}://127.0.0.1:{self.port}"
+
+    def listen_args(self) -> list[str]:
+        if self.tls is None:
+            return ["-b", "127.0.0.1", "-p", str(self.port)]
+        key, cert = (_endpoint_arg(p) for p in self.tls)
+        return ["-e", f"tls13:{self.port}:privateKey={key}:certKey={cert}:interface=127.0.0.1"]
 
     def start(self) -> None:
         self.log.parent.mkdir(exist_ok=True)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
+                [sys.executable, "-m", "daphne", *self.listen_args(),
                  "--websocket-max-message-size", str(16 * 1024 * 1024),
                  "--websocket-max-frame-size", str(16 * 1024 * 1024), "mwportal.asgi:application"],
                 cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
@@ -112,10 +127,9 @@ def daphne_env() -> dict[str, str | None]:
     return {}
 
 
-@pytest.fixture
-def daphne(
-    transactional_db: None, settings: Any, head_poll_seconds: float, daphne_env: dict[str, str | None]
-) -> Iterator[Daphne]:
+def daphne_process_env(settings: Any, head_poll_seconds: float, extra: dict[str, str | None]) -> dict[str, str]:
+    """The environment of a daphne under test: this process's, on the test
+    database and the test signing key, plus ``extra`` (None removes a variable)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
     env.update({
         "MWP_DATABASE_URL": database_url(),
@@ -124,12 +138,19 @@ def daphne(
         "MWP_SIGNING_KEY_FILE": str(settings.MWP_SIGNING_KEY_FILE),
         "DJANGO_SETTINGS_MODULE": "mwportal.settings",
     })  # fmt: skip
-    for name, value in daphne_env.items():
+    for name, value in extra.items():
         if value is None:
             env.pop(name, None)
         else:
             env[name] = value
-    server = Daphne(env)
+    return env
+
+
+@pytest.fixture
+def daphne(
+    transactional_db: None, settings: Any, head_poll_seconds: float, daphne_env: dict[str, str | None]
+) -> Iterator[Daphne]:
+    server = Daphne(daphne_process_env(settings, head_poll_seconds, daphne_env))
     server.start()
     yield server
     server.kill()
