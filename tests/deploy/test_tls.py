@@ -27,7 +27,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from websockets.asyncio.client import connect
 
-from tests.delivery.conftest import Daphne, daphne_process_env
+from missions.models import Group, GroupEvent
+from tests.conftest import AgentKey, group_revision
+from tests.delivery.conftest import Client, Daphne, daphne_process_env, in_db_thread
 from tests.deploy.conftest import PRODUCTION_ENV
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -129,6 +131,44 @@ def test_it_answers_https_and_upgrades_wss_for_a_tls_1_3_client(tls_daphne: tupl
             return str(version)
 
     assert asyncio.run(upgrade()) == "TLSv1.3"
+
+
+def test_it_delivers_replayed_and_live_events_over_wss(
+    tls_daphne: tuple[Daphne, Path],
+    mission: dict[str, str],
+    owner: AgentKey,
+    worker: AgentKey,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The live path writes framed Events straight to the transport
+    (missions/direct_send.py); on the TLS endpoint that transport encrypts,
+    so subscribers get the same Events as over plain TCP."""
+    server, cert = tls_daphne
+    # The suite's socket client builds the default context, which trusts SSL_CERT_FILE.
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    g = mission["group"]
+
+    def change_roles() -> int:
+        owner.send(
+            "membership.set_roles",
+            g,
+            {"agent": worker.id, "roles": ["worker", "reviewer"]},
+            target={"kind": "group", "id": g, "revision": group_revision(g)},
+        )
+        return Group.objects.get(id=g).last_sequence
+
+    async def scenario() -> tuple[str, list[dict[str, Any]]]:
+        client = await Client.open(server, worker.extra["token"])
+        version = str(client.ws.transport.get_extra_info("ssl_object").version())
+        await client.send({"op": "subscribe", "group": g, "after": 0})
+        got = await client.events(g, await in_db_thread(lambda: Group.objects.get(id=g).last_sequence))
+        got += await client.events(g, await in_db_thread(change_roles))
+        await client.close()
+        return version, got
+
+    version, got = asyncio.run(scenario())
+    assert version == "TLSv1.3"
+    assert got == [e.as_wire() for e in GroupEvent.objects.filter(group_id=g).order_by("sequence")]
 
 
 def test_it_refuses_a_client_limited_to_tls_1_2(tls_daphne: tuple[Daphne, Path]) -> None:
