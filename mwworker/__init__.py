@@ -15,6 +15,9 @@ Public API (everything else is private):
   ``OutboxRow``) and the exception tree of ``errors.py``.
 """
 
+from .admission import Decline, FifoPicker, RetryDecision, admit, retry_decision
+from .config import Identity, WorkerConfig
+from .context import Result, SlotContext
 from .errors import (
     Blocked,
     BudgetExceeded,
@@ -48,18 +51,7 @@ from .protocol import (
     SubscriptionRefused,
     Welcome,
 )
-from .runtime import (
-    Decline,
-    FifoPicker,
-    Identity,
-    Result,
-    RetryDecision,
-    SlotContext,
-    Worker,
-    WorkerConfig,
-    admit,
-    retry_decision,
-)
+from .runtime import Worker
 from .scheduler import Picker
 from .store import Cursor, Store
 

@@ -31,8 +31,9 @@ from rich.logging import RichHandler
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from .config import Identity, WorkerConfig
 from .errors import StoreLocked, WorkerError
-from .runtime import Identity, Worker, WorkerConfig
+from .runtime import Worker
 from .store import Store
 
 console = Console(stderr=True)

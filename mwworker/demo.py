@@ -18,7 +18,8 @@ import hashlib
 import json
 from typing import Any
 
-from .runtime import Result, SlotContext, Worker
+from .context import Result, SlotContext
+from .runtime import Worker
 
 STEPS = 3
 

@@ -250,7 +250,7 @@ class _ClientHttp:
     ``lose`` names PATCH offsets whose answer is lost once (the chunk arrives)."""
 
     def __new__(cls, art: Artifacts, lose: set[int]) -> Any:
-        from mwworker.runtime import _Http
+        from mwworker.rest import _Http
 
         class Http(_Http):
             calls: list[tuple[str, str, int]] = []

@@ -23,7 +23,7 @@ from mwworker import (
     Welcome,
 )
 from mwworker.errors import Refused
-from mwworker.runtime import lease_gone
+from mwworker.leases import lease_gone
 from tests.worker.streams import ME, Event, World
 
 GROUP = "11111111-1111-4111-8111-111111111111"

@@ -33,9 +33,12 @@ from mwworker import (
     admit,
     retry_decision,
 )
+from mwworker.connection import backoff, should_retry
+from mwworker.context import Capability, Result, _Port
 from mwworker.errors import Fatal
+from mwworker.leases import renew_delay
 from mwworker.projection import fold
-from mwworker.runtime import Capability, Result, _Port, _Slot, backoff, renew_delay, should_retry
+from mwworker.state import _Slot
 from tests.worker.streams import ME
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
