@@ -1,7 +1,7 @@
 """The framework-free protocol kernel: canonical JSON, signatures, envelopes,
 the hash chain and error codes. Nothing here imports Django."""
 
-from . import jcs, strictjson
+from . import catalogue, jcs, strictjson
 from .canonical import CanonicalizationError, canonicalize, loads_strict
 from .chain import GENESIS_HASH, event_hash, first_break
 from .envelope import (
@@ -37,6 +37,7 @@ __all__ = [
     "b64url_decode",
     "b64url_encode",
     "canonicalize",
+    "catalogue",
     "event_hash",
     "first_break",
     "format_time",
