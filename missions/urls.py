@@ -10,19 +10,3 @@ urlpatterns = [
     path("memberships", views.MembershipsView.as_view(), name="memberships"),
     path("server-key", views.ServerKeyView.as_view(), name="server-key"),
 ]
-
-from artifacts import views as artifact_views  # noqa: E402
-
-urlpatterns += [
-    path("artifacts", artifact_views.ArtifactUploadView.as_view(), name="artifact-upload"),
-    path("artifacts/uploads", artifact_views.ResumableUploadCreateView.as_view(), name="artifact-uploads"),
-    path(
-        "artifacts/uploads/<str:upload_id>", artifact_views.ResumableUploadView.as_view(), name="artifact-upload-chunk"
-    ),
-    path(
-        "artifacts/uploads/<str:upload_id>/complete",
-        artifact_views.ResumableUploadCompleteView.as_view(),
-        name="artifact-upload-complete",
-    ),
-    path("artifacts/<str:sha256>", artifact_views.ArtifactDownloadView.as_view(), name="artifact-download"),
-]
