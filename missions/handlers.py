@@ -38,6 +38,7 @@ from .authority import (
 from .delivery import membership_notice, session_notice
 from .guards import check_int, check_members, check_roles, check_text, check_uuid, refuse
 from .models import (
+    BUDGET_DIMENSIONS,
     GROUP_ROLES,
     ORG_ROLES,
     Agent,
@@ -358,8 +359,6 @@ def set_priority_policy(ctx: HandlerContext) -> Decision:
 
 def check_mission_budgets(body: dict[str, Any]) -> dict[str, Any]:
     """Optional Mission-wide budgets: ``{dimension: non-negative number or null}``."""
-    from workitems.models import BUDGET_DIMENSIONS
-
     budgets = body.get("budgets") or {}
     if not isinstance(budgets, dict):
         raise refuse(ErrorCode.SCHEMA_VALIDATION_FAILED, "body.budgets: must be an object", field="body.budgets")

@@ -16,6 +16,9 @@ from django.db.models.functions import Length
 
 ORG_ROLES = ("mission_owner", "coordinator", "worker", "admin")
 GROUP_ROLES = ("owner", "coordinator", "worker", "reviewer")
+# The six budget dimensions (spec 11.4) of Mission budgets and of WorkItem
+# contracts; defined here, the lowest app that budgets, so workitems shares it.
+BUDGET_DIMENSIONS = ("financial", "tokens", "tool_calls", "compute_seconds", "wall_clock_seconds", "side_effects")
 
 
 class Organization(models.Model):

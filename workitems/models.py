@@ -1,7 +1,7 @@
 """Authoritative WorkItem state (spec 10, 11.3-11.5).
 
 Every row changes only inside ``missions.authority.accept()`` through the
-handlers of ``workitems/handlers.py``. The WorkItem row is the aggregate: its
+handlers of ``workitems/handlers/``. The WorkItem row is the aggregate: its
 ``revision`` is what Commands compare-and-set (MWP-EVT-007).
 """
 
@@ -12,11 +12,10 @@ import uuid
 from django.db import models
 from django.db.models import Q
 
+from missions.models import BUDGET_DIMENSIONS as BUDGET_DIMENSIONS  # re-exported for the WorkItem modules
 from missions.models import Agent, Group, Mission
 
 from . import state_machine as sm
-
-BUDGET_DIMENSIONS = ("financial", "tokens", "tool_calls", "compute_seconds", "wall_clock_seconds", "side_effects")
 
 
 class WorkProposal(models.Model):
