@@ -9,7 +9,7 @@ submission, in the order of spec 13.2:
    blob and fails every criterion whose Evidence cites it), its signed
    manifest is verified (producer signature, size, media type); then the
    contract's ``json_schema`` checks run;
-2. **deterministic checks** declared in the contract (``artifacts/checks.py``);
+2. **deterministic checks** declared in the contract (``workitems/checks.py``);
 3. **reviewer-Agent Evidence** for criteria whose evidence methods include
    ``reviewer``: a review WorkItem is offered to the Group's ``reviewer``
    members; when its reviewer submits, the subject is reviewed again and the
@@ -38,9 +38,9 @@ from missions.commands import system_command
 from missions.models import Agent
 from mwportal.protocol import ProtocolError, canonicalize
 from mwportal.protocol.documents import verify_document
+from workitems import checks as registry
 from workitems.models import Submission, WorkItem
 
-from . import checks as registry
 from .models import Artifact, Blob, Evidence, ReviewRequest
 from .store import CHUNK, blob_integrity, blob_name, storage
 

@@ -19,6 +19,7 @@ from jsonschema import Draft202012Validator, FormatChecker
 
 from mwportal.protocol import ErrorCode, ProtocolError, canonicalize
 
+from .checks import CheckInvalid, check_spec, validate_declared
 from .models import BUDGET_DIMENSIONS
 
 _TEXT = {"type": "string", "minLength": 1, "maxLength": 10000}
@@ -66,7 +67,7 @@ CONTRACT_SCHEMA: dict[str, Any] = {
                     "description": _TEXT,
                     "evidence_methods": {"type": "array", "minItems": 1, "items": {"enum": list(EVIDENCE_METHODS)}},
                     # Deterministic checks the review pipeline runs for this
-                    # criterion (spec 13.2); kinds: artifacts/checks.py.
+                    # criterion (spec 13.2); kinds: checks.py.
                     "checks": {
                         "type": "array",
                         "maxItems": 20,
@@ -181,8 +182,6 @@ def _invalid(code: ErrorCode, message: str, field: str) -> ProtocolError:
 
 def _check_declared_checks(contract: dict[str, Any]) -> None:
     """Each declared check is a registered kind with a valid declaration."""
-    from artifacts.checks import CheckInvalid, check_spec, validate_declared
-
     for i, criterion in enumerate(contract["acceptance_criteria"]):
         for j, spec in enumerate(criterion.get("checks", [])):
             where = f"contract.acceptance_criteria.{i}.checks.{j}"

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from artifacts import checks
 from artifacts.models import Evidence, ReviewRequest
 from artifacts.review import review_summary
 from artifacts.store import blob_name
@@ -21,6 +20,7 @@ from tests.api.support import error_of
 from tests.artifacts.conftest import Artifacts, add_member
 from tests.conftest import AgentKey, Because, group_revision, make_agent, refused
 from tests.workitems.flow import contract
+from workitems import checks
 from workitems.models import WorkItem
 
 REPORT = json.dumps({"rows": 3, "title": "survey"}).encode()

@@ -1,5 +1,8 @@
 """Deterministic checks a Work Contract declares per acceptance criterion (spec 13.2).
 
+They live with the contract, whose validator refuses an unknown kind or a bad
+declaration; the review pipeline above (``artifacts/review.py``) runs them.
+
 A criterion of the contract may carry ``checks``::
 
     {"id": "valid", "description": "...", "evidence_methods": ["schema"],
