@@ -1,4 +1,4 @@
-"""Admin for WorkItems and their rows: read-only; actions issue Commands."""
+"""Admin for WorkItems and their rows (the workitems app): read-only; actions issue Commands."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from missions.models import Agent
-from portal.actions import human_evidence, issue, workitem_target
-from portal.adminkit import ReadOnlyAdmin, run_action
+from workitems.contract import criteria_ids
+from workitems.models import Checkpoint, ExecutionLease, Offer, Submission, WorkDependency, WorkItem, WorkProposal
 
-from .contract import criteria_ids
-from .models import Checkpoint, ExecutionLease, Offer, Submission, WorkDependency, WorkItem, WorkProposal
+from ..actions import human_evidence, issue, workitem_target
+from ..adminkit import ReadOnlyAdmin, run_action
 
 
 def _goal(item: WorkItem) -> str:

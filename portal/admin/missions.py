@@ -1,4 +1,4 @@
-"""Admin for the authoritative Group models: read-only; actions issue Commands.
+"""Admin for the authoritative Group models (the missions app): read-only; actions issue Commands.
 
 Rows change only inside ``accept()`` (DESIGN §2); every admin here is a
 ``portal.adminkit.ReadOnlyAdmin`` scoped to the Groups the user may read.
@@ -12,10 +12,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from portal.actions import group_target, issue
-from portal.adminkit import ReadOnlyAdmin, run_action
-
-from .models import (
+from missions.models import (
     ActionReceipt,
     Agent,
     AgentCard,
@@ -27,6 +24,9 @@ from .models import (
     Mission,
     Organization,
 )
+
+from ..actions import group_target, issue
+from ..adminkit import ReadOnlyAdmin, run_action
 
 admin.site.site_header = "MissionWeave administration"
 admin.site.site_title = "MissionWeave admin"
