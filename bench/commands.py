@@ -1725,7 +1725,7 @@ class LifecycleProfiler:
     """Per Command type of the lifecycle: wall time in ``accept()``, in the
     handler, in COMMIT and in the after-commit notify, and every SQL
     statement, attributed to its phase (before, inside or after the handler)
-    and, inside the handler, to the line of ``workitems/handlers.py`` (or
+    and, inside the handler, to the line of ``workitems/handlers/`` (or
     ``missions/``) that issued it. Wraps the project's functions in this
     process only; no file is changed."""
 
@@ -1836,8 +1836,10 @@ class LifecycleProfiler:
         frame: Any = sys._getframe(2)
         while frame is not None:
             name = frame.f_code.co_filename
-            if name.endswith(("workitems/handlers.py", "workitems/guards.py", "artifacts/store.py")) or (
-                "/missions/" in name and not name.endswith("missions/authority.py")
+            if (
+                "/workitems/handlers/" in name
+                or name.endswith(("workitems/guards.py", "artifacts/store.py"))
+                or ("/missions/" in name and not name.endswith("missions/authority.py"))
             ):
                 short = "/".join(Path(name).parts[-2:])
                 line = linecache.getline(name, frame.f_lineno).strip()
