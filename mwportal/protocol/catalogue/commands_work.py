@@ -224,8 +224,8 @@ EXECUTION = (
         {"leaseId": ID},
         issuers=("service",),
         aggregate="work_item",
-        events=(f"{PROJECT}.work.lease_expired", f"{PROJECT}.work.ownership_fenced"),
-        summary="A timer expires a lease: a missed start-by, a lapsed Execution Lease or blocked lease (§11.5).",
+        events=(f"{PROJECT}.work.lease_expired", f"{PROJECT}.work.ownership_fenced", "work.failed"),
+        summary="A timer expires a lease (missed start-by, lapsed Execution or blocked lease); §11.4, §11.5.",
         example={**_OWNED_EXAMPLE, "leaseType": "execution", "leaseId": ex.LEASE_ID},
     ),
 )

@@ -64,6 +64,8 @@ def fact(
 
 
 _LEASE_EXPIRY = {"ownershipLeaseExpiresAt": TIME}
+# Every timer an Event sets travels with it, so a Worker's projection knows it (§11.3 start-by).
+_START_BY = {"startBy": TIME}
 _COORDINATOR_LEASE = {"coordinatorEpoch": POSITIVE, "leaseExpiresAt": TIME}
 _AMENDMENT = {"amendmentId": ID, "messageId": ID, "reason": REASON}
 _AMENDMENT_EXAMPLE = {"amendmentId": ex.uid(49), "messageId": ex.uid(48), "reason": "wrong draft"}
@@ -269,6 +271,7 @@ WORK = (
     fact(
         "work.started",
         {"workItemId": ID, "ownershipEpoch": POSITIVE, "executionLease": LEASE, "executionLeaseExpiresAt": TIME},
+        {"attempt": POSITIVE},
         aggregate="work_item",
         example={
             "workItemId": ex.WORK_ITEM,
@@ -293,7 +296,7 @@ WORK = (
     fact(
         "work.checkpointed",
         {"workItemId": ID, "checkpoint": CHECKPOINT, **_LEASE_EXPIRY},
-        {"progress": PROGRESS},
+        {"progress": PROGRESS, **_START_BY},
         aggregate="work_item",
         example={"workItemId": ex.WORK_ITEM, "checkpoint": ex.checkpoint(), "ownershipLeaseExpiresAt": ex.T2},
     ),
@@ -308,7 +311,7 @@ WORK = (
     fact(
         "work.unblocked",
         {"workItemId": ID, "status": enum("queued", "open")},
-        {"resolution": REASON},
+        {"resolution": REASON, **_START_BY},
         aggregate="work_item",
         example={"workItemId": ex.WORK_ITEM, "status": "queued", "resolution": "appendix attached"},
     ),
@@ -331,7 +334,7 @@ WORK = (
     fact(
         "work.failed",
         {"workItemId": ID, "reason": REASON},
-        {"evidence": EVIDENCE_LIST, **_FROM_CHILD},
+        {"evidence": EVIDENCE_LIST, "attempt": POSITIVE, **_FROM_CHILD},
         aggregate="work_item",
         example={"workItemId": ex.WORK_ITEM, "reason": "source unreadable", "evidence": [ex.evidence()]},
     ),
@@ -422,7 +425,7 @@ EXTENSIONS = (
             "reason": text(200),
             "status": enum("queued", "open", "blocked"),
         },
-        {"sessionEpoch": POSITIVE},
+        {"sessionEpoch": POSITIVE, "agentId": ID},
         aggregate="work_item",
         summary="In each Group where the Agent held a lease; the WorkItem returns to its queue (§11.3).",
         example={**_LEASED_EXAMPLE, "reason": "session_replaced", "status": "queued", "sessionEpoch": 2},
@@ -494,6 +497,8 @@ EXTENSIONS = (
     fact(
         f"{PROJECT}.context.package_published",
         {"contextPackage": CONTEXT_PACKAGE},
+        # The JCS hash of the signed document: what a later version names as its predecessor.
+        {"documentHash": HASH},
         aggregate="context_package",
         example={"contextPackage": ex.context_package()},
     ),
@@ -506,6 +511,7 @@ EXTENSIONS = (
     fact(
         f"{PROJECT}.context.package_received",
         {"contextPackage": CONTEXT_PACKAGE, "fromGroupId": ID},
+        {"documentHash": HASH},
         aggregate="context_package",
         example={"contextPackage": ex.context_package(), "fromGroupId": ex.uid(55)},
     ),
@@ -526,7 +532,13 @@ EXTENSIONS = (
     fact(
         f"{PROJECT}.work.lease_expired",
         {"workItemId": ID, "ownershipEpoch": POSITIVE, "leaseType": enum("ownership", "execution", "blocked")},
-        {"leaseId": ID, "status": enum("open", "offered", "queued", "blocked")},
+        {
+            "leaseId": ID,
+            "status": enum("open", "offered", "queued", "blocked"),
+            "attempt": POSITIVE,
+            "retryNotBefore": TIME,
+            **_START_BY,
+        },
         aggregate="work_item",
         example={"workItemId": ex.WORK_ITEM, "ownershipEpoch": 1, "leaseType": "execution", "status": "queued"},
     ),
@@ -541,9 +553,9 @@ EXTENSIONS = (
     fact(
         f"{PROJECT}.work.attempt_failed",
         {"workItemId": ID, "reason": REASON, "attempt": POSITIVE},
-        {"evidence": EVIDENCE_LIST, "retryAt": TIME},
+        {"evidence": EVIDENCE_LIST, "retryNotBefore": TIME, **_START_BY},
         aggregate="work_item",
-        example={"workItemId": ex.WORK_ITEM, "reason": "timeout", "attempt": 1, "retryAt": ex.T2},
+        example={"workItemId": ex.WORK_ITEM, "reason": "timeout", "attempt": 1, "retryNotBefore": ex.T2},
     ),
     fact(
         f"{PROJECT}.work.late_result_recorded",
