@@ -512,3 +512,59 @@ def test_commands_carry_unknown_members_and_events_do_not(kind: str, member: str
     # Command payloads are open (a signed bundle vector carries an extra member); what the Group
     # Authority writes is closed.
     assert catalogue.is_valid_payload(kind, {**example, extra: value}) == catalogue.is_command(kind)
+
+
+# --- the catalogue and the Command envelope agree ----------------------------------------------
+
+ACTOR_TYPES = {
+    # A child Mission's owner is the parent's Coordinator, an Agent (§14).
+    "mission_owner": ("human", "agent"),
+    "coordinator": ("agent",),
+    "work_delegate": ("agent",),
+    "worker": ("agent",),
+    "work_owner": ("agent",),
+    "member": ("human", "agent"),
+    "service": ("service",),
+}
+ENVELOPE_EPOCHS = {"sessionEpoch", "membershipEpoch", "coordinatorEpoch"}
+
+
+def _envelope(kind: str, actor_type: str, epochs: tuple[str, ...], payload: dict[str, Any]) -> dict[str, Any]:
+    envelope: dict[str, Any] = {
+        "protocolVersion": "0.1",
+        "actionId": uid(90),
+        "actor": {"type": actor_type, "id": uid(91)},
+        "kind": kind,
+        "correlationId": uid(92),
+        "issuedAt": T,
+        "payload": payload,
+        "signature": {"algorithm": "Ed25519", "keyId": uid(93), "createdAt": T, "value": "AAAA"},
+    }
+    if catalogue.command(kind).scope == "group":
+        envelope["groupId"] = uid(94)
+    carried = set(epochs) & ENVELOPE_EPOCHS
+    if actor_type == "agent":
+        carried.add("sessionEpoch")  # every Agent Command (§15.1)
+    for name in carried:
+        envelope[name] = 3
+    return envelope
+
+
+def test_each_issuer_with_its_epochs_makes_an_envelope_the_command_schema_admits_spec_15_1() -> None:
+    examples = command_examples()
+    for kind in catalogue.COMMAND_KINDS:
+        definition = catalogue.command(kind)
+        for role, epochs in definition.epochs.items():
+            # Creating a root or follow-up Mission is a human's, before any Membership (§7.1).
+            types = ("human",) if kind in {"mission.create", "mission.create_follow_up"} else ACTOR_TYPES[role]
+            for actor_type in types:
+                envelope = _envelope(kind, actor_type, epochs, examples[kind])
+                assert is_valid("command", envelope), (kind, role, actor_type)
+
+
+def test_the_command_schema_refuses_an_issuer_without_its_epochs_spec_15_1() -> None:
+    examples = command_examples()
+    for kind in COORDINATOR_EPOCH_SPEC_15_1:
+        envelope = _envelope(kind, "agent", catalogue.command(kind).epochs["coordinator"], examples[kind])
+        del envelope["coordinatorEpoch"]
+        assert not is_valid("command", envelope), kind
