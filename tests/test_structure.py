@@ -36,11 +36,6 @@ DJANGO_WORLD = frozenset(
 # it imports beyond the stdlib and the kernel is a new dependency to justify.
 WORKER_THIRD_PARTY = frozenset({"websockets", "rich", "matplotlib"})
 
-# Layer violations that still exist, each with the reason it has not been
-# inverted yet. An entry fails the test once the import is gone, so the list
-# only shrinks.
-KNOWN_LAYER_VIOLATIONS: frozenset[tuple[str, str]] = frozenset()
-
 # Files being split right now (issue 18 item 10). An entry fails the test once
 # its file is under the limit, so the list only shrinks.
 OVERSIZE_ALLOWED = frozenset(
@@ -219,10 +214,8 @@ def test_it_keeps_the_layer_order() -> None:
         if rank[layer(imp.target)] > rank[layer(imp.source)]:
             violations.add((imp.source, imp.target))
             where.setdefault((imp.source, imp.target), imp.where)
-    new = sorted(violations - KNOWN_LAYER_VIOLATIONS)
-    assert not new, "lower layer imports a higher one:\n" + "\n".join(f"{where[v]} imports {v[1]}" for v in new)
-    fixed = sorted(KNOWN_LAYER_VIOLATIONS - violations)
-    assert not fixed, f"no longer a violation, remove from KNOWN_LAYER_VIOLATIONS: {fixed}"
+    found = sorted(violations)
+    assert not found, "lower layer imports a higher one:\n" + "\n".join(f"{where[v]} imports {v[1]}" for v in found)
 
 
 def test_it_keeps_the_kernel_django_free() -> None:
