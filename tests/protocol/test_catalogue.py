@@ -568,3 +568,22 @@ def test_the_command_schema_refuses_an_issuer_without_its_epochs_spec_15_1() -> 
         envelope = _envelope(kind, "agent", catalogue.command(kind).epochs["coordinator"], examples[kind])
         del envelope["coordinatorEpoch"]
         assert not is_valid("command", envelope), kind
+
+
+def test_it_selects_kinds_by_aggregate_and_scope() -> None:
+    work = catalogue.event_kinds(aggregate="work_item")
+    assert {"work.offer.created", "work.progressed", "ext.missionweaveprotocol.core.resource_usage_recorded"} <= set(
+        work
+    )
+    assert "mission.created" not in work
+    assert set(catalogue.event_kinds(scope="organization")) == set(ORGANIZATION_SCOPED.values())
+    assert set(catalogue.command_kinds(scope="organization")) == set(ORGANIZATION_SCOPED)
+    assert catalogue.command_kinds(aggregate="message") == (
+        "message.correct",
+        "message.post",
+        "message.redact",
+        "message.retract",
+    )
+    assert set(catalogue.command_kinds()) == set(catalogue.COMMAND_KINDS)
+    with pytest.raises(ValueError):
+        catalogue.event_kinds(aggregate="workitem")

@@ -24,6 +24,7 @@ import jsonschema_rs
 from .. import schemas
 from ..schemas import FORMATS, MAX_ERRORS, SchemaError
 from . import commands_group, commands_work, events
+from .commands_group import PROJECT
 from .model import AGGREGATES, EPOCHS, ROLES, SCOPES, CommandDefinition, EventDefinition
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "COMMAND_KINDS",
     "EPOCHS",
     "EVENT_KINDS",
+    "PROJECT",
     "ROLES",
     "CommandDefinition",
     "EventDefinition",
@@ -38,9 +40,11 @@ __all__ = [
     "UnknownKind",
     "as_data",
     "command",
+    "command_kinds",
     "commands_yielding",
     "compile_all",
     "event",
+    "event_kinds",
     "is_command",
     "is_event",
     "is_valid_payload",
@@ -119,6 +123,29 @@ def commands_yielding(event_kind: str) -> tuple[str, ...]:
     """The Command kinds whose acceptance may append ``event_kind`` (what a fold can trace back)."""
     event(event_kind)
     return tuple(kind for kind in COMMAND_KINDS if event_kind in _COMMANDS[kind].events)
+
+
+def command_kinds(*, aggregate: str | None = None, scope: str | None = None) -> tuple[str, ...]:
+    """The Command kinds changing ``aggregate`` and/or in ``scope`` (all of them by default)."""
+    return _select(_COMMANDS, aggregate, scope)
+
+
+def event_kinds(*, aggregate: str | None = None, scope: str | None = None) -> tuple[str, ...]:
+    """The Event kinds about ``aggregate`` and/or in ``scope``: what a projection of it folds."""
+    return _select(_EVENTS, aggregate, scope)
+
+
+def _select(definitions: dict[str, Any], aggregate: str | None, scope: str | None) -> tuple[str, ...]:
+    if aggregate is not None and aggregate not in AGGREGATES:
+        raise ValueError(f"no aggregate {aggregate!r} (one of {', '.join(AGGREGATES)})")
+    if scope is not None and scope not in SCOPES:
+        raise ValueError(f"no scope {scope!r} (one of {', '.join(SCOPES)})")
+    return tuple(
+        kind
+        for kind in sorted(definitions)
+        if (aggregate is None or definitions[kind].aggregate == aggregate)
+        and (scope is None or definitions[kind].scope == scope)
+    )
 
 
 def _definition(kind: str) -> CommandDefinition | EventDefinition:
