@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..schemas.dsl import Schema, array, c, const, enum, has, ids, obj, text
+from ..schemas.dsl import Schema, array, boolean, c, const, enum, has, ids, obj, text
 from . import examples as ex
 from .commands_group import PROJECT
 from .model import (
@@ -231,7 +231,13 @@ WORK = (
             "offerExpiresAt": TIME,
             "selectionBasis": SELECTION_BASIS,
         },
-        {"contractVersion": POSITIVE, "contract": WORK_CONTRACT, "contextPackageId": ID, "delegationGrantId": ID},
+        {
+            "contractVersion": POSITIVE,
+            "contract": WORK_CONTRACT,
+            "contractChanged": boolean(),
+            "contextPackageId": ID,
+            "delegationGrantId": ID,
+        },
         aggregate="work_item",
         example={
             "workItemId": ex.WORK_ITEM,
@@ -251,6 +257,8 @@ WORK = (
             # The ownership lease in full: its start-by deadline is what a Worker must honour (§11.3).
             "ownershipLease": LEASE,
         },
+        # The losing candidates' offers are withdrawn in the same transition (§10.3).
+        {"contractVersion": POSITIVE, "selectionBasis": SELECTION_BASIS, "withdrawnAgentIds": ids()},
         aggregate="work_item",
         example={
             "workItemId": ex.WORK_ITEM,
@@ -359,7 +367,7 @@ WORK = (
             "operations": array(text(200), min_items=1, unique=True),
             "expiresAt": TIME,
         },
-        {"resources": ids(), "budget": c("budget")},
+        {"resources": ids(), "budget": c("budget"), "contractVersion": POSITIVE},
         aggregate="work_item",
         example={
             "approval": ex.approval("work_execution"),
