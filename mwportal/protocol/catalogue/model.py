@@ -38,7 +38,7 @@ ROLES = (
     "mission_owner",  # the Mission's owner: a human, or the parent Coordinator for a child Mission
     "coordinator",  # the Agent holding the current Coordinator lease
     "work_delegate",  # an Agent using a persisted Delegation Grant (§9.1)
-    "worker",  # an Agent with a worker Membership, before it owns the WorkItem (an offer's candidate)
+    "worker",  # an Agent with a worker or reviewer Membership, offered the WorkItem and not yet its owner
     "work_owner",  # the Agent owning the WorkItem under its current Ownership Epoch
     "member",  # any active member of the Group
     "service",  # an Organization service Principal (registry, control plane, Group Authority)
