@@ -37,6 +37,8 @@ audit (opt-in)     ``apply_audit``: how many times each Event was applied,
                    written in the apply transaction (``Store(audit=True)``)
 =================  ==========================================================
 
+Their DDL, and the SQL the apply cycle runs, are in ``schema``.
+
 A ``Store`` is used from one thread at a time (the runtime calls it through
 ``asyncio.to_thread``); an internal lock makes concurrent calls wait. One
 process writes a file: ``Store`` holds ``<file>.lock`` (``flock``) while open,
@@ -48,12 +50,11 @@ processes may still read the SQLite file (WAL readers never block).
 from __future__ import annotations
 
 import json
-import operator
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -69,8 +70,31 @@ from . import projection
 from .errors import ChainBroken, MalformedEvent, ProjectionError, SnapshotRefused, StoreLocked, StoreMismatch
 from .events import Event, chain_hash, check_event, content_bytes, text
 from .projection import CheckpointRow, GroupMeta, OutboxRow, WorkRow
+from .schema import (
+    CHECKPOINT_COLS,
+    DUMP_ORDER,
+    DURABLE_DDL,
+    META_COLS,
+    OUTBOX_COLS,
+    PROJECTION_DDL,
+    PROJECTION_INDEXES,
+    PROJECTION_TABLES,
+    ROW_COLS,
+    SCHEMA_VERSION,
+    SQL_AUDIT,
+    SQL_CHECKPOINT,
+    SQL_CURSOR,
+    SQL_META,
+    SQL_OUTBOX,
+    SQL_ROW,
+    SQL_SELECT_META,
+    SQL_SELECT_ROW,
+    checkpoint_from,
+    column_values,
+    meta_from,
+    row_from,
+)
 
-SCHEMA_VERSION = "1"
 SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA")
 
 
@@ -83,111 +107,6 @@ class Cursor:
 
 
 _ORIGIN = Cursor(0, GENESIS_HASH)
-
-
-def _columns(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in fields(cls))
-
-
-_META_COLS = _columns(GroupMeta)
-_ROW_COLS = _columns(WorkRow)
-_CHECKPOINT_COLS = _columns(CheckpointRow)
-_OUTBOX_COLS = _columns(OutboxRow)
-_META_BOOLS = frozenset({"my_active"})
-_ROW_BOOLS = frozenset({"requires_approval", "execution_approved", "needs_new_attempt"})
-
-
-def _insert(table: str, cols: tuple[str, ...]) -> str:
-    return f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
-
-
-def _replace(table: str, cols: tuple[str, ...]) -> str:
-    return f"INSERT OR REPLACE INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
-
-
-_SQL_META = _replace("group_meta", _META_COLS)
-_SQL_ROW = _replace("group_queue", _ROW_COLS)
-_SQL_CHECKPOINT = _insert("checkpoint", _CHECKPOINT_COLS)
-_SQL_OUTBOX = _insert("outbox", _OUTBOX_COLS)
-_SQL_SELECT_META = f"SELECT {', '.join(_META_COLS)} FROM group_meta WHERE group_id = ?"
-_SQL_SELECT_ROW = f"SELECT {', '.join(_ROW_COLS)} FROM group_queue WHERE group_id = ? AND workitem = ?"
-_SQL_CURSOR = (
-    "INSERT INTO cursor (group_id, sequence, last_hash) VALUES (?, ?, ?)"
-    " ON CONFLICT (group_id) DO UPDATE SET sequence = excluded.sequence, last_hash = excluded.last_hash"
-)
-_SQL_AUDIT = (
-    "INSERT INTO apply_audit (event_id, group_id, sequence, applied) VALUES (?, ?, ?, 1)"
-    " ON CONFLICT (event_id) DO UPDATE SET applied = applied + 1"
-)
-
-
-def _sql_type(annotation: Any) -> str:
-    name = str(annotation)
-    if name.startswith("int") or name.startswith("bool"):
-        return "INTEGER"
-    return "TEXT"
-
-
-def _ddl(table: str, cls: type, key: tuple[str, ...]) -> str:
-    cols = [f"{f.name} {_sql_type(f.type)}" for f in fields(cls)]
-    return f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(cols)}, PRIMARY KEY ({', '.join(key)})) WITHOUT ROWID"
-
-
-# The projection: dropped and recreated by rebuild().
-_PROJECTION_DDL = {
-    "cursor": "CREATE TABLE IF NOT EXISTS cursor (group_id TEXT PRIMARY KEY, sequence INTEGER NOT NULL,"
-    " last_hash TEXT NOT NULL) WITHOUT ROWID",
-    "processed_event": "CREATE TABLE IF NOT EXISTS processed_event (event_id TEXT PRIMARY KEY,"
-    " group_id TEXT NOT NULL, sequence INTEGER NOT NULL) WITHOUT ROWID",
-    "group_meta": _ddl("group_meta", GroupMeta, ("group_id",)),
-    "group_queue": _ddl("group_queue", WorkRow, ("group_id", "workitem")),
-    "checkpoint": _ddl("checkpoint", CheckpointRow, ("group_id", "workitem", "number")),
-    "outbox": _ddl("outbox", OutboxRow, ("intent_id",)),
-}
-# Redaction finds a Group's checkpoints by the sequence of the Event that recorded them.
-_PROJECTION_INDEXES = ("CREATE INDEX IF NOT EXISTS checkpoint_by_sequence ON checkpoint (group_id, sequence)",)
-_DURABLE_DDL = (
-    "CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
-    # The Event as its hash covers it (canonical JSON without "hash"), and the hash.
-    "CREATE TABLE IF NOT EXISTS inbox (group_id TEXT NOT NULL, sequence INTEGER NOT NULL,"
-    " event_id TEXT NOT NULL UNIQUE, event TEXT NOT NULL, hash TEXT NOT NULL,"
-    " PRIMARY KEY (group_id, sequence)) WITHOUT ROWID",
-    "CREATE TABLE IF NOT EXISTS snapshot (group_id TEXT PRIMARY KEY, sequence INTEGER NOT NULL,"
-    " head_hash TEXT NOT NULL, document TEXT NOT NULL) WITHOUT ROWID",
-    "CREATE TABLE IF NOT EXISTS outbox_done (intent_id TEXT PRIMARY KEY, result TEXT NOT NULL) WITHOUT ROWID",
-    "CREATE TABLE IF NOT EXISTS buffered_command (id INTEGER PRIMARY KEY AUTOINCREMENT, group_id TEXT NOT NULL,"
-    " workitem TEXT, action_id TEXT NOT NULL UNIQUE, envelope TEXT NOT NULL, binding TEXT NOT NULL)",
-    # One row per external operation, keyed by its idempotency key: written
-    # ("intent") before dispatch, then "done" with the receipt, or "uncertain"
-    # when the dispatch raised or the process died in between.
-    "CREATE TABLE IF NOT EXISTS side_effect (key TEXT PRIMARY KEY, group_id TEXT NOT NULL, workitem TEXT NOT NULL,"
-    " ownership_epoch INTEGER NOT NULL, name TEXT NOT NULL, status TEXT NOT NULL, receipt TEXT,"
-    " attempts INTEGER NOT NULL) WITHOUT ROWID",
-    "CREATE TABLE IF NOT EXISTS apply_audit (event_id TEXT PRIMARY KEY, group_id TEXT NOT NULL,"
-    " sequence INTEGER NOT NULL, applied INTEGER NOT NULL) WITHOUT ROWID",
-)
-PROJECTION_TABLES = tuple(_PROJECTION_DDL)
-# Sort orders of projection_dump(): every primary key, so the dump is deterministic.
-_DUMP_ORDER = {
-    "cursor": "group_id",
-    "processed_event": "event_id",
-    "group_meta": "group_id",
-    "group_queue": "group_id, workitem",
-    "checkpoint": "group_id, workitem, number",
-    "outbox": "intent_id",
-}
-
-
-def _meta_from(row: tuple[Any, ...]) -> GroupMeta:
-    values: dict[str, Any] = {c: (bool(v) if c in _META_BOOLS else v) for c, v in zip(_META_COLS, row, strict=True)}
-    return GroupMeta(**values)
-
-
-def _row_from(row: tuple[Any, ...]) -> WorkRow:
-    values: dict[str, Any] = {
-        c: (v if v is None or c not in _ROW_BOOLS else bool(v)) for c, v in zip(_ROW_COLS, row, strict=True)
-    }
-    return WorkRow(**values)
 
 
 def _exclusive(path: str) -> IO[bytes] | None:
@@ -204,20 +123,6 @@ def _exclusive(path: str) -> IO[bytes] | None:
         handle.close()
         raise StoreLocked(f"{path} is open in another process") from None
     return handle
-
-
-def _checkpoint_from(row: tuple[Any, ...]) -> CheckpointRow:
-    values: dict[str, Any] = {
-        c: (bool(v) if c == "redacted" else v) for c, v in zip(_CHECKPOINT_COLS, row, strict=True)
-    }
-    return CheckpointRow(**values)
-
-
-def _values(obj: Any, cols: tuple[str, ...]) -> tuple[Any, ...]:
-    return _GETTERS[cols](obj)
-
-
-_GETTERS = {cols: operator.attrgetter(*cols) for cols in (_META_COLS, _ROW_COLS, _CHECKPOINT_COLS, _OUTBOX_COLS)}
 
 
 class Store:
@@ -300,11 +205,11 @@ class Store:
 
     def _create_schema(self) -> None:
         with self._transaction() as conn:
-            for ddl in _DURABLE_DDL:
+            for ddl in DURABLE_DDL:
                 conn.execute(ddl)
-            for ddl in _PROJECTION_DDL.values():
+            for ddl in PROJECTION_DDL.values():
                 conn.execute(ddl)
-            for ddl in _PROJECTION_INDEXES:
+            for ddl in PROJECTION_INDEXES:
                 conn.execute(ddl)
             stored = dict(conn.execute("SELECT key, value FROM store_meta").fetchall())
             if not stored:
@@ -346,36 +251,36 @@ class Store:
 
     def meta(self, group: str) -> GroupMeta | None:
         with self._lock:
-            row = self._conn.execute(_SQL_SELECT_META, (group,)).fetchone()
-            return _meta_from(row) if row else None
+            row = self._conn.execute(SQL_SELECT_META, (group,)).fetchone()
+            return meta_from(row) if row else None
 
     def queue(self, group: str) -> list[WorkRow]:
         """The Group's Work queue projection, one row per WorkItem, by WorkItem ID."""
         with self._lock:
-            sql = f"SELECT {', '.join(_ROW_COLS)} FROM group_queue WHERE group_id = ? ORDER BY workitem"
-            return [_row_from(r) for r in self._conn.execute(sql, (group,))]
+            sql = f"SELECT {', '.join(ROW_COLS)} FROM group_queue WHERE group_id = ? ORDER BY workitem"
+            return [row_from(r) for r in self._conn.execute(sql, (group,))]
 
     def row(self, group: str, workitem: str) -> WorkRow | None:
         """One WorkItem's row of the Group's Work queue, or None."""
         with self._lock:
-            found = self._conn.execute(_SQL_SELECT_ROW, (group, workitem)).fetchone()
-            return _row_from(found) if found else None
+            found = self._conn.execute(SQL_SELECT_ROW, (group, workitem)).fetchone()
+            return row_from(found) if found else None
 
     def checkpoints(self, group: str, workitem: str) -> list[CheckpointRow]:
         """Accepted checkpoints of a WorkItem, oldest first; the last is where a new owner resumes."""
         with self._lock:
             sql = (
-                f"SELECT {', '.join(_CHECKPOINT_COLS)} FROM checkpoint WHERE group_id = ? AND workitem = ?"
+                f"SELECT {', '.join(CHECKPOINT_COLS)} FROM checkpoint WHERE group_id = ? AND workitem = ?"
                 " ORDER BY number"
             )
             rows = self._conn.execute(sql, (group, workitem)).fetchall()
-            return [_checkpoint_from(r) for r in rows]
+            return [checkpoint_from(r) for r in rows]
 
     def pending_outbox(self) -> list[OutboxRow]:
         """Intents not yet marked done, in the order their Events were applied per Group."""
         with self._lock:
             sql = (
-                f"SELECT {', '.join('o.' + c for c in _OUTBOX_COLS)} FROM outbox o"
+                f"SELECT {', '.join('o.' + c for c in OUTBOX_COLS)} FROM outbox o"
                 " LEFT JOIN outbox_done d ON d.intent_id = o.intent_id WHERE d.intent_id IS NULL"
                 " ORDER BY o.group_id, o.sequence, o.kind"
             )
@@ -464,7 +369,7 @@ class Store:
         with self._lock:
             out: dict[str, Any] = {}
             for table in PROJECTION_TABLES:
-                cur = self._conn.execute(f"SELECT * FROM {table} ORDER BY {_DUMP_ORDER[table]}")
+                cur = self._conn.execute(f"SELECT * FROM {table} ORDER BY {DUMP_ORDER[table]}")
                 names = [d[0] for d in cur.description]
                 out[table] = {"columns": names, "rows": [list(r) for r in cur]}
             return text(out)
@@ -579,9 +484,9 @@ class Store:
                 (event["event_id"], group, seq),
             )
             change = self._fold_into(conn, event, self._metas, self._rows)
-            conn.execute(_SQL_CURSOR, (group, seq, event["hash"]))
+            conn.execute(SQL_CURSOR, (group, seq, event["hash"]))
             if self.audit:
-                conn.execute(_SQL_AUDIT, (event["event_id"], group, seq))
+                conn.execute(SQL_AUDIT, (event["event_id"], group, seq))
         except sqlite3.IntegrityError as exc:
             conn.execute("ROLLBACK")
             raise ChainBroken(group, seq, f"Event {event['event_id']} is already applied elsewhere ({exc})") from None
@@ -616,26 +521,26 @@ class Store:
             if group in metas:
                 meta = metas[group]
             else:
-                found = conn.execute(_SQL_SELECT_META, (group,)).fetchone()
-                meta = metas[group] = _meta_from(found) if found else None
+                found = conn.execute(SQL_SELECT_META, (group,)).fetchone()
+                meta = metas[group] = meta_from(found) if found else None
         row = None
         if item is not None:
             key = (group, item)
             if key in rows:
                 row = rows[key]
             else:
-                found = conn.execute(_SQL_SELECT_ROW, key).fetchone()
+                found = conn.execute(SQL_SELECT_ROW, key).fetchone()
                 # Flags stay 0/1 here: they go back to SQLite unchanged, and True == 1.
                 row = rows[key] = WorkRow(*found) if found else None
         change = projection.fold(event, me=self.agent, meta=meta, row=row)
         if change.meta is not None:
-            conn.execute(_SQL_META, _values(change.meta, _META_COLS))
+            conn.execute(SQL_META, column_values(change.meta, META_COLS))
         if change.row is not None:
-            conn.execute(_SQL_ROW, _values(change.row, _ROW_COLS))
+            conn.execute(SQL_ROW, column_values(change.row, ROW_COLS))
         for checkpoint in change.checkpoints:
-            conn.execute(_SQL_CHECKPOINT, _values(checkpoint, _CHECKPOINT_COLS))
+            conn.execute(SQL_CHECKPOINT, column_values(checkpoint, CHECKPOINT_COLS))
         for intent in change.outbox:
-            conn.execute(_SQL_OUTBOX, _values(intent, _OUTBOX_COLS))
+            conn.execute(SQL_OUTBOX, column_values(intent, OUTBOX_COLS))
         for sequence in change.redact_sequences:
             # A tombstone withdraws the content of the Event it names (MWP-MSN-009).
             conn.execute(
@@ -684,7 +589,7 @@ class Store:
                     "INSERT OR REPLACE INTO snapshot (group_id, sequence, head_hash, document) VALUES (?, ?, ?, ?)",
                     (group, seq, head, text(document)),
                 )
-                conn.execute(_SQL_CURSOR, (group, seq, head))
+                conn.execute(SQL_CURSOR, (group, seq, head))
             self._cursors[group] = Cursor(seq, head)
             return self._drain(group, self._next_waiting(group))
 
@@ -698,9 +603,9 @@ class Store:
     ) -> None:
         for table in ("group_meta", "group_queue", "checkpoint", "outbox"):
             conn.execute(f"DELETE FROM {table} WHERE group_id = ?", (group,))
-        conn.execute(_SQL_META, _values(meta, _META_COLS))
-        conn.executemany(_SQL_ROW, [_values(r, _ROW_COLS) for r in rows])
-        conn.executemany(_SQL_CHECKPOINT, [_values(c, _CHECKPOINT_COLS) for c in checkpoints])
+        conn.execute(SQL_META, column_values(meta, META_COLS))
+        conn.executemany(SQL_ROW, [column_values(r, ROW_COLS) for r in rows])
+        conn.executemany(SQL_CHECKPOINT, [column_values(c, CHECKPOINT_COLS) for c in checkpoints])
 
     def rebuild(self) -> None:
         """Drop every projection table and rebuild it from the latest restored
@@ -749,9 +654,9 @@ class Store:
                     built.cursors[group] = cur
             for table in PROJECTION_TABLES:
                 conn.execute(f"DROP TABLE IF EXISTS {table}")
-            for ddl in _PROJECTION_DDL.values():
+            for ddl in PROJECTION_DDL.values():
                 conn.execute(ddl)
-            for ddl in _PROJECTION_INDEXES:
+            for ddl in PROJECTION_INDEXES:
                 conn.execute(ddl)
             built.write(conn)
         with self._lock:
@@ -803,11 +708,11 @@ class _Projection:
 
     def write(self, conn: sqlite3.Connection) -> None:
         conn.executemany("INSERT INTO processed_event (event_id, group_id, sequence) VALUES (?, ?, ?)", self.processed)
-        conn.executemany(_SQL_CURSOR, [(g, c.sequence, c.last_hash) for g, c in self.cursors.items()])
-        conn.executemany(_SQL_META, [_values(m, _META_COLS) for m in self.metas.values() if m is not None])
-        conn.executemany(_SQL_ROW, [_values(r, _ROW_COLS) for r in self.rows.values() if r is not None])
-        conn.executemany(_SQL_CHECKPOINT, [_values(c, _CHECKPOINT_COLS) for c in self.checkpoints.values()])
-        conn.executemany(_SQL_OUTBOX, [_values(o, _OUTBOX_COLS) for o in self.outbox.values()])
+        conn.executemany(SQL_CURSOR, [(g, c.sequence, c.last_hash) for g, c in self.cursors.items()])
+        conn.executemany(SQL_META, [column_values(m, META_COLS) for m in self.metas.values() if m is not None])
+        conn.executemany(SQL_ROW, [column_values(r, ROW_COLS) for r in self.rows.values() if r is not None])
+        conn.executemany(SQL_CHECKPOINT, [column_values(c, CHECKPOINT_COLS) for c in self.checkpoints.values()])
+        conn.executemany(SQL_OUTBOX, [column_values(o, OUTBOX_COLS) for o in self.outbox.values()])
 
 
 def _remember(

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mwworker import ChainBroken, Store
-from mwworker.store import PROJECTION_TABLES
+from mwworker.schema import PROJECTION_TABLES
 from tests.worker.streams import Event, World, snapshot_document
 from tests.worker.test_snapshots import snapshots_in_stream
 
