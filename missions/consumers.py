@@ -67,8 +67,9 @@ from .auth import agent_for_token
 from .authority import Auth, Command, accept
 from .delivery import agent_channel
 from .direct_send import direct_sender
-from .hub import Event, Subscription, agents_current, get_hub
+from .hub import Event, Subscription, get_hub
 from .models import Agent, AgentCursor, AgentPresence, Group, Membership
+from .readers import agents_current
 from .snapshots import snapshot_for_cursor
 from .ws_limits import INTERNAL_ERROR_RETRY_AFTER_MS, Limits, TokenBucket, client_address, unauthenticated
 

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 from typing import Any
 
 import pytest
 
-from missions.hub import Hub, Subscription, _Feed, _wire
+from missions.delivery import head_notice
+from missions.hub import Hub, Subscription
 from mwportal.protocol import GENESIS_HASH, event_hash
 from tests.conftest import AgentKey, group_revision
+from tests.delivery.conftest import in_db_thread
+from tests.delivery.test_agent_socket import churn, head
 
 
 def _chain(group: str, first: int, count: int, prev: str) -> list[dict[str, Any]]:
@@ -30,7 +34,7 @@ def _chain(group: str, first: int, count: int, prev: str) -> list[dict[str, Any]
     return events
 
 
-class _Recorder:
+class Recorder:
     """A subscriber: what it received, and through which path."""
 
     def __init__(self, now: bool = True) -> None:
@@ -48,120 +52,142 @@ class _Recorder:
         return True
 
 
-def _hub_with_feed(log: list[dict[str, Any]], subscribers: list[_Recorder]) -> tuple[Hub, list[int]]:
-    """A hub following Group "g" whose Events so far are ``log`` (all
-    cached, subscribers at the head), with a database read that serves
-    ``log`` and records each ``after`` it was asked for."""
-    hub = Hub()
-    head = log[-1]["sequence"] if log else 0
-    feed = hub.feeds["g"] = _Feed("g", head=head)
-    feed.cache.extend(_wire(e) for e in log)
-    feed.ready.set()
-    for recorder in subscribers:
-        feed.subscribers.add(Subscription("g", head, recorder.deliver, recorder.deliver_now))
-    reads: list[int] = []
+class Following:
+    """A hub (not started: no channel layer, no head check, no local
+    notices) whose subscribers follow a real Group, with each of its live
+    reads recorded; commits made through it reach the hub only as the test
+    hands their notices over."""
 
-    async def read(group_id: str, after: int, limit: int) -> list[Any]:
-        reads.append(after)
-        return [_wire(e) for e in log if e["sequence"] > after][:limit]
+    def __init__(self, g: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        import missions.authority as authority
 
-    hub.reader.read = read  # type: ignore[method-assign]
-    return hub, reads
+        self.g = g
+        self.hub = Hub()
+        self.subscriptions: list[Subscription] = []
+        self.reads: list[int] = []
+        self.heads: list[Any] = []  # (group, head, events) of each commit, as its notice would carry them
+        monkeypatch.setattr(authority, "_notify", lambda prepared: self.heads.extend(prepared.heads))
+        live_read = self.hub.reader.read
+
+        async def read(group_id: str, after: int, limit: int) -> list[Any]:
+            self.reads.append(after)
+            return await live_read(group_id, after, limit)
+
+        self.hub.reader.read = read  # type: ignore[method-assign]
+
+    async def subscribe(self, after: int, *subs: Any) -> list[Subscription]:
+        made = [await self.hub.subscribe(self.g, after, s.deliver, getattr(s, "deliver_now", None)) for s in subs]
+        self.subscriptions += made
+        return made
+
+    async def commit(self, owner: AgentKey, worker: AgentKey, n: int) -> list[dict[str, Any]]:
+        """``n`` commits of one Event each; their Events as the notices carry them."""
+        await in_db_thread(churn, owner, self.g, worker, n)
+        return [event for _, _, events in self.heads[-n:] for event in events]
+
+    def notice(self, events: list[dict[str, Any]] | None, sequence: int) -> dict[str, Any]:
+        return head_notice(self.g, sequence, events)
+
+    async def close(self) -> None:
+        for sub in self.subscriptions:
+            await self.hub.unsubscribe(sub)
+        await self.hub.reader.close()
 
 
-def _notice(events: list[dict[str, Any]] | None, sequence: int) -> dict[str, Any]:
-    return {"type": "group.head", "group": "g", "sequence": sequence, "events": events}
+async def until(done: Any, timeout: float = 5.0) -> None:
+    for _ in range(int(timeout / 0.01)):
+        if done():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("not within the time")
 
 
-async def _settle(hub: Hub) -> None:
-    for _ in range(20):
-        await asyncio.sleep(0)
-    if hub._pending:
-        await asyncio.gather(*hub._pending)
+@pytest.mark.django_db(transaction=True)
+def test_events_that_continue_the_feed_are_sent_at_once_without_a_read(
+    mission: dict[str, str], owner: AgentKey, worker: AgentKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    g = mission["group"]
+    top = head(g)
+    following = Following(g, monkeypatch)
+    recorders = [Recorder(), Recorder()]
 
+    async def scenario() -> None:
+        await following.subscribe(top, *recorders)
+        carried = await following.commit(owner, worker, 2)
+        assert following.hub.notice_now(following.notice(carried, top + 2))
+        await following.close()
 
-def test_events_that_continue_the_feed_are_sent_at_once_without_a_read() -> None:
-    log = _chain("g", 1, 5, GENESIS_HASH)
-    recorders = [_Recorder(), _Recorder()]
-
-    async def scenario() -> list[int]:
-        hub, reads = _hub_with_feed(log[:3], recorders)
-        assert hub.notice_now(_notice(log[3:], 5))
-        return reads
-
-    assert asyncio.run(scenario()) == []
+    asyncio.run(scenario())
+    assert following.reads == []
     for recorder in recorders:
-        assert recorder.got == [("now", 4), ("now", 5)]
+        assert recorder.got == [("now", top + 1), ("now", top + 2)]
 
 
-@pytest.mark.parametrize(
-    "case", ["gap", "late_duplicate_start", "broken_chain", "no_events", "short_of_the_head", "not_a_list"]
-)
-def test_anything_that_does_not_continue_the_feed_is_read_from_the_database(case: str) -> None:
+@pytest.mark.django_db(transaction=True)
+def test_a_notice_that_does_not_continue_the_feed_makes_the_hub_read_after_its_head(
+    mission: dict[str, str], owner: AgentKey, worker: AgentKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Spec 16 (sequence order, nothing skipped): the hub reads after its own
-    head and delivers every Event once, in order."""
-    log = _chain("g", 1, 6, GENESIS_HASH)
-    carried: Any = {
-        "gap": log[4:],  # 5..6 while the feed is at 3: the notice of 4 is late or lost
-        "late_duplicate_start": log[2:],  # 3..6: starts at an Event the feed has
-        "broken_chain": [log[3], {**log[4], "prev_hash": "f" * 64}, log[5]],
-        "no_events": None,  # a commit too big to carry its Events
-        "short_of_the_head": log[3:5],  # says head 6, carries 4..5
-        "not_a_list": {"sequence": 4},
-    }[case]
-    recorder = _Recorder()
+    head, once, and delivers every Event once, in order (which notices do not
+    continue the feed: tests/delivery/test_feed.py)."""
+    g = mission["group"]
+    top = head(g)
+    following = Following(g, monkeypatch)
+    recorder = Recorder()
 
-    async def scenario() -> list[int]:
-        hub, reads = _hub_with_feed(log, [recorder])
-        feed = hub.feeds["g"]
-        # The feed is at 3 (4..6 committed but not yet seen by this hub).
-        feed.head = 3
-        while feed.cache[-1]["sequence"] > 3:
-            feed.cache.pop()
-        for sub in feed.subscribers:
-            sub.position = 3
-        assert not hub.notice_now(_notice(carried, 6))
-        hub._on_notice(_notice(carried, 6))
-        await _settle(hub)
-        return reads
+    async def scenario() -> None:
+        await following.subscribe(top, recorder)
+        carried = await following.commit(owner, worker, 3)
+        gap = following.notice(carried[1:], top + 3)  # the notice of the first commit is late or lost
+        assert not following.hub.notice_now(gap)
+        await following.hub.head_moved(g, top + 3)
+        await following.close()
 
-    assert asyncio.run(scenario()) == [3]
-    assert [s for _, s in recorder.got] == [4, 5, 6]
+    asyncio.run(scenario())
+    assert following.reads == [top]
+    assert recorder.got == [("now", top + 1), ("now", top + 2), ("now", top + 3)]
 
 
-def test_an_old_notice_changes_nothing() -> None:
-    log = _chain("g", 1, 4, GENESIS_HASH)
-    recorder = _Recorder()
+@pytest.mark.django_db(transaction=True)
+def test_an_old_notice_changes_nothing(mission: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    g = mission["group"]
+    top = head(g)
+    following = Following(g, monkeypatch)
+    recorder = Recorder()
 
-    async def scenario() -> list[int]:
-        hub, reads = _hub_with_feed(log, [recorder])
-        assert hub.notice_now(_notice(log[2:3], 3))  # handled: nothing new
-        await _settle(hub)
-        return reads
+    async def scenario() -> None:
+        await following.subscribe(top, recorder)
+        assert following.hub.notice_now(following.notice(None, top))  # handled: nothing new
+        assert following.hub.notice_now(following.notice(None, top + 1) | {"group": str(uuid.uuid4())})
+        await following.hub.head_moved(g, top)
+        await following.close()
 
-    assert asyncio.run(scenario()) == []
+    asyncio.run(scenario())
+    assert following.reads == []
     assert recorder.got == []
 
 
-def test_a_subscriber_that_cannot_send_at_once_gets_the_events_from_its_own_task() -> None:
+@pytest.mark.django_db(transaction=True)
+def test_a_subscriber_that_cannot_send_at_once_gets_the_events_from_its_own_task(
+    mission: dict[str, str], owner: AgentKey, worker: AgentKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """deliver_now declines (a closing connection, a removal of its agent):
     the subscriber's asynchronous deliver sends the same Events, in order."""
-    log = _chain("g", 1, 4, GENESIS_HASH)
-    quick, slow = _Recorder(), _Recorder(now=False)
+    g = mission["group"]
+    top = head(g)
+    following = Following(g, monkeypatch)
+    quick, slow = Recorder(), Recorder(now=False)
 
     async def scenario() -> None:
-        hub, _ = _hub_with_feed(log[:2], [quick, slow])
-        for sub in hub.feeds["g"].subscribers:
-            sub.task = asyncio.create_task(hub._run(hub.feeds["g"], sub))
-        await asyncio.sleep(0)
-        assert hub.notice_now(_notice(log[2:], 4))
-        await _settle(hub)
-        for sub in list(hub.feeds["g"].subscribers):
-            await hub.unsubscribe(sub)
+        await following.subscribe(top, quick, slow)
+        carried = await following.commit(owner, worker, 2)
+        assert following.hub.notice_now(following.notice(carried, top + 2))
+        await until(lambda: len(slow.got) == 2)
+        await following.close()
 
     asyncio.run(scenario())
-    assert quick.got == [("now", 3), ("now", 4)]
-    assert slow.got == [("async", 3), ("async", 4)]
+    assert quick.got == [("now", top + 1), ("now", top + 2)]
+    assert slow.got == [("async", top + 1), ("async", top + 2)]
 
 
 def test_the_notifier_thread_coalesces_heads_and_keeps_events_only_while_they_run_on() -> None:
@@ -250,12 +276,10 @@ def test_a_refused_command_sends_no_notice(
 def test_with_the_redis_layer_the_hub_takes_notices_as_the_layer_receives_them() -> None:
     """The hub's channel queue hands a notice it can act on straight to it
     (no wait for its receive loop); any other message is queued as usual."""
-    import uuid
-
     from channels.layers import get_channel_layer
 
     from missions.delivery import group_channel, redis_publisher
-    from missions.hub import immediate_notices
+    from missions.wake_sources import immediate_notices
 
     publisher = redis_publisher()
     assert publisher is not None

@@ -11,12 +11,14 @@ import json
 from collections import deque
 from typing import Any
 
+import pytest
 from autobahn.websocket.protocol import PreparedMessage
 from daphne.server import Server
 from daphne.ws_protocol import WebSocketProtocol
 
 from missions.direct_send import direct_sender
-from missions.hub import _wire
+from missions.readers import wire
+from tests.conftest import AgentKey
 
 
 class _Transport:
@@ -63,7 +65,7 @@ def _server(protocol: _Protocol) -> Server:
 
 
 def _event() -> Any:
-    return _wire({"sequence": 7, "type": "membership.roles_set", "body": {"roles": ["worker"]}})
+    return wire({"sequence": 7, "type": "membership.roles_set", "body": {"roles": ["worker"]}})
 
 
 def test_the_frame_is_framed_once_and_sent_as_a_websocket_text_frame() -> None:
@@ -121,40 +123,43 @@ def test_only_daphnes_reply_handler_is_recognised() -> None:
     assert direct_sender(functools.partial(_server(protocol).application_checker)) is None
 
 
-def test_one_subscriber_failing_to_send_does_not_hold_up_the_others_of_its_group() -> None:
+@pytest.mark.django_db(transaction=True)
+def test_one_subscriber_failing_to_send_does_not_hold_up_the_others_of_its_group(
+    mission: dict[str, str], owner: AgentKey, worker: AgentKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The hub's inline fan-out serves a Group's subscribers one after the
     other in one task: a subscriber whose send raises is dropped (its Agent
     subscribes again when it is back) and the next one still gets the Event."""
     import asyncio
 
-    from missions.hub import Hub, Subscription, _Feed
+    from tests.delivery.test_agent_socket import head
+    from tests.delivery.test_carried_events import Following
 
+    g = mission["group"]
+    top = head(g)
+    following = Following(g, monkeypatch)
     got: list[int] = []
 
-    async def broken(batch: list[Any]) -> bool:
-        raise ConnectionError("the peer is gone")
+    class Broken:
+        async def deliver(self, batch: list[Any]) -> bool:
+            raise ConnectionError("the peer is gone")
 
-    async def healthy(batch: list[Any]) -> bool:
-        got.extend(e["sequence"] for e in batch)
-        return True
+    class Healthy:
+        async def deliver(self, batch: list[Any]) -> bool:
+            got.extend(e["sequence"] for e in batch)
+            return True
 
     async def scenario() -> tuple[bool, bool]:
-        hub = Hub()
-        feed = hub.feeds["g"] = _Feed("g", head=4)
-        feed.ready.set()
-        first, second = Subscription("g", 4, broken), Subscription("g", 4, healthy)
-        feed.subscribers.update((first, second))
-
-        async def read(group_id: str, after: int, limit: int) -> list[Any]:
-            return [_wire({"group": "g", "sequence": 5, "type": "x", "body": {}})]
-
-        hub.reader.read = read  # type: ignore[method-assign]
-        await hub.head_moved("g", 5)
+        first, second = await following.subscribe(top, Broken(), Healthy())
+        await following.commit(owner, worker, 1)
+        await following.hub.head_moved(g, top + 1)
         await asyncio.sleep(0)  # the dropped subscription's unsubscribe runs
-        return first.closed, second.closed
+        closed = first.closed, second.closed
+        await following.close()
+        return closed
 
     assert asyncio.run(scenario()) == (True, False)
-    assert got == [5]
+    assert got == [top + 1]
 
 
 def _tcp_pair(sndbuf: int | None = None) -> tuple[Any, Any]:

@@ -89,8 +89,8 @@ def test_the_live_read_gives_each_event_as_the_log_stores_it(
     own on PostgreSQL, a read-only connection of its own on SQLite) yield the
     same wire Events and frames as the ORM's ``as_wire``, so the hash chain
     a Worker checks holds, and the same heads."""
-    from missions.hub import _LiveReader, _read_after
     from missions.models import GroupEvent
+    from missions.readers import LiveReader, read_after
     from mwportal.protocol.chain import event_hash
 
     g = mission["group"]
@@ -99,16 +99,16 @@ def test_the_live_read_gives_each_event_as_the_log_stores_it(
 
     import uuid
 
-    import missions.hub as hub
+    import missions.readers as readers
 
     async def no_thread(*args: Any) -> Any:
         raise AssertionError("read through the thread pool")
 
-    monkeypatch.setattr(hub, "_read_in_thread", no_thread)
-    monkeypatch.setattr(hub, "_heads_in_thread", no_thread)
+    monkeypatch.setattr(readers, "_read_in_thread", no_thread)
+    monkeypatch.setattr(readers, "_heads_in_thread", no_thread)
 
     async def read() -> tuple[list[Any], dict[str, int]]:
-        reader = _LiveReader()
+        reader = LiveReader()
         try:
             return await reader.read(g, start - 1, 100), await reader.heads([g, str(uuid.uuid4())])
         finally:
@@ -118,7 +118,7 @@ def test_the_live_read_gives_each_event_as_the_log_stores_it(
     assert heads == {g: head(g)}
     expected = [e.as_wire() for e in GroupEvent.objects.filter(group_id=g, sequence__gt=start - 1).order_by("sequence")]
     assert [dict(e) for e in live] == expected
-    assert [e.frame for e in live] == [e.frame for e in _read_after(g, start - 1, 100)]
+    assert [e.frame for e in live] == [e.frame for e in read_after(g, start - 1, 100)]
     for event in live:
         assert event_hash(event["prev_hash"], event) == event["hash"]
 
@@ -203,7 +203,7 @@ def test_file_changes_report_writes_to_the_watched_names_only(tmp_path: Any) -> 
     """The hub's watch on the embedded database (Linux inotify)."""
     import sys
 
-    from missions.hub import FileChanges
+    from missions.wake_sources import FileChanges
 
     if not sys.platform.startswith("linux"):
         pytest.skip("inotify is Linux's")

@@ -29,11 +29,11 @@ from missions.delivery import (
     notice_bytes,
     session_notice,
 )
-from missions.hub import Hub, _wire, get_hub
-from mwportal.protocol import GENESIS_HASH
+from missions.hub import Hub, get_hub
 from tests.conftest import AgentKey, group_revision
 from tests.delivery.conftest import Client, Daphne, in_db_thread
-from tests.delivery.test_carried_events import _chain, _hub_with_feed, _notice, _Recorder, _settle
+from tests.delivery.test_agent_socket import head
+from tests.delivery.test_carried_events import Following, Recorder, until
 from tests.delivery.test_live_path import commits_of_this_process_reach_a_subscriber
 
 
@@ -203,44 +203,38 @@ def test_a_malformed_datagram_is_dropped_and_the_next_notice_still_taken(
     assert "malformed commit notice" in caplog.text and "not an object" in caplog.text
 
 
-def test_a_hub_takes_carried_events_from_its_socket_without_a_read(notice_dir: str) -> None:
+@pytest.mark.django_db(transaction=True)
+def test_a_hub_takes_carried_events_from_its_socket_without_a_read(
+    notice_dir: str, mission: dict[str, str], owner: AgentKey, worker: AgentKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The hub's socket feeds the same check as the layer's notices: Events
     that continue the feed are sent at once, with no database read; one that
     leaves a gap makes the hub read after its head."""
-    log = _chain("g", 1, 4, GENESIS_HASH)
-    recorder = _Recorder()
+    g = mission["group"]
+    top = head(g)
+    following = Following(g, monkeypatch)
+    recorder = Recorder()
 
-    async def scenario() -> list[int]:
-        hub, _ = _hub_with_feed(log[:2], [recorder])
-        reads: list[int] = []
-
-        async def read(group_id: str, after: int, limit: int) -> list[Any]:
-            reads.append(after)
-            return [_wire(e) for e in log if e["sequence"] > after][:limit]
-
-        hub.reader.read = read  # type: ignore[method-assign]
+    async def scenario() -> None:
+        hub = following.hub
         hub.loop = asyncio.get_running_loop()
         hub._receive_local_notices()
         assert hub.notices is not None
+        await following.subscribe(top, recorder)
+        carried = await following.commit(owner, worker, 2)
         sender = local_notices.Sender(notice_dir)
-        sender.send([notice_bytes(_notice(log[2:3], 3), local_notices.encode)])  # continues the feed
-        for _ in range(50):
-            if recorder.got:
-                break
-            await asyncio.sleep(0.01)
-        assert reads == []
-        sender.send([notice_bytes(_notice(None, 4), local_notices.encode)])  # the head alone: a read
-        for _ in range(50):
-            await _settle(hub)
-            if len(recorder.got) == 2:
-                break
-            await asyncio.sleep(0.01)
+        continuing = following.notice(carried[:1], top + 1)
+        sender.send([notice_bytes(continuing, local_notices.encode)])
+        await until(lambda: len(recorder.got) == 1)
+        assert following.reads == []
+        sender.send([notice_bytes(following.notice(None, top + 2), local_notices.encode)])  # the head alone: a read
+        await until(lambda: len(recorder.got) == 2)
+        await following.close()
         hub.release()
-        return reads
 
-    reads = asyncio.run(scenario())
-    assert recorder.got == [("now", 3), ("now", 4)]
-    assert reads == [3]
+    asyncio.run(scenario())
+    assert recorder.got == [("now", top + 1), ("now", top + 2)]
+    assert following.reads == [top + 1]
 
 
 def test_the_hub_of_a_closed_loop_gives_up_its_socket(notice_dir: str) -> None:
