@@ -41,7 +41,6 @@ WORKER_THIRD_PARTY = frozenset({"websockets", "rich", "matplotlib"})
 OVERSIZE_ALLOWED = frozenset(
     {
         "mwworker/scheduler.py",
-        "missions/hub.py",
     }
 )
 
