@@ -82,7 +82,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from mwworker.scheduler import Item, SchedulerCore, starvation_bound  # noqa: E402
+from mwworker.fairness import Item, starvation_bound  # noqa: E402
+from mwworker.scheduler import SchedulerCore  # noqa: E402
 
 BENCH = "scheduler"
 WEIGHTS = (1, 2, 4, 8)
@@ -383,7 +384,7 @@ def adapter_cost(candidates: int, picks: int, seed: int) -> dict[str, float]:
     lookups), the choice itself is the core's."""
     from datetime import UTC, datetime, timedelta
 
-    from mwworker.scheduler import FairScheduler
+    from mwworker.picker import FairScheduler
     from tests.scheduler.helpers import row
 
     rnd = random.Random(seed)

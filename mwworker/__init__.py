@@ -35,6 +35,7 @@ from .errors import (
     StoreMismatch,
     WorkerError,
 )
+from .picker import Picker
 from .projection import CheckpointRow, GroupMeta, OutboxRow, WorkRow
 from .protocol import (
     BadFrame,
@@ -52,7 +53,6 @@ from .protocol import (
     Welcome,
 )
 from .runtime import Worker
-from .scheduler import Picker
 from .store import Cursor, Store
 
 __all__ = [

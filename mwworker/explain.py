@@ -32,7 +32,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from .scheduler import RISK, ExplainRow, SchedulerCore, item_from_row, parse_time
+from .fairness import RISK
+from .picker import item_from_row, parse_time
+from .scheduler import ExplainRow, SchedulerCore
 from .store import Store
 
 # WorkItem Events after which the item sits in its Group's queue again.

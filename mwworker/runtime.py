@@ -86,10 +86,10 @@ from .config import Identity
 from .connection import Connection, backoff, should_retry
 from .context import Capability, Handler, utcnow
 from .offline import OFFLINE_GRACE_SECONDS
+from .picker import FairScheduler, Picker
 from .projection import OutboxRow
 from .protocol import ClientSession
 from .rest import _Http
-from .scheduler import FairScheduler, Picker
 from .slots import Slots
 from .state import _Slot
 from .store import Store

@@ -7,8 +7,12 @@ randomness. Two layers:
 - ``SchedulerCore``: indexed structures with an incremental API (``upsert``,
   ``remove``, ``set_running``, ``select``, ``dispatch``) that the simulator,
   the benchmark and ``explain`` drive directly;
-- ``FairScheduler``: the runtime's ``Picker`` (``pick``/``dispatched``/
+- ``FairScheduler`` (``picker``): the runtime's ``Picker`` (``pick``/``dispatched``/
   ``set_policy`` over ``WorkRow``), which diffs the candidate rows into a core.
+
+The policy this order follows (weights, the in-Group due, the anti-starvation
+bound) is in ``fairness``; which running items to ask to preempt, in
+``preemption``.
 
 Effective order
 ===============
@@ -59,51 +63,15 @@ heaps and joins them the moment the gate opens (``upsert`` with the gate open,
 ``set_capabilities``, or the clock passing ``not_before``). Dependencies are
 the runtime's: ``candidates`` are the items it may start.
 
-Anti-starvation bound
-=====================
-
-Let ``g`` stay schedulable over a span of dispatches and let ``H`` be the
-other Groups schedulable at some moment of the span. Between two consecutive
-dispatches of ``g`` (or from the moment ``g`` becomes schedulable to its
-first dispatch) the number of dispatches to other Groups is at most::
-
-    D_g = sum over h in H of ( floor(w_h / w_g) + 1 )                 (BOUND)
-
-(``D_g <= (W - w_g)/w_g + |H|`` with ``W`` the total weight: a Group of
-weight 1 among 99 others of weight 1 waits at most 198 dispatches; one of
-weight 1 beside one of weight 8, at most 9.) Proof: (i) every schedulable
-``h`` has ``S_h >= V``: ``V`` is set to the smallest start tag, a dispatched
-Group's tag moves to ``F > V``, and a Group joins at ``max(V, F) >= V``.
-(ii) ``S_g <= V + c/w_g``: a Group's tag is ``V`` when it is served and then
-moves up by ``c/w_g``; ``V`` only grows. During the span ``g``'s tag is fixed
-at some ``S_g <= V_0 + c/w_g`` and ``h`` is only served with
-``S_h <= S_g``; by (i) each such tag is at least ``V_0``, and successive tags
-of ``h`` are at least ``c/w_h`` apart, so ``h`` is served at most
-``floor(w_h/w_g) + 1`` times. ``starvation_bound()`` computes ``D_g``; the
-tests replay adversarial (hypothesis) workloads with arrivals, quotas, gates
-and several slots and check every gap against it, together with (i) and (ii).
-
-An item at in-Group position ``k`` therefore starts within ``k * (D_g + 1)``
-dispatches while its Group stays schedulable, and ``k`` counts only items
-that arrived before the item's ``due`` (at most ``6 * aging_seconds`` after
-it). Shares: over any span in which a set of Groups stays schedulable, the
-normalised services ``n_g/w_g`` of two of them differ by at most
-``c/w_g + c/w_h`` (the SFQ fairness bound).
-
-Reordering, preemption and disclosure
-=====================================
+Reordering and disclosure
+=========================
 
 A new item revision (``upsert``), a new policy (``set_policy``: weights,
 classes, quotas, aging) or new capabilities re-key the queues at once, so the
 next ``select`` reflects them (spec 11.3; MWP-WRK-015). On a weight change a
 Group's lead over ``V`` (``x`` items is ``x/w`` of virtual time) is rescaled
-to the new weight, which keeps (ii) of the bound's proof true.
+to the new weight, which keeps (ii) of the bound's proof (``fairness``) true.
 
-``preemption_requests()`` says which running items should be *asked* to
-preempt (cooperatively, at their next checkpoint; spec 11.3, MWP-WRK-015):
-those of Groups holding more slots than their weighted max-min fair share
-while a Group with eligible queued work holds fewer, and those above a
-Group's (lowered) quota.
 ``SchedulerCore.disclose()`` estimates one item's start window and completion
 (MWP-WRK-012) from its own Group's queue and the share its weight guarantees,
 rounded outward, so it carries no other Group's identity, content,
@@ -115,125 +83,20 @@ Exceptions: ``SchedulerError`` (unknown item; a bad policy document).
 from __future__ import annotations
 
 import heapq
-import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
-from .projection import WorkRow
+from .fairness import EPS, MAX_LEVEL, Item, Policy, SchedulerError, item_due
 
-# --- constants and policy ------------------------------------------------------------
-
-URGENCY = {"low": 0, "normal": 1, "high": 2, "critical": 3}
-IMPACT = {"low": 0, "medium": 1, "high": 2, "critical": 3}
-RISK = {"low": 0, "medium": 1, "high": 2, "critical": 3}
-MAX_LEVEL = 6
-DEFAULT_POLICY: dict[str, Any] = {
-    "classes": {"critical": 8, "high": 4, "normal": 2, "low": 1},
-    "default_class": "normal",
-    "groups": {},
-    "aging_seconds": 300,
-}
 INF = math.inf
-_EPS = 1e-9
+
+
 # Disclosure times are rounded outward to this grid so they do not encode other
 # Groups' exact counts (MWP-WRK-012).
 DISCLOSURE_GRID_SECONDS = 60.0
-
-
-class SchedulerError(Exception):
-    """The Scheduler was asked about an item it does not hold, or given a bad policy."""
-
-
-@dataclass(frozen=True, slots=True)
-class Policy:
-    """The parts of the Organization priority policy the Scheduler uses."""
-
-    classes: Mapping[str, float]
-    default_class: str
-    groups: Mapping[str, Mapping[str, Any]]
-    aging_seconds: float
-
-    @staticmethod
-    def parse(document: Mapping[str, Any] | None) -> Policy:
-        doc = dict(DEFAULT_POLICY if document is None else document)
-        classes = doc.get("classes")
-        if not isinstance(classes, Mapping) or not classes:
-            raise SchedulerError("policy.classes: must map at least one class to a weight")
-        weights = {}
-        for name, weight in classes.items():
-            if not isinstance(weight, int | float) or isinstance(weight, bool) or weight <= 0:
-                raise SchedulerError(f"policy.classes.{name}: must be a positive number")
-            weights[str(name)] = float(weight)
-        default = doc.get("default_class")
-        if default not in weights:
-            raise SchedulerError("policy.default_class: must name one of the classes")
-        groups = doc.get("groups") or {}
-        if not isinstance(groups, Mapping):
-            raise SchedulerError("policy.groups: must be an object")
-        aging = doc.get("aging_seconds", DEFAULT_POLICY["aging_seconds"])
-        if not isinstance(aging, int | float) or isinstance(aging, bool) or aging <= 0:
-            raise SchedulerError("policy.aging_seconds: must be a positive number")
-        return Policy(weights, str(default), {str(k): dict(v) for k, v in groups.items()}, float(aging))
-
-    def group_class(self, group: str) -> str:
-        entry = self.groups.get(group) or {}
-        cls = entry.get("class")
-        return cls if isinstance(cls, str) and cls in self.classes else self.default_class
-
-    def weight(self, group: str) -> float:
-        return self.classes[self.group_class(group)]
-
-    def quota(self, group: str) -> int | None:
-        quota = (self.groups.get(group) or {}).get("quota")
-        return quota if isinstance(quota, int) and not isinstance(quota, bool) and quota >= 1 else None
-
-
-def starvation_bound(weights: Iterable[float], w_g: float) -> int:
-    """``D_g`` of the module docstring: the most dispatches to other Groups
-    between two dispatches of a Group of weight ``w_g`` that stays
-    schedulable, given the weights of the *other* Groups schedulable at some
-    moment of the span."""
-    return sum(math.floor(w_h / w_g + _EPS) + 1 for w_h in weights)
-
-
-# --- items -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Item:
-    """The Scheduler's view of one queued item (times in POSIX seconds)."""
-
-    key: str
-    group: str
-    enqueued_at: float
-    urgency: int = 1
-    impact: int = 1
-    deadline: float | None = None
-    start_by: float | None = None
-    requires: frozenset[tuple[str, str]] = frozenset()
-    approved: bool = True  # the Approval gate: no Approval needed, or granted for this contract revision
-    not_before: float | None = None  # retry backoff
-    risk: int = 0
-    service_estimate: float = 0.0  # seconds; moves the latest start ahead of the deadline
-    cost: float = 1.0  # virtual service charged per dispatch
-    title: str | None = None  # never disclosed; explain shows it to the operator
-
-    @property
-    def level(self) -> int:
-        return self.urgency + self.impact
-
-
-def item_due(item: Item, aging_seconds: float) -> float:
-    """The in-Group order key (module docstring): when this item should start."""
-    due = item.enqueued_at + aging_seconds * (MAX_LEVEL - item.level)
-    if item.deadline is not None:
-        due = min(due, item.deadline - item.service_estimate)
-    if item.start_by is not None:
-        due = min(due, item.start_by)
-    return max(item.enqueued_at, due)
 
 
 # An item in its Group's queue is a *code*, one int that sorts like
@@ -287,9 +150,6 @@ class _Group:
         return self.live > 0 and (self.quota is None or self.running < self.quota)
 
 
-# --- explain and disclosure rows -----------------------------------------------------
-
-
 @dataclass(frozen=True, slots=True)
 class ExplainRow:
     """One queued item with every factor of its effective order (``explain``)."""
@@ -340,25 +200,6 @@ class Disclosure:
 
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@dataclass(frozen=True, slots=True)
-class RunningItem:
-    """An item occupying a slot, for ``preemption_requests``."""
-
-    key: str
-    group: str
-    started_at: float
-
-
-@dataclass(frozen=True, slots=True)
-class PreemptRequest:
-    key: str
-    group: str
-    reason: str  # "quota" or "fair_share"
-
-
-# --- the core ------------------------------------------------------------------------
 
 
 class SchedulerCore:
@@ -438,7 +279,7 @@ class SchedulerCore:
             grp.active = False
             grp.slot = None  # its heap entries go stale
             self.total_weight -= grp.weight
-            if self.total_weight < _EPS:
+            if self.total_weight < EPS:
                 self.total_weight = 0.0
 
     # --- items ----------------------------------------------------------------
@@ -807,249 +648,3 @@ class SchedulerCore:
         else:
             status = "queued"
         return Disclosure(float(earliest), float(latest), float(completion), confidence, status, now)
-
-
-# --- preemption (spec 11.3: cooperative) --------------------------------------------------
-
-
-def fair_slots(demand: Mapping[str, int], weights: Mapping[str, float], slots: int) -> dict[str, float]:
-    """Weighted max-min fair division of ``slots`` among Groups wanting ``demand``
-    slots each (demand already capped by quota): water-filling."""
-    share = dict.fromkeys(demand, 0.0)
-    left = float(slots)
-    open_groups = {g for g, d in demand.items() if d > 0}
-    while open_groups and left > _EPS:
-        wsum = sum(weights[g] for g in open_groups)
-        step = left / wsum
-        capped = {g for g in open_groups if share[g] + weights[g] * step >= demand[g] - _EPS}
-        if not capped:
-            for g in open_groups:
-                share[g] += weights[g] * step
-            break
-        for g in capped:
-            left -= demand[g] - share[g]
-            share[g] = float(demand[g])
-        open_groups -= capped
-    return share
-
-
-def preemption_requests(
-    core: SchedulerCore, running: Sequence[RunningItem], *, slots: int, now: float
-) -> list[PreemptRequest]:
-    """Which running items the runtime should *ask* to preempt (they stop at their
-    next safe checkpoint and re-enter their queue; spec 11.3).
-
-    1. Above quota (the policy lowered it): the most recently started items of
-       the Group beyond its quota.
-    2. Fair share: while every slot is busy and a Group with eligible queued work
-       holds at least one whole slot fewer than its weighted max-min share,
-       the most recently started item of the Group furthest above its share
-       (by at least one whole slot, so requests do not ping-pong).
-    """
-    by_group: dict[str, list[RunningItem]] = {}
-    for r in running:
-        by_group.setdefault(r.group, []).append(r)
-    for items in by_group.values():
-        items.sort(key=lambda r: (r.started_at, r.key))
-    requests: list[PreemptRequest] = []
-    held = {g: len(items) for g, items in by_group.items()}
-    for gid, items in sorted(by_group.items()):
-        quota = core.policy.quota(gid)
-        if quota is not None and len(items) > quota:
-            requests.extend(PreemptRequest(r.key, gid, "quota") for r in items[quota:][::-1])
-            held[gid] = quota
-    if sum(held.values()) < slots:
-        return requests  # a free slot: nobody needs to yield
-    if core._timers:
-        core._release_timers(now)
-    demand: dict[str, int] = {}
-    weights: dict[str, float] = {}
-    for gid in set(held) | {g for g, grp in core._groups.items() if grp.live > 0}:
-        quota = core.policy.quota(gid)
-        grp = core._groups.get(gid)
-        queued = grp.live if grp is not None else 0
-        want = held.get(gid, 0) + queued
-        demand[gid] = want if quota is None else min(quota, want)
-        weights[gid] = core.policy.weight(gid)
-    share = fair_slots(demand, weights, slots)
-    victims = dict(held)
-    asked = {r.key for r in requests}
-    while True:
-        # The Group furthest below its share that has queued work, and the one furthest above.
-        under = max(
-            (g for g in demand if core._groups.get(g) is not None and core._groups[g].live > 0),
-            key=lambda g: (share[g] - victims.get(g, 0), g),
-            default=None,
-        )
-        over = max(victims, key=lambda g: (victims[g] - share[g], g), default=None)
-        if under is None or over is None or under == over:
-            break
-        if share[under] - victims.get(under, 0) < 1.0 - _EPS or victims[over] - share[over] < 1.0 - _EPS:
-            break
-        candidates = [r for r in by_group[over] if r.key not in asked]
-        if not candidates:
-            break
-        requests.append(PreemptRequest(candidates[-1].key, over, "fair_share"))
-        asked.add(candidates[-1].key)
-        victims[over] -= 1
-        victims[under] = victims.get(under, 0) + 1
-    return requests
-
-
-# --- the runtime's Picker over WorkRow ---------------------------------------------------
-
-
-class Picker(Protocol):
-    """Chooses which queued WorkItem a Worker starts next; ``mwworker.runtime``
-    calls it with this Worker's startable rows, its slots in use per Group and
-    its capabilities (``FairScheduler`` is the default)."""
-
-    def pick(
-        self,
-        candidates: Sequence[WorkRow],
-        *,
-        running: Mapping[str, int],
-        free_slots: int,
-        capabilities: frozenset[tuple[str, str]],
-        now: datetime,
-    ) -> WorkRow | None: ...
-
-    def dispatched(self, row: WorkRow, now: datetime) -> None: ...
-
-    def set_policy(self, policy: Mapping[str, Any]) -> None: ...
-
-
-def parse_time(value: str | None) -> float | None:
-    """An RFC 3339 UTC timestamp (``...Z``) as POSIX seconds; None when absent or unreadable."""
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def item_from_row(row: WorkRow, *, enqueued_at: float, service_estimate: float = 0.0) -> Item:
-    """The Scheduler's view of a ``WorkRow`` (the contract's scheduling fields)."""
-    requires: set[tuple[str, str]] = set()
-    title = None
-    try:
-        contract = json.loads(row.contract) if row.contract else {}
-    except ValueError:
-        contract = {}
-    if isinstance(contract, dict):
-        for cap in contract.get("capabilities") or []:
-            if isinstance(cap, dict) and isinstance(cap.get("id"), str) and isinstance(cap.get("version"), str):
-                requires.add((cap["id"], cap["version"]))
-        goal = contract.get("goal")
-        title = goal if isinstance(goal, str) else None
-    return Item(
-        key=row.workitem,
-        group=row.group_id,
-        enqueued_at=enqueued_at,
-        urgency=URGENCY.get(row.urgency or "normal", 1),
-        impact=IMPACT.get(row.business_impact or "medium", 1),
-        deadline=parse_time(row.deadline),
-        start_by=parse_time(row.start_by),
-        requires=frozenset(requires),
-        approved=bool(row.execution_approved) or not row.requires_approval,
-        not_before=parse_time(row.retry_not_before),
-        risk=RISK.get(row.risk_class or "low", 0),
-        service_estimate=service_estimate,
-        title=title,
-    )
-
-
-def _stamp(row: WorkRow) -> tuple[int, int, bool, str | None]:
-    return (row.updated_sequence, row.revision, row.execution_approved, row.retry_not_before)
-
-
-@dataclass
-class FairScheduler:
-    """The runtime's ``Picker``: a ``SchedulerCore`` fed by diffing the candidates.
-
-    ``pick`` looks each candidate up by WorkItem ID and re-keys only the rows
-    that changed (same object: skipped; else compared on ``(updated_sequence,
-    revision, execution_approved, retry_not_before)``): one dict lookup per
-    candidate, then the core's O(log n) choice. ``enqueued_at`` is when
-    this Scheduler first saw the row (the projection does not record when an
-    item was queued), so age restarts with the process.
-    """
-
-    policy: Mapping[str, Any] | None = None
-    risk_ceiling: int | None = None
-    service_estimate: float = 0.0
-    core: SchedulerCore = field(init=False)
-    _first_seen: dict[str, float] = field(init=False, default_factory=dict)
-    _rows: dict[str, WorkRow] = field(init=False, default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.core = SchedulerCore(self.policy, risk_ceiling=self.risk_ceiling)
-
-    def set_policy(self, policy: Mapping[str, Any]) -> None:
-        self.policy = policy
-        self.core.set_policy(policy)
-
-    def _sync(self, candidates: Sequence[WorkRow], capabilities: frozenset[tuple[str, str]], now: float) -> None:
-        core = self.core
-        if core.capabilities != capabilities:
-            core.set_capabilities(capabilities)
-        rows = self._rows
-        before = len(rows)
-        still_there = 0
-        for row in candidates:
-            key = row.workitem
-            known = rows.get(key)
-            if known is row:  # the runtime passed the same row object: nothing to look at
-                still_there += 1
-                continue
-            if known is not None:
-                still_there += 1
-                if _stamp(known) == _stamp(row):
-                    rows[key] = row
-                    continue
-            rows[key] = row
-            first = self._first_seen.setdefault(key, now)
-            core.upsert(item_from_row(row, enqueued_at=first, service_estimate=self.service_estimate), now)
-        if still_there < before:  # some rows left the candidates (started elsewhere, cancelled, ...)
-            present = {row.workitem for row in candidates}
-            for key in [k for k in rows if k not in present]:
-                del rows[key]
-                self._first_seen.pop(key, None)
-                if key in core:
-                    core.remove(key)
-
-    def pick(
-        self,
-        candidates: Sequence[WorkRow],
-        *,
-        running: Mapping[str, int],
-        free_slots: int,
-        capabilities: frozenset[tuple[str, str]],
-        now: datetime,
-    ) -> WorkRow | None:
-        ts = now.timestamp()
-        self._sync(candidates, capabilities, ts)
-        self.core.sync_running(running)
-        item = self.core.select(ts, free_slots)
-        return None if item is None else self._rows[item.key]
-
-    def dispatched(self, row: WorkRow, now: datetime) -> None:
-        key = row.workitem
-        if key in self.core and key not in self.core._gated:
-            self.core.dispatch(key, now.timestamp())
-        elif key in self.core:
-            self.core.remove(key)
-        self._rows.pop(key, None)
-        self._first_seen.pop(key, None)
-
-    def disclose(self, workitem: str, now: datetime, *, slots: int, service_seconds: float) -> dict[str, Any]:
-        """The disclosure body for one of the candidates last passed to ``pick``."""
-        return self.core.disclose(workitem, now.timestamp(), slots=slots, service_seconds=service_seconds).as_json()
-
-    def preemptions(
-        self, running: Sequence[tuple[WorkRow, datetime]], *, slots: int, now: datetime
-    ) -> list[PreemptRequest]:
-        """``preemption_requests`` over (row, started_at) pairs of the slots in use."""
-        items = [RunningItem(r.workitem, r.group_id, started.timestamp()) for r, started in running]
-        return preemption_requests(self.core, items, slots=slots, now=now.timestamp())

@@ -60,7 +60,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .scheduler import IMPACT, URGENCY, Item, SchedulerCore, fair_slots, starvation_bound
+from .fairness import IMPACT, URGENCY, Item, starvation_bound
+from .preemption import fair_slots
+from .scheduler import SchedulerCore
 
 
 @dataclass

@@ -19,9 +19,9 @@ from websockets.asyncio.client import ClientConnection
 
 from .config import Identity
 from .context import Capability, Result, SlotContext
+from .picker import Picker
 from .protocol import ClientSession
 from .rest import _Http
-from .scheduler import Picker
 from .store import Store
 
 

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from mwworker.fairness import starvation_bound
 from mwworker.projection import WorkRow
-from mwworker.scheduler import SchedulerCore, starvation_bound
+from mwworker.scheduler import SchedulerCore
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -1,4 +1,4 @@
-"""The anti-starvation bound of ``mwworker/scheduler.py`` under adversarial,
+"""The anti-starvation bound of ``mwworker/fairness.py`` under adversarial,
 hypothesis-generated load (spec 11.1; MWP-WRK-010): arrivals, quotas, several
 slots, Approval gates opening late, capability gaps, and urgency/deadline floods.
 """
@@ -10,7 +10,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mwworker.scheduler import Item, SchedulerCore
+from mwworker.fairness import Item
+from mwworker.scheduler import SchedulerCore
 
 from .helpers import GapLog, weighted
 

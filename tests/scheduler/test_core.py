@@ -7,7 +7,8 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mwworker.scheduler import MAX_LEVEL, Item, SchedulerCore, _code
+from mwworker.fairness import MAX_LEVEL, Item
+from mwworker.scheduler import SchedulerCore, _code
 
 from .helpers import weighted
 

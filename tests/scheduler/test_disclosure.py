@@ -11,7 +11,9 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mwworker.scheduler import FairScheduler, Item, SchedulerCore
+from mwworker.fairness import Item
+from mwworker.picker import FairScheduler
+from mwworker.scheduler import SchedulerCore
 
 from .helpers import T0, row, weighted
 

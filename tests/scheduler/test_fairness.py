@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from mwworker.scheduler import Item, SchedulerCore, starvation_bound
+from mwworker.fairness import Item, starvation_bound
+from mwworker.scheduler import SchedulerCore
 
 from .helpers import GapLog, weighted
 

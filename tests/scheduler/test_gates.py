@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from mwworker.scheduler import Item, SchedulerCore
+from mwworker.fairness import Item
+from mwworker.scheduler import SchedulerCore
 
 from .helpers import weighted
 

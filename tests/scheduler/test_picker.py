@@ -6,8 +6,8 @@ from collections import Counter
 from dataclasses import replace
 from datetime import timedelta
 
+from mwworker.picker import FairScheduler, Picker
 from mwworker.projection import WorkRow
-from mwworker.scheduler import FairScheduler, Picker
 
 from .helpers import T0, row, weighted
 

@@ -3,7 +3,9 @@ asked to preempt, cooperatively (spec 11.3)."""
 
 from __future__ import annotations
 
-from mwworker.scheduler import Item, RunningItem, SchedulerCore, fair_slots, preemption_requests
+from mwworker.fairness import Item
+from mwworker.preemption import RunningItem, fair_slots, preemption_requests
+from mwworker.scheduler import SchedulerCore
 
 from .helpers import policy, weighted
 

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from mwworker import Identity, Result, SlotContext, WorkRow
-from mwworker.scheduler import FairScheduler
+from mwworker.picker import FairScheduler
 from tests.conftest import AgentKey
 from tests.worker.portal import Portal, in_db_thread, running, state_of
 from tests.worker.relay import Relay, RelayedWorker
