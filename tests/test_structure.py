@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("mwportal", "missions", "workitems", "artifacts", "portal", "mwworker")
 MAX_LINES = 800
@@ -35,10 +33,6 @@ DJANGO_WORLD = frozenset(
 # The Worker's own third-party dependencies (requirements.txt); anything else
 # it imports beyond the stdlib and the kernel is a new dependency to justify.
 WORKER_THIRD_PARTY = frozenset({"websockets", "rich", "matplotlib"})
-
-# Files being split right now (issue 18 item 10). An entry fails the test once
-# its file is under the limit, so the list only shrinks.
-OVERSIZE_ALLOWED: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,13 +246,4 @@ def test_it_keeps_modules_under_800_lines() -> None:
         for path in modules().values()
         if _line_count(path) > MAX_LINES and "migrations" not in path.parts
     }
-    unexpected = {p: n for p, n in over.items() if p not in OVERSIZE_ALLOWED}
-    assert not unexpected, f"modules over {MAX_LINES} lines: {unexpected}"
-
-
-@pytest.mark.parametrize("relative", sorted(OVERSIZE_ALLOWED))
-def test_it_lets_an_oversize_module_stay_only_while_it_is_over(relative: str) -> None:
-    """An allowed oversize module that got split must leave OVERSIZE_ALLOWED (the list only shrinks)."""
-    path = ROOT / relative
-    assert path.exists(), f"{relative} is gone: remove it from OVERSIZE_ALLOWED"
-    assert _line_count(path) > MAX_LINES, f"{relative} is under {MAX_LINES} lines: remove it from OVERSIZE_ALLOWED"
+    assert not over, f"modules over {MAX_LINES} lines: {over}"
