@@ -327,7 +327,7 @@ def _loads_dict(value: str | None) -> dict[str, Any]:
     return parsed if isinstance(parsed, dict) else {}
 
 
-# --- WorkItem rows: one folder per Event type, mirroring workitems/handlers.py -------
+# --- WorkItem rows: one folder per Event type, mirroring workitems/handlers/ --------
 
 # A folder returns the columns that change; ``fold`` applies them in one step.
 _Folder = Callable[[Any, Event], dict[str, Any]]

@@ -4,7 +4,7 @@
 its administrative Group and Mission Groups, Agents (an owner, a coordinator
 and workers, one of them ``ME``, the Worker under test), and WorkItems driven
 through the transition table of ``workitems/state_machine.py`` by the rules of
-``workitems/handlers.py``: offers to candidate sets, acceptance with a new
+``workitems/handlers/``: offers to candidate sets, acceptance with a new
 Ownership Epoch, execution Approvals, leases with renewals, checkpoints with
 usage charges, blocking, submissions with Evidence, retries within the
 contract, expiry by the system actor, session replacement revoking leases in

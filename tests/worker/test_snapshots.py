@@ -173,7 +173,7 @@ def test_a_snapshot_at_the_cursor_must_name_the_same_head(
 
 
 # What a snapshot cannot tell, by design of its state (missions/snapshots.py,
-# workitems/handlers.py _item_state): the restored row says "unknown" (None).
+# workitems/handlers/outcomes.py _item_state): the restored row says "unknown" (None).
 NOT_IN_SNAPSHOT = {
     "lease_id", "lease_expires_at", "offered_to", "offer_expires_at", "needs_new_attempt", "retry_not_before",
     "child_mission", "child_group", "child_failure_policy", "resolution_required", "late_results", "updated_sequence",
