@@ -351,7 +351,7 @@ MWP_HEAD_POLL_SECONDS = float(os.environ.get("MWP_HEAD_POLL_SECONDS", "1.0"))
 # the system's temporary directory). Off: "0".
 MWP_LOCAL_NOTICES = os.environ.get("MWP_LOCAL_NOTICES", "1") == "1"
 MWP_NOTICE_DIR = os.environ.get("MWP_NOTICE_DIR", "")
-# The embedded database's file watch (inotify; missions/hub.py FileChanges). Off: "0".
+# The embedded database's file watch (inotify; missions/wake_sources.py FileChanges). Off: "0".
 MWP_DATABASE_WATCH = os.environ.get("MWP_DATABASE_WATCH", "1") == "1"
 # WebSocket bounds (missions/ws_limits.py, which says what each means; issue
 # 16 item 8). MWP_WS_ALLOWED_ORIGINS: origins besides the portal's own that a
