@@ -175,20 +175,24 @@ def agent_model() -> type[Agent]:
 
 @pytest.fixture(autouse=True)
 def purge_events_after(request: pytest.FixtureRequest) -> Iterator[None]:
-    """For transactional tests on SQLite: empty the append-only Event table
-    before the flush, with the trigger lifted for that moment only (SQLite's
-    flush deletes rows, which the trigger refuses; PostgreSQL's TRUNCATE does
-    not fire row triggers)."""
+    """For transactional tests on SQLite: empty the append-only tables (Events,
+    signing keys, validity records, admission records) before the flush, with
+    their triggers lifted for that moment only (SQLite's flush deletes rows,
+    which the triggers refuse; PostgreSQL's TRUNCATE fires no row trigger)."""
     marker = request.node.get_closest_marker("django_db")
     transactional = "transactional_db" in request.fixturenames or bool(marker and marker.kwargs.get("transaction"))
     yield
     if not transactional or connection.vendor != "sqlite":
         return
-    from missions.immutability import TABLE, drop_sql, install_sql
+    from missions import immutability, keyregistry
 
     with connection.cursor() as cur:
-        for sql in drop_sql("sqlite"):
+        for sql in immutability.drop_sql("sqlite") + keyregistry.drop_sql("sqlite"):
             cur.execute(sql)
-        cur.execute(f"DELETE FROM {TABLE}")
-        for sql in install_sql("sqlite"):
+        cur.execute(f"DELETE FROM {immutability.TABLE}")
+        # The Registry's append-only tables too (PROTOCOL §6.4): validity
+        # records before the keys they refer to.
+        for table in sorted(keyregistry.APPEND_ONLY_TABLES, key=lambda t: t != "missions_signingkeyvalidity"):
+            cur.execute(f"DELETE FROM {table}")
+        for sql in immutability.install_sql("sqlite") + keyregistry.install_sql("sqlite"):
             cur.execute(sql)

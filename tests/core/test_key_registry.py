@@ -400,3 +400,15 @@ class ValidityHistoryProperties(TestCase):
             assert got == (
                 None if want is None else parse_timestamp("2026-08-01T00:00:00Z").epoch_seconds + 3600 * want
             )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_transactional_test_with_registry_rows_flushes_cleanly() -> None:
+    # SQLite's flush DELETEs rows, which the append-only triggers refuse; the
+    # suite's purge_events_after fixture lifts them for that moment. Without
+    # it this test errors in teardown (PostgreSQL's TRUNCATE fires no row
+    # trigger, so there it always passes).
+    org = make_org()
+    register(org, "urn:k:flush", ALICE, key(7), valid_until="2026-08-01T00:00:00Z")
+    assert SigningKey.objects.count() == 1
+    assert SigningKeyValidity.objects.count() == 1
