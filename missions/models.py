@@ -3,6 +3,13 @@
 Every row here changes only inside ``missions.authority.accept()``; the admin
 shows them read-only. ``GroupEvent`` rows never change at all: a database
 trigger refuses UPDATE and DELETE (migration 0002).
+
+The Registry's signing keys and validity records and the Admission Log
+(PROTOCOL §6.4) are append-only too (migration 0006), written only through
+``missions.keyregistry`` and ``missions.admission_log``, which run the
+kernel's checks first. Their callers are to be ``accept()``'s handlers and
+its admission step when the wire moves to MWP 0.1 (issue 18); until then
+nothing in the running server writes them.
 """
 
 from __future__ import annotations
