@@ -41,7 +41,15 @@ from typing import Any
 
 from . import ed25519, jcs, schemas, strictjson
 from .errors import ErrorCode
-from .registry import ALGORITHM, KeyBinding, KeyResolutionError, Principal, RegistryEvidence, key_valid_at
+from .registry import (
+    ALGORITHM,
+    EVIDENCE_UNAVAILABLE,
+    KeyBinding,
+    KeyResolutionError,
+    Principal,
+    RegistryEvidence,
+    key_valid_at,
+)
 from .values import Timestamp, TimestampError, b64url_decode, b64url_encode, parse_timestamp
 
 __all__ = [
@@ -268,8 +276,16 @@ def _stages(data: bytes, profile: Profile, registry: RegistryEvidence, context: 
             binding = registry.resolve(key_id)
         except KeyResolutionError as exc:
             raise _Failure(Stage.KEY_RESOLUTION, exc.reason) from exc
+        except Exception as exc:  # an adapter that raises is unavailable evidence: fail closed (§6.4)
+            raise _Failure(Stage.KEY_RESOLUTION, EVIDENCE_UNAVAILABLE) from exc
         if binding.key_id != key_id or binding.algorithm != ALGORITHM:
             raise _Failure(Stage.KEY_RESOLUTION, "resolved-binding-mismatch")
+        # Stage 4 includes strict point validation of the resolved key (§6.4);
+        # the verifier does not take that on trust from the adapter.
+        try:
+            ed25519.check_public_key(binding.public_key)
+        except ed25519.Ed25519EncodingError as exc:
+            raise _Failure(Stage.KEY_RESOLUTION, exc.reason) from exc
         if signer is None:
             if binding.principal.type != "service":
                 raise _Failure(Stage.KEY_RESOLUTION, "signer-not-service-principal")

@@ -374,3 +374,60 @@ def test_any_single_byte_change_fails_or_is_insignificant_PROTOCOL_6_4(where: in
     assert result.document == reference.document
     assert result.signing_bytes == reference.signing_bytes
     assert result.signing_hash == reference.signing_hash
+
+
+# --- stage 4 does not trust the key-resolution adapter's public key or its exceptions ---
+
+
+class _Adapter:
+    """A RegistryEvidence adapter other than MemoryRegistry (e.g. a database one)."""
+
+    organization_id = "urn:missionweaveprotocol:organization:acme"
+
+    def __init__(self, public_key: bytes | None = None, error: Exception | None = None) -> None:
+        self.public_key = public_key
+        self.error = error
+
+    def resolve(self, key_id: str) -> Any:
+        from mwportal.protocol.registry import KeyBinding
+        from mwportal.protocol.values import parse_timestamp
+
+        if self.error is not None:
+            raise self.error
+        assert self.public_key is not None
+        return KeyBinding(
+            key_id=key_id,
+            principal=Principal("agent", golden()["actor"]["id"]),
+            algorithm="Ed25519",
+            public_key=self.public_key,
+            valid_from=parse_timestamp("2026-07-01T00:00:00Z"),
+            valid_until=None,
+            revoked_at=None,
+        )
+
+
+@pytest.mark.parametrize(
+    "public_key",
+    [
+        ed25519.IDENTITY_ENCODING,  # the identity point
+        ORDER_8,  # small order
+        (2).to_bytes(32, "little"),  # off the curve
+        b"\x01" * 31,  # wrong length
+    ],
+)
+def test_stage_4_validates_the_resolved_public_key_strictly_PROTOCOL_6_4(public_key: bytes) -> None:
+    # §6.4 stage 4: "... including canonical unpadded base64url decoding and
+    # strict point validation of its 32-byte Ed25519 public key". The verifier
+    # must not leave that to whatever adapter supplied the binding.
+    data = read(f"{SD}/invalid/command-weak-key-forgery.json")
+    failure = stage_of("command", data, _Adapter(public_key=public_key))
+    assert failure.stage is Stage.KEY_RESOLUTION
+
+
+@pytest.mark.parametrize("error", [RuntimeError("db down"), OSError("socket"), LookupError("x")])
+def test_an_adapter_that_raises_fails_stage_4_closed_PROTOCOL_6_4(error: Exception) -> None:
+    # §6.4: "unavailable Registry evidence ... fail[s] stage 4": an adapter
+    # exception is unavailable evidence, never an unclassified crash.
+    failure = stage_of("command", golden_bytes(), _Adapter(error=error))
+    assert failure.stage is Stage.KEY_RESOLUTION
+    assert str(failure) == WIRE_MESSAGES[ErrorCode.AUTH_INVALID_SIGNATURE]
