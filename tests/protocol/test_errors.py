@@ -89,32 +89,32 @@ HTTP_ROWS = {
     "INTERNAL_ERROR": 500,
 }
 
-# The retry sentences of §19, each with the codes it speaks of and the rule
-# a sender must follow.
+# The retry rules of §19 (in our words), each with the codes it speaks of and
+# the rule a sender must follow.
 RETRY_ROWS = [
     pytest.param(
         ("RATE_LIMITED", "BACKPRESSURE", "INTERNAL_ERROR"),
         "RETRY_SAME_COMMAND",
         True,
-        id="an unchanged Command retry MUST retain the original Action ID and signed content",
+        id="flow-control-and-failure-retry-the-same-command",
     ),
     pytest.param(
         ("AUTH_INVALID_SIGNATURE",),
         "RETRY_SAME_AFTER_CORRECTION",
         False,
-        id="AUTH_INVALID_SIGNATURE MUST NOT be retried unchanged before its cause is corrected",
+        id="bad-signature-retried-only-after-correction",
     ),
     pytest.param(
         ("ACTION_ID_COLLISION",),
         "NEW_COMMAND",
         False,
-        id="ACTION_ID_COLLISION requires a new Command with a new Action ID",
+        id="collision-needs-a-new-action-id",
     ),
     pytest.param(
         ("AUTH_STALE_SESSION", "AUTH_STALE_COORDINATOR", "MEMBERSHIP_STALE", "WORK_STALE_OWNERSHIP"),
         "NEW_COMMAND_AFTER_EPOCH_REFRESH",
         False,
-        id="a stale fencing error requires the current authoritative epoch and a new Command",
+        id="stale-epoch-needs-refresh-and-a-new-command",
     ),
 ]
 
@@ -215,7 +215,7 @@ def test_the_retry_rules_of_PROTOCOL_19(codes: tuple[str, ...], rule: str, retry
 
 
 def test_only_an_unchanged_retry_rule_says_retryable() -> None:
-    # §19: an error "MUST state whether retry is safe"; ``retryable`` means an
+    # §19: an error says whether a retry is safe; ``retryable`` means an
     # unchanged retry, which only the three flow/failure codes allow.
     assert {str(c) for c in RETRYABLE} == {"RATE_LIMITED", "BACKPRESSURE", "INTERNAL_ERROR"}
     for code in CORE_CODES:
