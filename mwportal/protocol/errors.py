@@ -114,21 +114,21 @@ class ErrorCode(StrEnum):
 class RetryRule(StrEnum):
     """What a sender may do after a refusal (§19)."""
 
-    # "An unchanged Command retry MUST retain the original Action ID and
-    # signed content": safe, after ``retryAfterMs`` when given. The only rule
-    # whose document says ``retryable: true``.
+    # Resend the very same signed Command (same Action ID, same bytes), after
+    # ``retryAfterMs`` when given. The only rule whose document says
+    # ``retryable: true``.
     RETRY_SAME_COMMAND = "RETRY_SAME_COMMAND"
-    # AUTH_INVALID_SIGNATURE "MUST NOT be retried unchanged before its cause is
-    # corrected"; after correcting the envelope, key or admission state the
-    # original Action ID may be retried while all protected content is still
-    # valid, else (freshness expired) a new Command.
+    # AUTH_INVALID_SIGNATURE: never resend as it is; once the envelope, the
+    # key or the admission state is fixed, the old Action ID may be reused
+    # while its protected content is still good, else (freshness expired) a
+    # new Command.
     RETRY_SAME_AFTER_CORRECTION = "RETRY_SAME_AFTER_CORRECTION"
     # A new Command with a new Action ID (ACTION_ID_COLLISION by §19; every
     # refusal of the Command's content by the same logic: changed content
     # under the old Action ID would be a collision).
     NEW_COMMAND = "NEW_COMMAND"
-    # "A stale fencing error requires the current authoritative epoch and a
-    # new Command with a new Action ID and signature."
+    # Fenced by an epoch: fetch the current one, then sign a new Command with
+    # a new Action ID.
     NEW_COMMAND_AFTER_EPOCH_REFRESH = "NEW_COMMAND_AFTER_EPOCH_REFRESH"
     # The same request fails again; what helps is not a retry (a snapshot for
     # CURSOR_TOO_OLD, a Membership, another version, a fixed peer).
