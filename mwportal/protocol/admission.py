@@ -64,6 +64,9 @@ class Reason(StrEnum):
     LOG_INDETERMINATE = "log-indeterminate"
     COMMIT_FAILED = "commit-failed"
     EVENT_SELF_ANCHORING = "event-self-anchoring"
+    # Not a bundle name: the Organization's trusted acceptance context could
+    # not be obtained (its source raised or answered something else).
+    TRUSTED_CONTEXT_UNAVAILABLE = "trusted-context-unavailable"
 
 
 class AdmissionFailed(Exception):
@@ -377,6 +380,8 @@ def validate_record(
     ``candidate`` (the append path), a record under the candidate's logical
     key that differs in document kind, key ID or Principal is a conflict.
     """
+    if not isinstance(record_bytes, (bytes, bytearray, memoryview)):
+        raise AdmissionFailed(Reason.RECORD_SCHEMA_INVALID, f"record is a {type(record_bytes).__name__}, not bytes")
     try:
         value = strictjson.parse(record_bytes)
     except strictjson.StrictJSONError as exc:
@@ -453,7 +458,7 @@ def _lookup(verified: Verified, log: AdmissionLog) -> LookupResult:
     except Exception as exc:  # fail closed: a log that raises is an unavailable log (§6.4)
         raise AdmissionFailed(Reason.LOG_UNAVAILABLE, f"lookup raised {type(exc).__name__}: {exc}") from exc
     if isinstance(result, LookupFailed):
-        raise AdmissionFailed(_LOOKUP_REASONS[result.fault], f"lookup: {result.fault}")
+        raise AdmissionFailed(_LOOKUP_REASONS.get(result.fault, Reason.LOG_INDETERMINATE), f"lookup: {result.fault}")
     if isinstance(result, (Found, Absent)):
         return result
     raise AdmissionFailed(Reason.LOG_INDETERMINATE, f"lookup returned an untyped {type(result).__name__}")
@@ -467,10 +472,24 @@ def _append(log: AdmissionLog, candidate: FirstAdmissionRecord) -> Appended | Ex
     except Exception as exc:  # fail closed: whether it committed is unknown (§6.4)
         raise AdmissionFailed(Reason.LOG_INDETERMINATE, f"append raised {type(exc).__name__}: {exc}") from exc
     if isinstance(result, AppendFailed):
-        raise AdmissionFailed(_APPEND_REASONS[result.fault], f"append: {result.fault}")
+        raise AdmissionFailed(_APPEND_REASONS.get(result.fault, Reason.LOG_INDETERMINATE), f"append: {result.fault}")
     if isinstance(result, (Appended, Existing)):
         return result
     raise AdmissionFailed(Reason.LOG_INDETERMINATE, f"append returned an untyped {type(result).__name__}")
+
+
+def _obtain_context(source: Callable[[], TrustedContext]) -> TrustedContext:
+    # A failure to obtain trusted acceptance context is a candidate-preparation
+    # failure, which §6.4 maps to AUTH_INVALID_SIGNATURE like every other.
+    try:
+        context = source()
+    except AdapterContractError:
+        raise
+    except Exception as exc:
+        raise AdmissionFailed(Reason.TRUSTED_CONTEXT_UNAVAILABLE, f"source raised {type(exc).__name__}") from exc
+    if not isinstance(context, TrustedContext) or not isinstance(context.accepted_by, Principal):
+        raise AdmissionFailed(Reason.TRUSTED_CONTEXT_UNAVAILABLE, f"source answered a {type(context).__name__}")
+    return context
 
 
 def admit_first(verified: Verified, log: AdmissionLog, trusted_context: Callable[[], TrustedContext]) -> Admitted:
@@ -490,7 +509,7 @@ def admit_first(verified: Verified, log: AdmissionLog, trusted_context: Callable
         if isinstance(found, Found):
             record = validate_record(verified, found.record, found.service)
             return Admitted(record, found.record, found.service, Outcome.FOUND)
-        candidate = prepare_candidate(verified, trusted_context())
+        candidate = prepare_candidate(verified, _obtain_context(trusted_context))
         appended = _append(log, candidate)
         record = validate_record(verified, appended.record, appended.service, candidate=candidate)
         outcome = Outcome.COMMITTED if isinstance(appended, Appended) else Outcome.EXISTING

@@ -560,3 +560,52 @@ def test_arbitrary_returned_bytes_only_ever_fail_as_admission(raw: bytes) -> Non
     with pytest.raises(AdmissionFailed) as info:
         replay_historical(_VERIFIED, ScriptedLog(Found(raw, AUTHORITY)))
     assert info.value.reason == Reason.RECORD_SCHEMA_INVALID
+
+
+# -- hostile adapter answers: always a classified admission failure, never a crash --
+
+
+@pytest.mark.parametrize("record", ["{}", None, 7.5, ["x"]])
+def test_a_returned_record_that_is_not_bytes_fails_closed_PROTOCOL_6_4(record: Any) -> None:
+    # §6.4: returned-record parsing failures map to AUTH_INVALID_SIGNATURE at
+    # stage admission; a record of the wrong type must not escape as TypeError.
+    fails(Reason.RECORD_SCHEMA_INVALID, replay_historical, verified(), ScriptedLog(Found(record, AUTHORITY)))
+    fails(
+        Reason.RECORD_SCHEMA_INVALID,
+        admit_first,
+        verified(),
+        ScriptedLog(Absent(), Existing(record, AUTHORITY)),
+        context,
+    )
+
+
+def test_an_unknown_fault_in_a_typed_failure_is_indeterminate_PROTOCOL_6_4() -> None:
+    fails(Reason.LOG_INDETERMINATE, replay_historical, verified(), ScriptedLog(LookupFailed("weird")))  # type: ignore[arg-type]
+    fails(Reason.LOG_INDETERMINATE, admit_first, verified(), ScriptedLog(Absent(), AppendFailed("weird")), context)  # type: ignore[arg-type]
+
+
+class _Clock:
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+
+    def __call__(self) -> Any:
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        RuntimeError("trusted clock down"),
+        None,
+        "2026-07-15T00:05:00Z",
+        TrustedContext("urn:uuid:ad000000-0000-4000-8000-000000000001", "2026-07-15T00:05:00Z", "svc"),  # type: ignore[arg-type]
+    ],
+)
+def test_a_failing_trusted_context_source_fails_admission_closed_PROTOCOL_6_4(answer: Any) -> None:
+    # §6.4: "Every failure after six-stage completion in ... candidate
+    # preparation ... MUST map on the wire to AUTH_INVALID_SIGNATURE".
+    log = ScriptedLog(Absent())
+    fails(Reason.TRUSTED_CONTEXT_UNAVAILABLE, admit_first, verified(), log, _Clock(answer))
+    assert log.appends == 0
