@@ -431,3 +431,65 @@ def test_an_adapter_that_raises_fails_stage_4_closed_PROTOCOL_6_4(error: Excepti
     failure = stage_of("command", golden_bytes(), _Adapter(error=error))
     assert failure.stage is Stage.KEY_RESOLUTION
     assert str(failure) == WIRE_MESSAGES[ErrorCode.AUTH_INVALID_SIGNATURE]
+
+
+# --- hostile shapes: every input is a classified VerificationFailed, never a crash ---
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix]
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out += _paths(v, (*prefix, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out += _paths(v, (*prefix, i))
+    return out
+
+
+HOSTILE = [None, True, 0, -1, 1.5, "", "x", [], {}, ["x"], {"type": 1, "id": []}, [[[[[]]]]]]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    profile=st.sampled_from(["command", "agent-card"]),
+    where=st.integers(min_value=0),
+    replacement=st.sampled_from([*range(len(HOSTILE)), "delete"]),
+)
+def test_a_hostile_member_anywhere_is_a_classified_failure_PROTOCOL_6_4(
+    profile: str, where: int, replacement: int | str
+) -> None:
+    name = "command" if profile == "command" else "agent-card"
+    doc: Any = json.loads(read(f"{SD}/valid/{name}.json"))
+    paths = _paths(doc)
+    path = paths[where % len(paths)]
+    if not path:
+        doc = None if replacement == "delete" else HOSTILE[int(replacement)]
+    else:
+        parent = doc
+        for step in path[:-1]:
+            parent = parent[step]
+        if replacement == "delete":
+            del parent[path[-1]]
+        else:
+            parent[path[-1]] = HOSTILE[int(replacement)]
+    try:
+        verify_document(json.dumps(doc).encode(), profile, fixture("registry-valid.json"))
+    except VerificationFailed as failure:
+        assert failure.stage in Stage
+        assert str(failure) == WIRE_MESSAGES[failure.wire_code]
+
+
+def test_a_ten_megabyte_string_is_a_classified_failure() -> None:
+    doc = golden()
+    doc["signature"]["keyId"] = "urn:x:" + "a" * 10_000_000
+    assert stage_of("command", json.dumps(doc).encode(), fixture("registry-valid.json")).stage in {
+        Stage.SCHEMA,
+        Stage.KEY_RESOLUTION,
+    }
+    doc = golden()
+    doc["signature"]["value"] = "A" * 10_000_000
+    assert stage_of("command", json.dumps(doc).encode(), fixture("registry-valid.json")).stage in {
+        Stage.SCHEMA,
+        Stage.SIGNATURE_ENVELOPE,
+    }
