@@ -7,9 +7,8 @@ is ``admission``; on the wire every failure here is ``AUTH_INVALID_SIGNATURE``.
 
 The Admission Log is a deployment seam (:class:`AdmissionLog`). Its answers
 are typed values, never booleans, so that no caller can assert trust,
-authentication or integrity on the log's behalf (§6.4 "A caller-supplied
-trust, authentication, or integrity boolean MUST NOT replace the adapter's
-typed result")::
+authentication or integrity on the log's behalf (§6.4: only the adapter's
+typed result counts, never a flag the caller hands in)::
 
     lookup(organization_id, signing_hash)
         -> Found(record, service) | Absent() | LookupFailed(LookupFault)

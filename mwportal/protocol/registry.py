@@ -26,8 +26,7 @@ index (``resolve`` is a dict lookup, whatever the Registry's size).
 ``registry_from_fixture`` reads the bundle's Registry fixture format. It
 validates *every* binding and record before any key ID is looked at; if one is
 invalid — even one unrelated to the key a document names — the evidence it
-returns fails closed: ``resolve`` always raises (§6.4 "an invalid unrelated
-binding or history record MUST cause stage 4 to fail").
+returns fails closed: ``resolve`` always raises, so stage 4 fails (§6.4).
 """
 
 from __future__ import annotations

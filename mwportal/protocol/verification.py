@@ -116,10 +116,9 @@ PROFILES: dict[str, Profile] = {
     )
 }
 
-# §6.4 "Invalid JSON, duplicate members, or a value that cannot enter the JCS
-# data model is a PROTOCOL_VIOLATION. Schema, required-envelope, or
-# unsupported-algorithm failure is SCHEMA_VALIDATION_FAILED. Failure in
-# cryptographic stage 3, 4, or 6 ... is AUTH_INVALID_SIGNATURE".
+# §6.4's wire codes: stages 1 and 5 (not JSON, a duplicate, outside the JCS
+# data model) are PROTOCOL_VIOLATION; stage 2 (schema, envelope, algorithm)
+# is SCHEMA_VALIDATION_FAILED; stages 3, 4 and 6 are AUTH_INVALID_SIGNATURE.
 WIRE_CODES: dict[Stage, ErrorCode] = {
     Stage.PARSE: ErrorCode.PROTOCOL_VIOLATION,
     Stage.SCHEMA: ErrorCode.SCHEMA_VALIDATION_FAILED,
@@ -298,7 +297,7 @@ def _stages(data: bytes, profile: Profile, registry: RegistryEvidence, context: 
             raise _Failure(Stage.KEY_RESOLUTION, EVIDENCE_UNAVAILABLE) from exc
         if binding.key_id != key_id or binding.algorithm != ALGORITHM:
             raise _Failure(Stage.KEY_RESOLUTION, "resolved-binding-mismatch")
-        # Stage 4 includes strict point validation of the resolved key (§6.4);
+        # Stage 4 checks the resolved key's point strictly itself (§6.4);
         # the verifier does not take that on trust from the adapter.
         key_fault = (
             _public_key_fault(binding.public_key) if isinstance(binding.public_key, bytes) else "public-key-type"

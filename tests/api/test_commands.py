@@ -333,7 +333,7 @@ def test_an_empty_body_is_malformed(org: dict[str, str]) -> None:
     [
         # A binary64 value, but not a session epoch: the member's schema.
         ("9007199254740992", "SCHEMA_VALIDATION_FAILED"),
-        # §6.4: not JSON, or a value that cannot enter the JCS data model.
+        # §6.4: not JSON, or a value outside the JCS data model.
         ("-9007199254740993", "PROTOCOL_VIOLATION"),
         ("1e400", "PROTOCOL_VIOLATION"),
         ("NaN", "PROTOCOL_VIOLATION"),
@@ -391,7 +391,7 @@ def test_escaped_lone_surrogates_are_malformed_not_500(owner: AgentKey, where: s
     else:
         text = text.replace('"title": "Survey"', f'"title": "Survey", "note": {escape}')
     with nothing_written():
-        # §6.4: a lone surrogate cannot enter the JCS data model.
+        # §6.4: a lone surrogate is outside the JCS data model.
         error_of(post_raw(http(), COMMANDS, text), 400, "PROTOCOL_VIOLATION")
 
 
