@@ -97,6 +97,9 @@ class Feed(Generic[C]):
     def __init__(self, group_id: str, head: int = 0, cache_size: int = CACHE_EVENTS, batch: int = REPLAY_BATCH) -> None:
         self.group_id = group_id
         self.head = head
+        # The hash of the head Event while the cache is empty (from the read
+        # that opened the feed); after that the cache's last Event has it.
+        self.head_hash: str | None = None
         self.cache: deque[Event] = deque(maxlen=cache_size)
         self.batch = batch
         self.cursors: set[C] = set()
@@ -109,9 +112,12 @@ class Feed(Generic[C]):
 
     # --- subscribers ---------------------------------------------------------
 
-    def open(self, head: int) -> list[C]:
-        """The Group's head as first read; the subscribers to wake."""
-        self.head = max(self.head, head)
+    def open(self, head: int, head_hash: str | None = None) -> list[C]:
+        """The Group's head as first read (its sequence, and the hash of the
+        head Event when known); the subscribers to wake."""
+        if head > self.head:
+            self.head = head
+            self.head_hash = head_hash
         self.opened = True
         return list(self.cursors)
 
@@ -207,7 +213,11 @@ class Feed(Generic[C]):
 
     def _continues(self, events: list[Any]) -> bool:
         expected = self.head + 1
-        prev = self.cache[-1]["hash"] if self.cache else None
+        prev = self.cache[-1]["hash"] if self.cache else self.head_hash
+        if prev is None and self.head > 0:
+            # The head's hash is unknown, so the first carried link cannot be
+            # checked: read instead (spec 16: never take an altered chain).
+            return False
         for event in events:
             if not isinstance(event, dict) or event.get("sequence") != expected:
                 return False

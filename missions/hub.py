@@ -47,7 +47,7 @@ from . import delivery, local_notices
 from .delivery import AGENT_CHANNEL_PREFIX, AGENT_NOTICES, group_channel, register_serving_loop
 from .feed import Cursor, Event, Feed, Notice, Read
 from .local_notices import database_file
-from .readers import LiveReader, read_after, read_heads, wire
+from .readers import LiveReader, read_after, read_head, wire
 from .wake_sources import FileChanges, immediate_notices
 
 __all__ = ["Event", "Hub", "Subscription", "get_hub"]
@@ -248,7 +248,7 @@ class Hub:
             try:
                 if self.layer is not None and self.channel is not None:
                     await self.layer.group_add(group_channel(group_id), self.channel)
-                heads = await database_sync_to_async(read_heads)([group_id])
+                head, head_hash = await database_sync_to_async(read_head)(group_id)
             except BaseException:
                 # A feed whose head was never read must not stay: every later
                 # subscribe would wait for it forever (issue 16 item 10).
@@ -257,7 +257,7 @@ class Hub:
                     del self.feeds[group_id]
                 live.ready.set()
                 raise
-            woken = live.feed.open(heads.get(group_id, 0))
+            woken = live.feed.open(head, head_hash)
             live.ready.set()
             for other in woken:
                 other.wake.set()

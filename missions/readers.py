@@ -235,6 +235,14 @@ def read_heads(group_ids: list[str]) -> dict[str, int]:
     return {str(g): s for g, s in Group.objects.filter(id__in=group_ids).values_list("id", "last_sequence")}
 
 
+def read_head(group_id: str) -> tuple[int, str | None]:
+    """A Group's head sequence and the hash of its head Event, as a feed opens
+    on it: with the hash the feed can check the first link of the Events the
+    next notice carries (``Feed.head_notice``). ``(0, None)`` for no Group."""
+    row = Group.objects.filter(id=group_id).values_list("last_sequence", "head_hash").first()
+    return (0, None) if row is None else (row[0], row[1])
+
+
 # Like the live reads, on a pool of its own (see _read_in_thread).
 _heads_in_thread = database_sync_to_async(read_heads, thread_sensitive=False)
 

@@ -82,6 +82,26 @@ def test_anything_that_does_not_continue_the_feed_is_read_after_the_head(case: s
     assert (feed.head, feed.reading) == (6, False)
 
 
+def test_the_first_carried_link_is_checked_against_the_head_hash_the_feed_opened_with() -> None:
+    """Spec 16: a notice's first Event must name the head's hash. A feed
+    opened from a read that gave the head's hash checks that link at once;
+    one that knows its head only by number reads instead of trusting it."""
+    known: Feed[Cursor] = Feed("g")
+    known.open(3, "h3")
+    assert known.head_notice(5, _events(4, 5, prev="forged")) is Notice.READ
+    assert known.head_notice(5, _events(4, 5)) is Notice.CARRIED
+
+    unknown: Feed[Cursor] = Feed("g")
+    unknown.open(3)
+    assert unknown.head_notice(5, _events(4, 5, prev="forged")) is Notice.READ
+    assert unknown.head_notice(5, _events(4, 5)) is Notice.READ
+    assert unknown.read_to(5) == Read("g", 3, unknown.batch)
+    assert unknown.read_done(_events(4, 5), 5) is None
+    # Now the cache holds the head's hash.
+    assert unknown.head_notice(6, _events(6, 6)) is Notice.CARRIED
+    assert unknown.head_notice(6, _events(6, 6, prev="forged")) is Notice.READ
+
+
 def test_an_old_notice_changes_nothing() -> None:
     feed, (cursor,) = _feed_at(4)
     assert feed.head_notice(3, _events(3, 3)) is Notice.OLD_NEWS

@@ -170,10 +170,8 @@ def test_it_recovers_a_subscribe_whose_head_read_failed(
 
     async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
         ws = await open_agent(worker.extra["token"])
-        # Only the hub's head read (missions/hub.py _heads), not the membership check.
-        fault.sql = (
-            '"missions_group"."last_sequence" AS "last_sequence" FROM "missions_group" WHERE "missions_group"."id" IN'
-        )
+        # Only the hub's head read (missions/readers.py read_head), not the membership check.
+        fault.sql = '"missions_group"."head_hash" AS "head_hash" FROM "missions_group" WHERE'
         await ws.send_json_to({"op": "subscribe", "group": g, "after": top - 1})
         failed = await ws.receive_json_from(timeout=10)
         fault.sql = None
