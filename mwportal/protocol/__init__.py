@@ -1,7 +1,10 @@
 """The framework-free protocol kernel: canonical JSON, signatures, envelopes,
 the hash chain and error codes. Nothing here imports Django."""
 
-from . import catalogue, jcs, strictjson
+# Not the catalogue: it compiles about a hundred payload schemas (100 ms) and
+# no running process needs it yet; ``from mwportal.protocol import catalogue``
+# loads it where it is wanted.
+from . import jcs, strictjson
 from .canonical import CanonicalizationError, canonicalize, loads_strict
 from .chain import GENESIS_HASH, event_hash, first_break
 from .envelope import (
@@ -37,7 +40,6 @@ __all__ = [
     "b64url_decode",
     "b64url_encode",
     "canonicalize",
-    "catalogue",
     "event_hash",
     "first_break",
     "format_time",
