@@ -28,6 +28,7 @@ import json
 from typing import Any
 
 from . import kernel
+from .evaluate import Mismatch, run_evaluations
 from .files import BundleError, BundleFiles
 from .fixtures import registry_fixture_errors
 from .report import Outcome
@@ -35,13 +36,6 @@ from .report import Outcome
 BUNDLE = "admission"
 MANIFEST = "admission/manifest.json"
 MODES = ("first-admission", "historical-replay")
-
-
-class _Mismatch(Exception):
-    def __init__(self, expected: str, actual: str) -> None:
-        super().__init__(actual)
-        self.expected = expected
-        self.actual = actual
 
 
 def evaluations(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -88,28 +82,15 @@ def _describe(e: dict[str, Any]) -> str:
 
 
 def run(files: BundleFiles, manifest: dict[str, Any] | None) -> list[Outcome]:
-    if manifest is None:
-        return [Outcome(BUNDLE, "manifest", False, f"a readable {MANIFEST}", "unreadable")]
-    try:
-        evals = evaluations(manifest)
-    except BundleError as exc:
-        return [Outcome(BUNDLE, "manifest", False, f"a readable {MANIFEST}", str(exc))]
-    absent = kernel.missing(kernel.ADMISSION)
-    if absent:
-        return [Outcome(BUNDLE, eid, False, _describe(e), absent) for eid, e in evals]
-    outcomes = []
-    for eid, e in evals:
-        try:
-            actual = _evaluate(files, e)
-        except _Mismatch as exc:
-            outcomes.append(Outcome(BUNDLE, eid, False, exc.expected, exc.actual))
-        except BundleError as exc:
-            outcomes.append(Outcome(BUNDLE, eid, False, _describe(e), f"bundle: {exc}"))
-        except Exception as exc:  # a crash or a harness contract error fails the evaluation
-            outcomes.append(Outcome(BUNDLE, eid, False, _describe(e), f"{type(exc).__name__}: {exc}"))
-        else:
-            outcomes.append(Outcome(BUNDLE, eid, True, _describe(e), actual))
-    return outcomes
+    return run_evaluations(
+        BUNDLE,
+        MANIFEST,
+        manifest,
+        evaluations=evaluations,
+        needs=kernel.ADMISSION,
+        describe=_describe,
+        checker=lambda: lambda e: (_describe(e), _evaluate(files, e)),
+    )
 
 
 def _verified(files: BundleFiles, e: dict[str, Any]) -> Any:
@@ -118,12 +99,12 @@ def _verified(files: BundleFiles, e: dict[str, Any]) -> Any:
     fixture = files.load_json(e["registry"])
     errors = registry_fixture_errors(fixture)
     if errors:
-        raise _Mismatch("a structurally valid Registry fixture", f"{e['registry']}: " + "; ".join(errors[:3]))
+        raise Mismatch("a structurally valid Registry fixture", f"{e['registry']}: " + "; ".join(errors[:3]))
     evidence = registry.registry_from_fixture(fixture)
     try:
         return verification.verify_document(files.read_bytes(e["document"]), e["profileId"], evidence)
     except verification.VerificationFailed as exc:
-        raise _Mismatch(
+        raise Mismatch(
             "a complete six-stage verification first", f"stage {getattr(exc.stage, 'value', exc.stage)} ({exc.reason})"
         ) from None
 
@@ -153,10 +134,10 @@ def _evaluate(files: BundleFiles, e: dict[str, Any]) -> str:
             expect.get("wireCode"),
             expect.get("reason"),
         ):
-            raise _Mismatch(_describe(e), f"{got} ({exc.detail})") from None
+            raise Mismatch(_describe(e), f"{got} ({exc.detail})") from None
         return got
     if expect.get("stage") != "complete":
-        raise _Mismatch(_describe(e), f"complete ({admitted.outcome})")
+        raise Mismatch(_describe(e), f"complete ({admitted.outcome})")
     _check_admitted(files, e, admitted, log, source)
     return f"complete ({admitted.outcome})"
 
@@ -168,16 +149,16 @@ def _check_admitted(files: BundleFiles, e: dict[str, Any], admitted: Any, log: A
     want = strictjson.parse(files.read_bytes(want_path))
     # The fixture files are pretty-printed, so records compare as JSON values.
     if strictjson.parse(admitted.record_bytes) != want:
-        raise _Mismatch(f"the record of {want_path}", "other record bytes: " + admitted.record_bytes[:120].decode())
+        raise Mismatch(f"the record of {want_path}", "other record bytes: " + admitted.record_bytes[:120].decode())
     if admitted.record.to_json() != want:
         got = json.dumps(admitted.record.to_json(), ensure_ascii=False)
-        raise _Mismatch(f"the parsed record of {want_path}", got[:200])
+        raise Mismatch(f"the parsed record of {want_path}", got[:200])
     if log.lookups != 1:
-        raise _Mismatch("exactly one Admission Log lookup", f"{log.lookups} lookups")
+        raise Mismatch("exactly one Admission Log lookup", f"{log.lookups} lookups")
     if (e["mode"] == "historical-replay" or e["lookup"]["status"] == "found") and (log.appends or source.calls):
-        raise _Mismatch(
+        raise Mismatch(
             "no append and no trusted context after a found record or in historical replay",
             f"{log.appends} appends, {source.calls} trusted-context requests",
         )
     if log.appends > 1 or source.calls > 1:
-        raise _Mismatch("at most one append and one trusted-context request", f"{log.appends}, {source.calls}")
+        raise Mismatch("at most one append and one trusted-context request", f"{log.appends}, {source.calls}")

@@ -32,9 +32,11 @@ Registry and signing-key fixtures are structurally checked first
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from . import kernel
+from .evaluate import Mismatch, run_evaluations
 from .files import BundleError, BundleFiles
 from .fixtures import registry_fixture_errors, signing_key_fixture_errors
 from .report import Outcome
@@ -42,15 +44,6 @@ from .report import Outcome
 BUNDLE = "cryptography"
 MANIFEST = "cryptography/manifest.json"
 KINDS = ("single", "profile-matrix", "failure-matrix", "canonicalization")
-
-
-class _Mismatch(Exception):
-    """An evaluation's result differs from its expectation."""
-
-    def __init__(self, expected: str, actual: str) -> None:
-        super().__init__(actual)
-        self.expected = expected
-        self.actual = actual
 
 
 def evaluations(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -108,38 +101,33 @@ def _describe(e: dict[str, Any]) -> str:
 
 
 def run(files: BundleFiles, manifest: dict[str, Any] | None) -> list[Outcome]:
-    if manifest is None:
-        return [Outcome(BUNDLE, "manifest", False, f"a readable {MANIFEST}", "unreadable")]
-    try:
-        evals = evaluations(manifest)
-    except BundleError as exc:
-        return [Outcome(BUNDLE, "manifest", False, f"a readable {MANIFEST}", str(exc))]
-    absent = kernel.missing(kernel.CRYPTOGRAPHY)
-    if absent:
-        return [Outcome(BUNDLE, eid, False, _describe(e), absent) for eid, e in evals]
+    return run_evaluations(
+        BUNDLE,
+        MANIFEST,
+        manifest,
+        evaluations=evaluations,
+        needs=kernel.CRYPTOGRAPHY,
+        describe=_describe,
+        checker=lambda: _checker(files, manifest or {}),
+    )
+
+
+def _checker(files: BundleFiles, manifest: dict[str, Any]) -> Callable[[dict[str, Any]], tuple[str, str]]:
+    # A fault names the accepted evaluation it was derived from (its basis).
     accepted = {
         (case.get("id"), e.get("profileId"))
         for case in manifest["cases"]
         for e in case["evaluations"]
         if isinstance(e.get("expect"), dict) and e["expect"].get("stage") == "complete"
     }
-    outcomes = []
-    for eid, e in evals:
-        try:
-            if "input" in e:
-                expected, actual = _canonicalization(files, e)
-            else:
-                _check_basis(e, accepted)
-                expected, actual = _signed_document(files, e)
-        except _Mismatch as exc:
-            outcomes.append(Outcome(BUNDLE, eid, False, exc.expected, exc.actual))
-        except BundleError as exc:
-            outcomes.append(Outcome(BUNDLE, eid, False, _describe(e), f"bundle: {exc}"))
-        except Exception as exc:  # a crash of the kernel fails the evaluation, it does not stop the run
-            outcomes.append(Outcome(BUNDLE, eid, False, _describe(e), f"{type(exc).__name__}: {exc}"))
-        else:
-            outcomes.append(Outcome(BUNDLE, eid, True, expected, actual))
-    return outcomes
+
+    def check(e: dict[str, Any]) -> tuple[str, str]:
+        if "input" in e:
+            return _canonicalization(files, e)
+        _check_basis(e, accepted)
+        return _signed_document(files, e)
+
+    return check
 
 
 def _check_basis(e: dict[str, Any], accepted: set[tuple[Any, Any]]) -> None:
@@ -149,7 +137,7 @@ def _check_basis(e: dict[str, Any], accepted: set[tuple[Any, Any]]) -> None:
     basis = fault.get("basis") if isinstance(fault, dict) else None
     key = (basis.get("caseId"), basis.get("profileId")) if isinstance(basis, dict) else None
     if key not in accepted:
-        raise _Mismatch("a fault derived from an accepted evaluation", f"basis {basis!r} names none")
+        raise Mismatch("a fault derived from an accepted evaluation", f"basis {basis!r} names none")
 
 
 def _canonicalization(files: BundleFiles, e: dict[str, Any]) -> tuple[str, str]:
@@ -159,10 +147,10 @@ def _canonicalization(files: BundleFiles, e: dict[str, Any]) -> tuple[str, str]:
     value = strictjson.parse(files.read_bytes(e["input"]))
     out = jcs.canonicalize(value)
     if out != expected_bytes:
-        raise _Mismatch(f"the bytes of {e['expectedJcs']}", f"{len(out)} other bytes: {out[:80]!r}")
+        raise Mismatch(f"the bytes of {e['expectedJcs']}", f"{len(out)} other bytes: {out[:80]!r}")
     digest = jcs.sha256_hash(out)
     if digest != e["sha256"]:
-        raise _Mismatch(f"sha256 {e['sha256']}", digest)
+        raise Mismatch(f"sha256 {e['sha256']}", digest)
     return "canonical bytes and sha256", "equal"
 
 
@@ -172,7 +160,7 @@ def _registry(files: BundleFiles, path: str) -> Any:
     doc = files.load_json(path)
     errors = registry_fixture_errors(doc)
     if errors:
-        raise _Mismatch("a structurally valid Registry fixture", f"{path}: " + "; ".join(errors[:3]))
+        raise Mismatch("a structurally valid Registry fixture", f"{path}: " + "; ".join(errors[:3]))
     return registry.registry_from_fixture(doc)
 
 
@@ -190,10 +178,10 @@ def _signed_document(files: BundleFiles, e: dict[str, Any]) -> tuple[str, str]:
         wire = _text(exc.wire_code)
         actual = f"stage {stage}, {wire} ({exc.reason})"
         if (stage, wire) != (expect["stage"], expect["wireCode"]):
-            raise _Mismatch(expected, actual) from None
+            raise Mismatch(expected, actual) from None
         return expected, actual
     if expect["stage"] != "complete":
-        raise _Mismatch(expected, f"complete (key {verified.key_id})")
+        raise Mismatch(expected, f"complete (key {verified.key_id})")
     _check_verified(files, e, verified)
     return expected, "complete, every verified field equal"
 
@@ -227,19 +215,19 @@ def _check_verified(files: BundleFiles, e: dict[str, Any], verified: Any) -> Non
     for name, shown, expected, actual in fields:
         if expected != actual:
             got = f"{len(actual)} other bytes" if isinstance(actual, bytes) else repr(actual)
-            raise _Mismatch(f"{name} {shown}", got)
+            raise Mismatch(f"{name} {shown}", got)
     if "signingKey" not in e:
         return
     key = files.load_json(e["signingKey"])
     errors = signing_key_fixture_errors(key)
     if errors:
-        raise _Mismatch("a structurally valid signing-key fixture", f"{e['signingKey']}: " + "; ".join(errors[:3]))
+        raise Mismatch("a structurally valid signing-key fixture", f"{e['signingKey']}: " + "; ".join(errors[:3]))
     if not values.is_absolute_uri(key["keyId"]):
-        raise _Mismatch("a signing-key fixture keyId that is an absolute URI", repr(key["keyId"]))
+        raise Mismatch("a signing-key fixture keyId that is an absolute URI", repr(key["keyId"]))
     if key["keyId"] != verified.key_id:
-        raise _Mismatch(f"signing key {e['signingKey']} for {verified.key_id}", key["keyId"])
+        raise Mismatch(f"signing key {e['signingKey']} for {verified.key_id}", key["keyId"])
     seed = values.b64url_decode(key["seed"])
     if ed25519.public_key(seed) != values.b64url_decode(key["publicKey"]):
-        raise _Mismatch(f"{e['signingKey']}: the seed's public key", "a different key")
+        raise Mismatch(f"{e['signingKey']}: the seed's public key", "a different key")
     if values.b64url_encode(ed25519.sign(seed, signing_bytes)) != want["signature"]:
-        raise _Mismatch("the test-only key to reproduce the signature", "a different signature")
+        raise Mismatch("the test-only key to reproduce the signature", "a different signature")
