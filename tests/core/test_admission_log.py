@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import threading
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 
 from missions.admission_log import DjangoAdmissionLog
 from missions.keyregistry import DjangoRegistry, organization_uri, record_validity, register_key
@@ -44,6 +43,7 @@ from mwportal.protocol.registry import Principal
 from mwportal.protocol.values import parse_timestamp
 from mwportal.protocol.verification import Verified, sign_document, verify_document
 from tests.conftest import ON_POSTGRES
+from tests.core.test_races import run_threads
 
 NOW = datetime(2026, 7, 15, tzinfo=UTC)
 AGENT = Principal("agent", "urn:uuid:0a000000-0000-4000-8000-000000000001")
@@ -243,29 +243,7 @@ def test_first_admission_by_an_unregistered_service_fails_closed(org: Organizati
     assert not AdmissionRecord.objects.exists()
 
 
-# -- the race ---------------------------------------------------------------------------
-
-
-def run_threads(n: int, work: Any) -> list[Any]:
-    """``work(i)`` in ``n`` threads released together, each on its own connection."""
-    barrier = threading.Barrier(n)
-    results: list[Any] = [None] * n
-
-    def body(i: int) -> None:
-        try:
-            barrier.wait()
-            results[i] = work(i)
-        except Exception as exc:  # collected and asserted on by the test
-            results[i] = exc
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    return results
+# -- the race (run_threads: tests/core/test_races.py) -----------------------------------
 
 
 @pytest.mark.postgres
