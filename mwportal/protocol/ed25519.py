@@ -33,7 +33,9 @@ goes to protected diagnostics) — it never decides acceptance on its own.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+from collections.abc import Callable
 
 from nacl import bindings as _sodium
 from nacl.exceptions import BadSignatureError
@@ -171,6 +173,26 @@ def check_public_key(raw: bytes) -> None:
     # a successful import elsewhere is not enough (§6.4).
     if not _sodium.crypto_core_ed25519_is_valid_point(raw):
         raise Ed25519EncodingError(f"public-key-{_refusal(raw)}")
+
+
+def public_key_fault(raw: bytes) -> str | None:
+    """``check_public_key``'s verdict (None, or the refusal's reason), cached.
+
+    The point check costs nearly a verification and its verdict is a pure
+    function of the 32 bytes, so every verifier that sees the same keys again
+    (the usual case) pays for it once per key. The check itself is part of
+    the cache key, so replacing it (a mutation test) is never masked.
+    """
+    return _cached_key_fault(check_public_key, raw)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_key_fault(check: Callable[[bytes], None], raw: bytes) -> str | None:
+    try:
+        check(raw)
+    except Ed25519EncodingError as exc:
+        return exc.reason
+    return None
 
 
 def check_signature_encoding(sig: bytes) -> None:

@@ -14,7 +14,6 @@ canonical ``R`` of prime order or the identity, ``S < L``) every time.
 
 from __future__ import annotations
 
-import functools
 import os
 from typing import Any
 
@@ -37,23 +36,17 @@ def public_key_of(private_key: str) -> str:
 def load_public_key(public_key: str) -> bytes:
     """The raw 32 bytes of a base64url public key; ValueError if §6.4 refuses it.
 
-    Cached: every signed Command of an Agent verifies with the same key, and
-    the strict point check costs about as much as a verification.
+    The strict point check is ``ed25519.public_key_fault``'s, cached per key:
+    every signed Command of an Agent verifies with the same key.
     """
     if not isinstance(public_key, str):
         raise ValueError("a public key is b64url text")
-    return _load_public_key(public_key)
-
-
-@functools.lru_cache(maxsize=4096)
-def _load_public_key(public_key: str) -> bytes:
     raw = b64url_decode(public_key)
     if len(raw) != 32:
         raise ValueError("an Ed25519 public key is 32 bytes")
-    try:
-        ed25519.check_public_key(raw)
-    except ed25519.Ed25519EncodingError as exc:
-        raise ValueError(f"not a valid Ed25519 public key ({exc.reason})") from None
+    fault = ed25519.public_key_fault(raw)
+    if fault is not None:
+        raise ValueError(f"not a valid Ed25519 public key ({fault})")
     return raw
 
 

@@ -33,7 +33,6 @@ admission (admission.py), Command freshness and authorization come after.
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -221,23 +220,6 @@ def _expected_signer(profile: Profile, doc: dict[str, Any]) -> Principal | None:
     return Principal(kind, ident)
 
 
-def _public_key_fault(public_key: bytes) -> str | None:
-    # The point check costs nearly a verification; its verdict is a pure
-    # function of the 32 bytes, so a verifier that sees the same keys again
-    # (the usual case) pays for it once per key. The check itself is part of
-    # the cache key, so replacing it (a mutation test) is never masked.
-    return _cached_key_fault(ed25519.check_public_key, public_key)
-
-
-@functools.lru_cache(maxsize=4096)
-def _cached_key_fault(check: Callable[[bytes], None], public_key: bytes) -> str | None:
-    try:
-        check(public_key)
-    except ed25519.Ed25519EncodingError as exc:
-        return exc.reason
-    return None
-
-
 def _stages(data: bytes, profile: Profile, registry: RegistryEvidence, context: dict[str, str]) -> Verified:
     # 1. parse
     try:
@@ -300,7 +282,7 @@ def _stages(data: bytes, profile: Profile, registry: RegistryEvidence, context: 
         # Stage 4 checks the resolved key's point strictly itself (§6.4);
         # the verifier does not take that on trust from the adapter.
         key_fault = (
-            _public_key_fault(binding.public_key) if isinstance(binding.public_key, bytes) else "public-key-type"
+            ed25519.public_key_fault(binding.public_key) if isinstance(binding.public_key, bytes) else "public-key-type"
         )
         if key_fault is not None:
             raise _Failure(Stage.KEY_RESOLUTION, key_fault)
