@@ -184,9 +184,7 @@ def read_json_body(request: Request) -> Any:
         # §6.4: invalid JSON, a duplicate member or a value outside the JCS
         # data model (a lone surrogate, an unsafe number) is PROTOCOL_VIOLATION;
         # a NUL is JCS data the project's storage refuses, a member's value.
-        # (canonical.py tells the two apart only in words; strictjson's
-        # reasons replace this in issue 18.)
-        if exc.field and "lone surrogate" not in str(exc):
+        if exc.reason == "nul" and exc.field:
             # The member inside the document (issue 16 item 6: "body.title:
             # a string holds a NUL character"); the message already names it.
             raise ProtocolError(ErrorCode.SCHEMA_VALIDATION_FAILED, str(exc), details={"field": exc.field}) from None
