@@ -40,7 +40,7 @@ from enum import StrEnum
 from typing import Any
 
 from . import ed25519, jcs, schemas, strictjson
-from .errors import ErrorCode
+from .errors import ErrorCode, ProtocolError
 from .registry import (
     ALGORITHM,
     EVIDENCE_UNAVAILABLE,
@@ -378,3 +378,10 @@ def sign_document(document: dict[str, Any], *, key_id: str, seed: bytes, profile
         "value": b64url_encode(value),
     }
     return body
+
+
+def wire_error(failure: VerificationFailed) -> ProtocolError:
+    """The wire refusal of a failed verification: the stage's code and its one generic message.
+    The stage and the reason stay in the protected diagnostics (§6.4)."""
+    code = WIRE_CODES[failure.stage]
+    return ProtocolError(code, WIRE_MESSAGES[code])
