@@ -1,28 +1,32 @@
 """``accept()``: the single write path of the Group Authority (DESIGN §3).
 
-Every authoritative change in MissionWeave is a Command accepted here, in one
-``transaction.atomic(durable=True)``:
+Every authoritative change is an MWP 0.1 Command (PROTOCOL §15.1) accepted
+here. A Command document from a client goes through ``accept_document``:
 
-1. idempotency: the receipt of ``(actor, action_id)``; same canonical content
-   returns it (``replayed: true``), different content is ACTION_ID_COLLISION
-   (MWP-EVT-003);
-2. authentication: signature or portal session, current Session Epoch,
-   Membership and role;
-3. the Group row is locked (it holds ``last_sequence``);
-4. the aggregate is loaded and its revision compared (MWP-EVT-007);
-5. the handler decides, raising ``ProtocolError`` to refuse;
-6. Events are appended with the next sequences and the hash chain, the Group
-   head and revision move, and the receipt is written;
-7. after commit the channel layer hears that the Group head moved.
+1. the six verification stages of §6.4 over the received bytes (strict
+   parse, schema, signature envelope and protected time, key resolution from
+   the signer's Organization's Registry, JCS signing bytes, strict Ed25519);
+   the first failing stage decides the wire code, its reason goes only to the
+   protected diagnostics;
+2. ``accept()``: the payload against the catalogue; the receipt of
+   ``(actor, actionId)`` (the same signing hash answers the stored receipt,
+   other content is ACTION_ID_COLLISION); freshness of ``issuedAt``; then one
+   ``transaction.atomic(durable=True)``: the First-Admission Record, the Group
+   row locked, Session and Membership Epochs, roles, ``expectedRevision``,
+   the handler, the Events, each signed by the Group Authority service
+   Principal (``acceptedBy``) with ``cause``, ``correlationId`` and
+   ``commandHash``, appended with the next sequences, and the receipt;
+3. after commit, delivery hears that the Group head moved.
+
+In-process callers build a ``Command`` themselves: a person signed in to the
+portal (``Auth.PORTAL``: the Django session authenticates the human actor
+until issue 19 moves people's signing into the browser) or the Organization's
+control plane (``Auth.SERVICE``: a Command it built and signed itself,
+``missions.commands.service_command``).
 
 A ``ProtocolError`` anywhere rolls everything back: a refused Command writes
 nothing. Lock order is always the Group row first, then the aggregate rows a
-handler locks; Groups never lock one another, so appends cannot deadlock.
-
-The hot path speaks SQL to the models' own tables through Django's
-connection: the Group lock, the head advance, the Event and the receipt are
-one statement each, so few round trips happen while the Group row is locked
-(issue 2 benchmark). The models stay the schema and the read API.
+handler locks; other Groups are locked in ascending id order after it.
 """
 
 from __future__ import annotations
@@ -40,20 +44,19 @@ from django.conf import settings
 from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 
-from mwportal.protocol import (
-    GENESIS_HASH,
-    SYSTEM_ACTOR,
-    Envelope,
-    ErrorCode,
-    ProtocolError,
-    event_hash,
-    format_time,
-)
-from mwportal.protocol.signing import verify_bytes
+from mwportal.protocol import GENESIS_HASH, ErrorCode, ProtocolError, event_hash, jcs
+from mwportal.protocol import catalogue as _catalogue
+from mwportal.protocol.admission import AdmissionFailed, TrustedContext, admit_first
+from mwportal.protocol.command import CommandDoc, format_timestamp, read_command
+from mwportal.protocol.eventdoc import ORGANIZATION_SCOPED, build_event
+from mwportal.protocol.ids import new_urn, urn
+from mwportal.protocol.registry import EVIDENCE_INVALID, UNKNOWN_KEY, KeyBinding, KeyResolutionError, Principal
+from mwportal.protocol.verification import VerificationFailed, Verified, verify_document, wire_error
 
+from . import service_keys
 from .access import group_not_found
-from .delivery import CommitNotices, CommittedHead, notify_commit, prepare_commit
-from .models import ActionReceipt, Agent, Group, GroupEvent, Membership
+from .delivery import CommittedHead, notify_commit, prepare_commit
+from .models import ActionReceipt, Agent, Group, GroupEvent, Membership, Organization, OrganizationEvent, SigningKey
 from .registry import CommandSpec, spec_for
 
 log = logging.getLogger(__name__)
@@ -62,16 +65,17 @@ log = logging.getLogger(__name__)
 class Auth(Enum):
     """How the Command's actor was authenticated."""
 
-    SIGNED = "signed"  # agent transport: Ed25519 signature + current Session Epoch
-    PORTAL = "portal"  # a Django session; the view resolved the actor from request.user
-    SYSTEM = "system"  # the system actor (expiry, management commands)
-    SELF = "self"  # the body carries its own proof (agent.open_session)
+    SIGNED = "signed"  # a Command document verified in the six stages (accept_document)
+    PORTAL = "portal"  # a person's Django session; the view resolved the actor from request.user
+    SERVICE = "service"  # built and signed in-process by the Organization's control plane
 
 
 @dataclass(frozen=True, slots=True)
 class Command:
-    envelope: Envelope
+    doc: CommandDoc
     auth: Auth = Auth.SIGNED
+    # The six-stage result behind an ``Auth.SIGNED`` Command (admission needs it).
+    verified: Verified | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,11 +90,17 @@ class AggregateRef:
 
 @dataclass(frozen=True, slots=True)
 class Emit:
-    """An Event a handler decided to append."""
+    """An Event a handler decided to append: a catalogue Event kind and its payload."""
 
-    type: str
+    kind: str
     aggregate: AggregateRef
-    body: dict[str, Any]
+    payload: dict[str, Any]
+    work_item_id: str | None = None  # bare UUID: the Event's ``workItemId``
+    conversation_id: str | None = None  # bare UUID: the Event's ``conversationId``
+
+    @property
+    def type(self) -> str:
+        return self.kind
 
 
 @dataclass(slots=True)
@@ -107,8 +117,7 @@ class Decision:
     # Commands accepted right after this one commits (a final snapshot after
     # archival); each is idempotent through its deterministic action ID.
     followups: list[Command] = field(default_factory=list)
-    # Channel-layer messages sent after commit: ``(channel group, message)``
-    # (membership changes and session replacement reach connected agents).
+    # Channel-layer messages sent after commit: ``(channel group, message)``.
     notices: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
 
@@ -124,18 +133,22 @@ class RefusedWithRecord(ProtocolError):
 
 @dataclass(slots=True)
 class Actor:
-    id: str
-    organization_id: str | None
-    kind: str  # "agent", "person" or "system"
+    id: str  # bare UUID
+    type: str  # the wire actor type: "agent", "human", "service"
+    organization_id: str
+    kind: str  # the Agent row's kind: "agent", "person", "service"
     org_roles: frozenset[str]
-    public_key: str
     session_epoch: int
     membership_roles: frozenset[str] | None  # None: no active Membership
     membership_epoch: int | None
 
     @property
-    def is_system(self) -> bool:
-        return self.kind == "system"
+    def is_service(self) -> bool:
+        return self.type == "service"
+
+    @property
+    def principal(self) -> dict[str, str]:
+        return {"type": self.type, "id": urn(self.id)}
 
 
 @dataclass(slots=True)
@@ -157,12 +170,13 @@ class GroupHead:
 class HandlerContext:
     """What a handler sees: the Command, who sent it, the locked Group, ``now``."""
 
-    envelope: Envelope
+    command: CommandDoc
     spec: CommandSpec
     actor: Actor
     group: GroupHead
     now: datetime
-    body: dict[str, Any]
+    payload: dict[str, Any]
+    auth: Auth = Auth.SIGNED
     _locked: dict[str, GroupHead] = field(default_factory=dict)
 
     def lock_other_group(self, group_id: str) -> GroupHead:
@@ -185,17 +199,14 @@ Receipt = dict[str, Any]
 
 def db_uuid(value: str | uuid.UUID) -> Any:
     """A UUID parameter as the backend takes it: hex text on SQLite; on
-    PostgreSQL the value as given, since psycopg sends text untyped and the
-    server reads it as ``uuid`` (no UUID object built per parameter on the
-    write path). Every caller passes an ID that the envelope parser or
-    ``check_uuid`` has validated."""
+    PostgreSQL the value as given (psycopg sends text untyped and the server
+    reads it as ``uuid``). Every caller passes an ID already validated."""
     if _NATIVE_UUID:
         return value
     return (value if isinstance(value, uuid.UUID) else uuid.UUID(value)).hex
 
 
-# The backend is fixed for the life of the process (settings are read once);
-# asking the connection proxy on every call costs a thread-local lookup.
+# The backend is fixed for the life of the process (settings are read once).
 _NATIVE_UUID: bool = connection.features.has_native_uuid_field
 _NATIVE_TIME: bool = connection.vendor == "postgresql"  # psycopg adapts aware datetimes itself
 
@@ -218,44 +229,108 @@ _T_GROUP = Group._meta.db_table
 _T_AGENT = Agent._meta.db_table
 _T_MEMBERSHIP = Membership._meta.db_table
 _T_EVENT = GroupEvent._meta.db_table
+_T_ORG_EVENT = OrganizationEvent._meta.db_table
 _T_RECEIPT = ActionReceipt._meta.db_table
+
+
+# --- step 1: the six stages -----------------------------------------------------------------
+
+
+class SignerRegistry:
+    """Registry evidence for a Command from any Organization (§6.4 stage 4).
+
+    Key IDs are ``urn:uuid:`` URIs the portal mints, so a key ID names one
+    Organization; the binding is resolved in that Organization's Registry
+    (``missions.keyregistry.DjangoRegistry``). A key ID bound in two
+    Organizations is evidence that cannot be trusted: it fails closed.
+    """
+
+    def __init__(self) -> None:
+        self.organization_id = ""
+        self.organization: str | None = None  # bare UUID once resolved
+
+    def resolve(self, key_id: str) -> KeyBinding:
+        from .keyregistry import DjangoRegistry
+
+        owners = list(SigningKey.objects.filter(key_id=key_id).values_list("organization_id", flat=True)[:2])
+        if not owners:
+            raise KeyResolutionError(UNKNOWN_KEY)
+        if len(owners) > 1:
+            raise KeyResolutionError(EVIDENCE_INVALID)
+        organization = Organization(pk=owners[0])
+        registry = DjangoRegistry(organization)
+        self.organization_id = registry.organization_id
+        self.organization = str(owners[0])
+        return registry.resolve(key_id)
+
+
+def verify_command(data: bytes) -> Command:
+    """The six stages over a received Command document; the ``Command`` to accept.
+
+    Raises ``ProtocolError`` with the first failing stage's wire code, or
+    SCHEMA_VALIDATION_FAILED for an identifier that is not the portal's
+    ``urn:uuid:`` form.
+    """
+    registry = SignerRegistry()
+    try:
+        verified = verify_document(data, "command", registry)
+    except VerificationFailed as failure:
+        raise wire_error(failure) from None
+    doc = read_command(verified.document, signing_hash=verified.signing_hash, key_id=verified.key_id)
+    return Command(doc, Auth.SIGNED, verified)
+
+
+def accept_document(data: bytes, *, now: datetime | None = None) -> Receipt:
+    """Verify a Command document's bytes in the six stages, then ``accept()`` it."""
+    return accept(verify_command(data), now=now)
+
+
+# --- step 2: accept ----------------------------------------------------------------------------
 
 
 def accept(command: Command, *, now: datetime | None = None) -> Receipt:
     """Accept ``command`` or raise ``ProtocolError``; return its receipt.
 
-    The caller renders the receipt (or the error). Nothing is written for a
-    refused Command, and nothing outside this function writes authoritative
-    models. A concurrent identical Command that won the race answers with
-    its receipt; a deadlock or serialisation failure is retried.
+    Nothing is written for a refused Command, and nothing outside this
+    function writes authoritative models. A concurrent identical Command that
+    won the race answers with its receipt; a deadlock or serialisation failure
+    is retried.
     """
-    env = command.envelope
-    spec = spec_for(env.type)
+    doc = command.doc
+    spec = spec_for(doc.kind)
     if spec is None:
         raise ProtocolError(
-            ErrorCode.SCHEMA_VALIDATION_FAILED, f"type: unknown command type {env.type!r}", details={"field": "type"}
+            ErrorCode.INVALID_COMMAND,
+            f"kind: this Group Authority does not accept {doc.kind!r}",
+            details={"field": "kind", "reason": "unsupported-kind"},
         )
-    if spec.internal and command.auth in (Auth.SIGNED, Auth.SELF):
-        # Issue 16: an internal kind (artifact.upload: "this Group holds these
-        # bytes") is the server's own record of something it did; a client
-        # proves it holds bytes only by sending them.
+    try:
+        _catalogue.validate_payload(doc.kind, doc.payload)
+    except _catalogue.PayloadError as exc:
+        first = exc.errors[0] if exc.errors else "/payload"
         raise ProtocolError(
-            ErrorCode.AUTH_FORBIDDEN, f"{env.type} is recorded by the server itself, never sent by a client"
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
+            "; ".join(exc.errors[:3]),
+            details={"field": first.split(":", 1)[0]},
+        ) from None
+    if spec.internal and command.auth is not Auth.SERVICE:
+        # Issue 16: an internal kind ("this Group holds these bytes") is the
+        # server's own record of something it did; a client proves it holds
+        # bytes only by sending them.
+        raise ProtocolError(
+            ErrorCode.AUTH_FORBIDDEN, f"{doc.kind} is recorded by the server itself, never sent by a client"
         )
-    check_extensions(env, spec)
+    check_extensions(doc, spec)
     now = now or timezone.now()
     for attempt in range(_MAX_ATTEMPTS):
         try:
             return _accept_once(command, spec, now)
         except IntegrityError:
-            # Either the receipt (actor, action_id) or a unique key the
-            # handler relies on was taken by a concurrent transaction that
-            # committed first. Looking again answers with that outcome.
+            # The receipt (actor, actionId) or a unique key the handler relies
+            # on was taken by a concurrent transaction that committed first.
             if attempt == _MAX_ATTEMPTS - 1:
                 raise
         except OperationalError as exc:
-            # A deadlock between two multi-Group Commands, or a serialisation
-            # failure: PostgreSQL rolled one back; it is safe to run again.
             if _sqlstate(exc) not in _RETRYABLE_SQLSTATES or attempt == _MAX_ATTEMPTS - 1:
                 raise
         except RefusedWithRecord as refusal:
@@ -263,10 +338,8 @@ def accept(command: Command, *, now: datetime | None = None) -> Receipt:
             raise refusal.error from None
         except ProtocolError:
             # The same Command may have been accepted by a concurrent retry
-            # that committed while this one waited for the Group lock; then
-            # the state it saw is the winner's, and the answer is the
-            # winner's receipt.
-            stored = _stored_receipt(command)
+            # that committed while this one waited for the Group lock.
+            stored = _stored_receipt(doc)
             if stored is None:
                 raise
             return stored
@@ -276,17 +349,15 @@ def accept(command: Command, *, now: datetime | None = None) -> Receipt:
 _MAX_ATTEMPTS = 3
 
 
-def check_extensions(env: Envelope, spec: CommandSpec) -> None:
-    """An extension marked critical that this command type does not
-    understand refuses the Command: acting while ignoring it could break the
-    sender's intent. Non-critical ones are kept in the signed envelope."""
-    for name, value in env.extensions.items():
+def check_extensions(doc: CommandDoc, spec: CommandSpec) -> None:
+    """A critical extension this kind does not understand refuses the Command (§17.4)."""
+    for name, value in doc.extensions.items():
         if name in spec.extensions:
             continue
         if isinstance(value, dict) and value.get("critical") is True:
             raise ProtocolError(
                 ErrorCode.UNKNOWN_CRITICAL_EXTENSION,
-                f"extensions.{name}: {env.type} does not support this critical extension",
+                f"extensions.{name}: {doc.kind} does not support this critical extension",
                 details={"field": f"extensions.{name}"},
             )
 
@@ -299,66 +370,46 @@ def _sqlstate(exc: BaseException) -> str | None:
     return getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
 
 
-def _stored_receipt(command: Command) -> Receipt | None:
-    env = command.envelope
+def _stored_receipt(doc: CommandDoc) -> Receipt | None:
     row = (
-        ActionReceipt.objects.filter(actor=env.actor, action_id=env.action_id)
+        ActionReceipt.objects.filter(actor=doc.actor, action_id=doc.action_id)
         .values_list("content_hash", "receipt")
         .first()
     )
-    if row is None or row[0] != env.content_hash():
+    if row is None or row[0] != doc.signing_hash:
         return None
-    if command.auth is Auth.SIGNED:
-        with connection.cursor() as cur:
-            _verify_replay(command, _actor_key(cur, env))
-    return {**row[1], "replayed": True}
+    return {**_json(row[1]), "replayed": True}
 
 
-def _verify_replay(command: Command, public_key: str | None) -> None:
-    """A signed Command answered from its stored receipt is verified first: a
-    forged copy of a known envelope (same content, someone else's signature)
-    gets AUTH_INVALID_SIGNATURE, never the receipt (issue 16; spec §8: signature
-    verification precedes every other use of a signed document).
-    ``public_key``: the actor's, as the caller read it (None: no such Agent)."""
-    if command.auth is Auth.SIGNED:
-        check_signature(command.envelope, public_key)
+def _replayed(doc: CommandDoc, stored_hash: str, stored: Any) -> Receipt:
+    """The answer for a known (actor, actionId) (§15.1)."""
+    if stored_hash != doc.signing_hash:
+        raise ProtocolError(
+            ErrorCode.ACTION_ID_COLLISION,
+            "this actionId was already accepted with different content",
+            related_action_id=doc.action_urn,
+        )
+    return {**_json(stored), "replayed": True}
 
 
-def _actor_key(cur: Any, env: Envelope) -> str | None:
-    """The actor's public key, or None for the system actor or an unknown Agent."""
-    if env.actor == SYSTEM_ACTOR:
-        return None
-    cur.execute(f"SELECT public_key FROM {_T_AGENT} WHERE id = %s", [db_uuid(env.actor)])
-    row = cur.fetchone()
-    return row[0] if row is not None else None
-
-
-def check_signature(env: Envelope, public_key: str | None) -> None:
-    """The envelope's Ed25519 signature verifies with ``public_key``."""
-    if public_key is None or not env.signature or not verify_bytes(public_key, env.signing_bytes, env.signature):
-        raise ProtocolError(ErrorCode.AUTH_INVALID_SIGNATURE, "the signature does not verify with the actor's key")
-
-
-def check_fresh(env: Envelope, now: datetime) -> None:
-    """A newly presented signed Command's ``issued_at`` lies within the
-    Organization's bounded freshness and clock-skew window (spec §8): at most
-    ``MWP_COMMAND_FRESHNESS_SECONDS`` old and ``MWP_COMMAND_MAX_SKEW_SECONDS``
-    ahead of the server's clock. A retry of an accepted Command is answered
-    from its receipt before this check (spec §19: an unchanged retry keeps
-    its signed content)."""
-    age = (now - env.issued_at).total_seconds()
+def check_fresh(doc: CommandDoc, now: datetime) -> None:
+    """A new signed Command's ``issuedAt`` is within the configured window either
+    way (DESIGN §3: ``MWP_COMMAND_FRESHNESS_SECONDS``, default 300). A retry of
+    an accepted Command is answered from its receipt before this check: its
+    signed content, ``issuedAt`` included, must not change (§15.1)."""
+    age = (now - doc.issued_at).total_seconds()
     if age > _MAX_AGE_SECONDS:
         raise ProtocolError(
             ErrorCode.AUTH_INVALID_SIGNATURE,
-            f"issued_at is {int(age)} s old; a new Command must be at most {_MAX_AGE_SECONDS} s old"
-            " (sign it again with a new action_id)",
-            details={"field": "issued_at"},
+            f"issuedAt is {int(age)} s old; a new Command must be at most {_MAX_AGE_SECONDS} s old"
+            " (sign it again with a new actionId)",
+            details={"field": "issuedAt", "reason": "stale"},
         )
     if -age > _MAX_SKEW_SECONDS:
         raise ProtocolError(
             ErrorCode.AUTH_INVALID_SIGNATURE,
-            f"issued_at is {int(-age)} s ahead of the server's clock (at most {_MAX_SKEW_SECONDS} s)",
-            details={"field": "issued_at"},
+            f"issuedAt is {int(-age)} s ahead of the server's clock (at most {_MAX_SKEW_SECONDS} s)",
+            details={"field": "issuedAt", "reason": "ahead"},
         )
 
 
@@ -366,80 +417,57 @@ _MAX_AGE_SECONDS: int = settings.MWP_COMMAND_FRESHNESS_SECONDS
 _MAX_SKEW_SECONDS: int = settings.MWP_COMMAND_MAX_SKEW_SECONDS
 
 
-def _replayed(env: Envelope, content_hash: str, stored_hash: str, stored: Any) -> Receipt:
-    """Step 1's answer for a known (actor, action_id) (MWP-EVT-003)."""
-    if stored_hash != content_hash:
-        raise ProtocolError(
-            ErrorCode.ACTION_ID_COLLISION,
-            "this action_id was already accepted with different content",
-            details={"action_id": env.action_id},
-        )
-    return {**_json(stored), "replayed": True}
+# --- step 3: the transaction -------------------------------------------------------------------
 
 
 def _accept_once(command: Command, spec: CommandSpec, now: datetime) -> Receipt:
-    env = command.envelope
-    content_hash = env.content_hash()
+    doc = command.doc
     with transaction.atomic(durable=True), connection.cursor() as cur:
-        # Steps 1-3 in one round trip where the backend allows: the receipt of
-        # (actor, action_id), the Group row locked (it serialises appends to
-        # this Group; always the first lock taken), and the actor with its
-        # Membership read under that lock, so a concurrent Membership change
-        # is either fully before or fully after this Command. A replay takes
-        # the lock too; replays are rare and short.
-        combined = _read_locked(cur, command, spec) if COMBINED_STATEMENTS and not spec.creates_group else None
-        if combined is not None:
-            stored, group, maybe_actor = combined
-            if stored is not None or maybe_actor is None:
-                stored_hash, stored_receipt, actor_key = stored
-                _verify_replay(command, actor_key)  # the key the same statement read
-                return _replayed(env, content_hash, stored_hash, stored_receipt)
-            actor = maybe_actor
+        cur.execute(
+            f"SELECT content_hash, receipt FROM {_T_RECEIPT} WHERE actor = %s AND action_id = %s",
+            [doc.actor, db_uuid(doc.action_id)],
+        )
+        row = cur.fetchone()
+        if row is not None:
+            return _replayed(doc, row[0], row[1])
+        if command.auth is Auth.SIGNED:
+            check_fresh(doc, now)
+        if spec.scope == "organization":
+            group = _organization_head(spec)
         else:
-            cur.execute(
-                f"SELECT content_hash, receipt FROM {_T_RECEIPT} WHERE actor = %s AND action_id = %s",
-                [env.actor, db_uuid(env.action_id)],
-            )
-            row = cur.fetchone()
-            if row is not None:
-                if command.auth is Auth.SIGNED:
-                    _verify_replay(command, _actor_key(cur, env))
-                return _replayed(env, content_hash, row[0], row[1])
-            group = _lock_group(cur, env.group, spec)
-            actor = _load_actor(cur, command, group)
+            if doc.group is None:
+                raise ProtocolError(
+                    ErrorCode.SCHEMA_VALIDATION_FAILED,
+                    f"groupId: {doc.kind} is a Group-scoped Command",
+                    details={"field": "groupId"},
+                )
+            group = _lock_group(cur, doc.group, spec)
+        actor = _load_actor(cur, command, spec, group)
         _check_actor(command, spec, actor, group)
         _check_scope(spec, group)
+        organization_id = group.organization_id or actor.organization_id
         if command.auth is Auth.SIGNED:
-            check_fresh(env, now)
+            _admit(command, organization_id, now)
 
-        # Step 4: the Group aggregate's revision; handlers compare their own
-        # aggregates through check_revision().
-        if spec.target == "group":
-            check_target_kind(env, "group", group.id)
-            check_revision(env, group.revision)
-
-        # Step 5: the handler decides (and writes its aggregate's rows).
-        ctx = HandlerContext(envelope=env, spec=spec, actor=actor, group=group, now=now, body=env.body)
+        ctx = HandlerContext(
+            command=doc, spec=spec, actor=actor, group=group, now=now, payload=doc.payload, auth=command.auth
+        )
         decision: Decision = spec.handler(ctx)
-
-        # Step 6: append, advance the head(s), write the receipt.
         if not decision.events:
-            raise RuntimeError(f"handler of {env.type} decided on no Event")
+            raise RuntimeError(f"handler of {doc.kind} decided on no Event")
+        if not group.organization_id:
+            group.organization_id = organization_id or actor.organization_id
+
         heads: list[CommittedHead] = []
         for other, emits in decision.also:
             if emits:
-                sql, params, events = _append_sql(env, other, emits, now)
-                for statement, values in zip(sql, params, strict=True):
-                    cur.execute(statement, values)
+                events = _append(cur, doc, other, emits, now)
                 heads.append((other.id, other.last_sequence, events))
-        receipt, events = _append_with_receipt(cur, env, group, decision, now, content_hash)
-        heads.insert(0, (group.id, group.last_sequence, events))
-
-        # Step 7: runs after commit only, so no one hears of an Event that
-        # rolled back. Each head carries the Events just committed, as the
-        # rows were written (missions.delivery says how the hub uses them).
-        prepared = prepare_commit(heads, decision.notices)
-        transaction.on_commit(lambda: _notify(prepared))
+        receipt, events = _append_with_receipt(cur, doc, group, decision, now)
+        if group.exists or group.last_sequence:
+            heads.insert(0, (group.id, group.last_sequence, events))
+        prepared = prepare_commit([h for h in heads if h[2]], decision.notices)
+        transaction.on_commit(lambda: notify_commit(prepared))
     for followup in decision.followups:
         accept(followup, now=now)
     if decision.grants:
@@ -447,44 +475,29 @@ def _accept_once(command: Command, spec: CommandSpec, now: datetime) -> Receipt:
     return receipt
 
 
-# PostgreSQL can lock the Group row and read the receipt, the actor and its
-# Membership in one statement, and write the Events, the head and the receipt
-# in one statement with data-modifying CTEs. SQLite takes the same steps one
-# statement at a time (it has no row locks; IMMEDIATE transactions serialise
-# its writers anyway).
-COMBINED_STATEMENTS = connection.vendor == "postgresql"
+def _organization_head(spec: CommandSpec) -> GroupHead:
+    """An Organization-scoped Command has no Group: a placeholder head that no Event joins."""
+    return GroupHead("", "", "organization", 0, GENESIS_HASH, 0, exists=False)
 
 
-def _read_locked(cur: Any, command: Command, spec: CommandSpec) -> tuple[Any, GroupHead, Actor | None] | None:
-    """Steps 1-3 in one statement; None when the Group does not exist (the caller
-    then takes the step-by-step path, which answers GROUP_NOT_FOUND or creates it)."""
-    env = command.envelope
-    agent_id = None if env.actor == SYSTEM_ACTOR else db_uuid(env.actor)
-    cur.execute(
-        f"SELECT g.organization_id, g.kind, g.last_sequence, g.head_hash, g.revision,"
-        f" r.content_hash, r.receipt,"
-        f" a.id, a.organization_id, a.kind, a.org_roles, a.public_key, a.session_epoch, m.roles, m.epoch, m.active"
-        f" FROM {_T_GROUP} g"
-        f" LEFT JOIN {_T_RECEIPT} r ON r.actor = %s AND r.action_id = %s"
-        f" LEFT JOIN {_T_AGENT} a ON a.id = %s"
-        f" LEFT JOIN {_T_MEMBERSHIP} m ON m.agent_id = a.id AND m.group_id = g.id"
-        f" WHERE g.id = %s FOR UPDATE OF g",
-        [env.actor, db_uuid(env.action_id), agent_id, db_uuid(env.group)],
-    )
-    row = cur.fetchone()
-    if row is None:
-        return None
-    if row[5] is not None:
-        # A replay: only the actor's key is looked at (to verify the signature
-        # before the stored receipt is returned), from this same row.
-        return (row[5], row[6], row[11]), _head(env.group, row[:5]), None
-    group = _head(env.group, row[:5])
-    actor = _actor_from(command, row[7:] if row[7] is not None else None)
-    return None, group, actor
+def _admit(command: Command, organization_id: str, now: datetime) -> None:
+    """The First-Admission Record of the verified document (§6.4), looked up or appended
+    by ``(organizationId, signingHash)`` inside the acceptance transaction."""
+    from .admission_log import DjangoAdmissionLog
 
+    verified = command.verified
+    if verified is None:
+        raise RuntimeError("an Auth.SIGNED Command carries its verification")
+    authority = Principal("service", urn(service_keys.principal_id(organization_id, service_keys.GROUP_AUTHORITY)))
+    log_ = DjangoAdmissionLog(Organization(pk=organization_id), authority)
 
-def _notify(prepared: CommitNotices) -> None:
-    notify_commit(prepared)
+    def context() -> TrustedContext:
+        return TrustedContext(new_urn(), format_timestamp(now), authority)
+
+    try:
+        admit_first(verified, log_, context)
+    except AdmissionFailed as failure:
+        raise ProtocolError(failure.wire_code, "the document could not be admitted") from None
 
 
 def _select_group(cur: Any, group_id: str) -> Any:
@@ -524,7 +537,7 @@ def _lock_group(cur: Any, group_id: str, spec: CommandSpec) -> GroupHead:
         raise group_not_found()
     if spec.creates_group:
         raise ProtocolError(
-            ErrorCode.REVISION_CONFLICT, f"group {group_id} already exists", details={"group": group_id}
+            ErrorCode.REVISION_CONFLICT, f"group {urn(group_id)} already exists", group_id=urn(group_id)
         )
     return _head(group_id, row)
 
@@ -532,196 +545,224 @@ def _lock_group(cur: Any, group_id: str, spec: CommandSpec) -> GroupHead:
 def _check_scope(spec: CommandSpec, group: GroupHead) -> None:
     """The Command is issued in the kind of Group it belongs to. Checked after
     the actor: the kind of a Group is not told to someone who may not see it."""
-    if spec.creates_group or spec.scope == "any" or group.kind == spec.scope:
+    if spec.creates_group or spec.scope in ("any", "organization") or group.kind == spec.scope:
         return
     where = "an Organization's administrative Group" if spec.scope == "admin" else "a Mission Group"
-    raise ProtocolError(ErrorCode.INVALID_STATE_TRANSITION, f"{spec.type} is issued in {where}")
+    raise ProtocolError(ErrorCode.INVALID_STATE_TRANSITION, f"{spec.kind} is issued in {where}")
 
 
-def _load_actor(cur: Any, command: Command, group: GroupHead) -> Actor:
-    env = command.envelope
-    row = None
-    if env.actor != SYSTEM_ACTOR:
-        cur.execute(
-            f"SELECT a.id, a.organization_id, a.kind, a.org_roles, a.public_key, a.session_epoch,"
-            f" m.roles, m.epoch, m.active"
-            f" FROM {_T_AGENT} a LEFT JOIN {_T_MEMBERSHIP} m ON m.agent_id = a.id AND m.group_id = %s"
-            f" WHERE a.id = %s",
-            [db_uuid(group.id), db_uuid(env.actor)],
-        )
-        row = cur.fetchone()
-    return _actor_from(command, row)
-
-
-def _actor_from(command: Command, row: Any) -> Actor:
-    """The actor of ``command`` from its Agent row (``id, organization_id, kind,
-    org_roles, public_key, session_epoch, roles, epoch, active``), or the
-    system actor."""
-    env = command.envelope
-    if env.actor == SYSTEM_ACTOR:
-        if command.auth is not Auth.SYSTEM:
-            raise ProtocolError(ErrorCode.AUTH_FORBIDDEN, "only the server acts as the system actor")
-        return Actor(SYSTEM_ACTOR, None, "system", frozenset(), "", 0, None, None)
-    if command.auth is Auth.SYSTEM:
-        raise ProtocolError(ErrorCode.AUTH_FORBIDDEN, "system commands are issued by the system actor")
+def _load_actor(cur: Any, command: Command, spec: CommandSpec, group: GroupHead) -> Actor:
+    doc = command.doc
+    cur.execute(
+        f"SELECT a.id, a.organization_id, a.kind, a.org_roles, a.session_epoch, m.roles, m.epoch, m.active"
+        f" FROM {_T_AGENT} a LEFT JOIN {_T_MEMBERSHIP} m ON m.agent_id = a.id AND m.group_id = %s"
+        f" WHERE a.id = %s",
+        [db_uuid(group.id) if group.id else None, db_uuid(doc.actor)],
+    )
+    row = cur.fetchone()
     if row is None:
+        if spec.bootstrap and command.auth is Auth.SERVICE and doc.actor_type == "service":
+            # The Organization's bootstrap: its control plane is created by the handler.
+            return Actor(doc.actor, "service", "", Agent.KIND_SERVICE, frozenset(), 0, None, None)
         # An unknown actor cannot have signed anything we can check.
-        raise ProtocolError(
-            ErrorCode.AUTH_INVALID_SIGNATURE, f"unknown agent {env.actor}", details={"actor": env.actor}
-        )
-    active = bool(row[8])
+        raise ProtocolError(ErrorCode.AUTH_INVALID_SIGNATURE, "the actor is not a Principal of this Organization")
+    kind = row[2]
+    if Agent.ACTOR_TYPES.get(kind) != doc.actor_type:
+        raise ProtocolError(ErrorCode.AUTH_INVALID_SIGNATURE, "the actor's type is not the Principal's")
+    active = bool(row[7])
     return Actor(
-        id=env.actor,
+        id=doc.actor,
+        type=doc.actor_type,
         organization_id=str(uuid.UUID(str(row[1]))),
-        kind=row[2],
+        kind=kind,
         org_roles=frozenset(_json(row[3])),
-        public_key=row[4],
-        session_epoch=row[5],
-        membership_roles=frozenset(_json(row[6])) if active else None,
-        membership_epoch=row[7] if active else None,
+        session_epoch=row[4],
+        membership_roles=frozenset(_json(row[5])) if active else None,
+        membership_epoch=row[6] if active else None,
     )
 
 
+# The administrative Group's implicit Membership: every Principal of the
+# Organization reads it, at Membership Epoch 1.
+ADMIN_MEMBERSHIP_EPOCH = 1
+
+
 def _check_actor(command: Command, spec: CommandSpec, actor: Actor, group: GroupHead) -> None:
-    """Step 2: who is speaking, with which session, in which role."""
-    env = command.envelope
-    if actor.is_system:
-        if "system" not in spec.actors:
-            raise ProtocolError(ErrorCode.AUTH_FORBIDDEN, f"{spec.type} is not a system command")
-        return
-    if "agent" not in spec.actors:
-        raise ProtocolError(ErrorCode.AUTH_FORBIDDEN, f"{spec.type} is issued by the system only")
-    if command.auth is Auth.SIGNED:
-        check_signature(env, actor.public_key)
-    elif command.auth is Auth.SELF and not spec.self_authenticating:
-        raise ProtocolError(ErrorCode.AUTH_INVALID_SIGNATURE, f"{spec.type} needs a signed envelope")
-    if command.auth is Auth.SIGNED and env.session_epoch != actor.session_epoch:
-        # MWP-WRK-014: a replaced session's Commands are fenced out.
+    """Who is speaking, with which session, in which role (§15.1)."""
+    doc = command.doc
+    if command.auth is Auth.SERVICE and not actor.is_service:
+        raise ProtocolError(ErrorCode.AUTH_FORBIDDEN, "only the Organization's services issue service Commands")
+    if command.auth is Auth.PORTAL and actor.type != "human":
+        raise ProtocolError(ErrorCode.AUTH_FORBIDDEN, "a portal session speaks for a person only")
+    if actor.type not in spec.actors:
+        raise ProtocolError(ErrorCode.AUTH_FORBIDDEN, f"{spec.kind} is not issued by a {actor.type} Principal")
+    if actor.type == "agent" and doc.session_epoch != actor.session_epoch:
+        # §6.3: a replaced session's Commands are fenced out.
         raise ProtocolError(
             ErrorCode.AUTH_STALE_SESSION,
-            f"session_epoch {env.session_epoch} is not the current session ({actor.session_epoch})",
+            f"sessionEpoch {doc.session_epoch} is not the current session ({actor.session_epoch})",
             details={"current": actor.session_epoch},
         )
-    if spec.creates_group:
-        pass  # no Group yet: only Organization roles apply
+    if spec.scope == "organization" or spec.creates_group:
+        pass  # no Group (yet): only Organization roles apply
+    elif group.organization_id != actor.organization_id and not spec.bootstrap:
+        # Issue 16 item 8: a Group the actor may not see answers as an absent one.
+        raise group_not_found()
     elif group.kind == Group.KIND_ADMIN:
-        if actor.organization_id != group.organization_id:
-            # Issue 16 item 8: a Group the actor may not see answers as an
-            # absent one (status, code, message), never "exists, not yours".
+        _check_membership_epoch(doc, ADMIN_MEMBERSHIP_EPOCH)
+    elif not actor.is_service:
+        if actor.membership_roles is None or actor.membership_epoch is None:
             raise group_not_found()
-    else:
-        if actor.membership_roles is None:
-            raise group_not_found()
-        if env.membership_epoch is not None and env.membership_epoch != actor.membership_epoch:
-            raise ProtocolError(
-                ErrorCode.MEMBERSHIP_STALE,
-                f"membership_epoch {env.membership_epoch} is not current ({actor.membership_epoch})",
-                details={"current": actor.membership_epoch},
-            )
+        _check_membership_epoch(doc, actor.membership_epoch)
         if spec.group_roles and not (spec.group_roles & actor.membership_roles):
             raise ProtocolError(
                 ErrorCode.AUTH_FORBIDDEN,
-                f"{spec.type} needs the Group role {' or '.join(sorted(spec.group_roles))}",
+                f"{spec.kind} needs the Group role {' or '.join(sorted(spec.group_roles))}",
             )
-    if spec.org_roles and not (spec.org_roles & actor.org_roles):
+    if spec.org_roles and not actor.is_service and not (spec.org_roles & actor.org_roles):
         raise ProtocolError(
             ErrorCode.AUTH_FORBIDDEN,
-            f"{spec.type} needs the Organization role {' or '.join(sorted(spec.org_roles))}",
+            f"{spec.kind} needs the Organization role {' or '.join(sorted(spec.org_roles))}",
         )
 
 
-def check_target_kind(env: Envelope, kind: str, expected_id: str | None = None) -> None:
-    """The envelope's ``target`` names an aggregate of ``kind`` (and ``expected_id``)."""
-    target = env.target
-    if target is None:
+def _check_membership_epoch(doc: CommandDoc, current: int) -> None:
+    if doc.membership_epoch is not None and doc.membership_epoch != current:
         raise ProtocolError(
-            ErrorCode.SCHEMA_VALIDATION_FAILED, f"target: {env.type} needs a {kind} target", details={"field": "target"}
-        )
-    if target.kind != kind:
-        raise ProtocolError(
-            ErrorCode.SCHEMA_VALIDATION_FAILED, f"target.kind: must be {kind!r}", details={"field": "target.kind"}
-        )
-    if expected_id is not None and target.id != expected_id:
-        raise ProtocolError(
-            ErrorCode.SCHEMA_VALIDATION_FAILED, f"target.id: must be {expected_id}", details={"field": "target.id"}
+            ErrorCode.MEMBERSHIP_STALE,
+            f"membershipEpoch {doc.membership_epoch} is not current ({current})",
+            details={"current": current},
         )
 
 
-def check_revision(env: Envelope, current: int) -> None:
-    """Compare-and-set on the aggregate revision (MWP-EVT-007).
+def check_revision(doc: CommandDoc, current: int) -> None:
+    """Compare-and-set on the aggregate revision (§15.3).
 
-    A spec with ``cas=True`` demands ``target.revision``; otherwise a given
-    revision is still compared.
+    A compare-and-set kind demands ``expectedRevision``; any other kind's
+    given ``expectedRevision`` is still compared.
     """
-    spec = spec_for(env.type)
-    expected = env.target.revision if env.target else None
+    expected = doc.expected_revision
     if expected is None:
+        spec = spec_for(doc.kind)
         if spec is not None and spec.cas:
             raise ProtocolError(
                 ErrorCode.SCHEMA_VALIDATION_FAILED,
-                f"target.revision: {env.type} is compare-and-set and needs the expected revision",
-                details={"field": "target.revision"},
+                f"expectedRevision: {doc.kind} is compare-and-set and needs the expected revision",
+                details={"field": "expectedRevision"},
             )
         return
     if expected != current:
         raise ProtocolError(
             ErrorCode.REVISION_CONFLICT,
             f"expected revision {expected}, the aggregate is at {current}",
-            details={"expected": expected, "current": current},
             expected_revision=expected,
             current_revision=current,
+            related_action_id=doc.action_urn,
         )
 
 
-def _append_sql(
-    env: Envelope, group: GroupHead, emits: list[Emit], now: datetime
-) -> tuple[list[str], list[list[Any]], list[dict[str, Any]]]:
-    """Step 6 for one Group: the Events with the next sequences and the hash
-    chain (one INSERT) and the head, with the Group revision when the Group is
-    the aggregate that changed (one UPDATE). Returns the statements, their
-    parameters and the Events as on the wire (``GroupEvent.as_wire``); moves
-    ``group`` to its new head."""
-    sequence = group.last_sequence
-    prev = group.head_hash
-    occurred_at = format_time(now)
+# --- appending ---------------------------------------------------------------------------------
+
+
+def _check_emit(emit: Emit) -> None:
+    """Every payload the Group Authority writes is one its catalogue admits (DESIGN §2)."""
+    try:
+        _catalogue.validate_payload(emit.kind, emit.payload)
+    except (_catalogue.PayloadError, _catalogue.UnknownKind) as exc:
+        raise RuntimeError(f"a handler emitted a {emit.kind} payload the catalogue refuses: {exc}") from None
+
+
+def _event_document(
+    doc: CommandDoc, emit: Emit, organization_id: str, now_text: str, position: tuple[str, int, int] | None
+) -> tuple[str, dict[str, Any]]:
+    """``(event_id, signed document)`` of one Emit; ``position`` is (group, sequence, revision)."""
+    _check_emit(emit)
+    event_id = str(uuid.uuid4())
+    authority = service_keys.group_authority(organization_id)
+    document = build_event(
+        event_id=urn(event_id),
+        kind=emit.kind,
+        actor={"type": doc.actor_type, "id": urn(doc.actor)},
+        cause={"type": "command", "id": urn(doc.action_id)},
+        correlation_id=doc.correlation_id,
+        occurred_at=now_text,
+        payload=emit.payload,
+        accepted_by={"type": "service", "id": urn(service_keys.principal_id(organization_id, "group-authority"))},
+        key=authority,
+        group_id=urn(position[0]) if position else None,
+        sequence=position[1] if position else None,
+        aggregate_revision=position[2] if position else None,
+        command_hash=doc.signing_hash,
+        work_item_id=urn(emit.work_item_id) if emit.work_item_id else None,
+        conversation_id=urn(emit.conversation_id) if emit.conversation_id else None,
+    )
+    return event_id, document
+
+
+def _append(
+    cur: Any,
+    doc: CommandDoc,
+    group: GroupHead,
+    emits: list[Emit],
+    now: datetime,
+    org_documents: list[Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Append ``emits`` to ``group``: Group Events with the next sequences and the hash
+    chain, Organization-scoped ones outside every sequence (collected in
+    ``org_documents``); move the head. Returns the Group Events' documents."""
+    sequence, prev, revision = group.last_sequence, group.head_hash, group.revision
+    now_text = format_timestamp(now)
+    organization_id = group.organization_id
     values: list[Any] = []
-    events: list[dict[str, Any]] = []
-    revision = group.revision
+    documents: list[dict[str, Any]] = []
+    org_values: list[Any] = []
     for emit in emits:
+        if emit.kind in ORGANIZATION_SCOPED:
+            event_id, document = _event_document(doc, emit, organization_id, now_text, None)
+            if org_documents is not None:
+                org_documents.append(document)
+            org_values += [
+                db_uuid(event_id), db_uuid(organization_id), emit.kind, doc.actor, db_uuid(doc.action_id),
+                db_time(now), json.dumps(emit.payload, separators=(",", ":")), jcs.canonicalize(document).decode(),
+            ]  # fmt: skip
+            continue
+        if not group.id:
+            raise RuntimeError(f"{emit.kind} is a Group Event; {doc.kind} has no Group")
         sequence += 1
-        event_id = str(uuid.uuid4())
-        event: dict[str, Any] = {
-            "event_id": event_id,
-            "group": group.id,
-            "sequence": sequence,
-            "type": emit.type,
-            "aggregate": emit.aggregate.as_dict(),
-            "actor": env.actor,
-            "action_id": env.action_id,
-            "occurred_at": occurred_at,
-            "body": emit.body,
-            "prev_hash": prev,
-        }
+        position = (group.id, sequence, emit.aggregate.revision)
+        event_id, document = _event_document(doc, emit, organization_id, now_text, position)
         row_prev = prev
-        prev = event["hash"] = event_hash(prev, event)
+        prev = event_hash(prev, document)
         values += [
-            db_uuid(event_id), db_uuid(group.id), sequence, emit.type, emit.aggregate.kind, emit.aggregate.id,
-            emit.aggregate.revision, env.actor, db_uuid(env.action_id), db_time(now),
-            json.dumps(emit.body, separators=(",", ":")), row_prev, prev,
+            db_uuid(event_id), db_uuid(group.id), sequence, emit.kind, emit.aggregate.kind, emit.aggregate.id,
+            emit.aggregate.revision, doc.actor, db_uuid(doc.action_id), db_time(now),
+            json.dumps(emit.payload, separators=(",", ":")), jcs.canonicalize(document).decode(), row_prev, prev,
         ]  # fmt: skip
-        events.append(event)
+        documents.append(document)
         # The Group revision moves only on Group-aggregate Events (Membership,
         # Mission status); the head always moves.
         if emit.aggregate.kind == "group" and emit.aggregate.id == group.id:
             revision = max(revision, emit.aggregate.revision)
-    placeholders = ",".join(["(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"] * len(emits))
-    insert = (
-        f"INSERT INTO {_T_EVENT} (event_id, group_id, sequence, type, aggregate_kind, aggregate_id,"
-        f" aggregate_revision, actor, action_id, occurred_at, body, prev_hash, hash) VALUES {placeholders}"
-    )
-    update = f"UPDATE {_T_GROUP} SET last_sequence = %s, head_hash = %s, revision = %s WHERE id = %s"
-    group.last_sequence, group.head_hash, group.revision = sequence, prev, revision
-    return [insert, update], [values, [sequence, prev, revision, db_uuid(group.id)]], events
+    if org_values:
+        count = len(org_values) // 8
+        cur.execute(
+            f"INSERT INTO {_T_ORG_EVENT} (event_id, organization_id, type, actor, action_id, occurred_at, body,"
+            f" document) VALUES " + ",".join(["(%s,%s,%s,%s,%s,%s,%s,%s)"] * count),
+            org_values,
+        )
+    if documents:
+        cur.execute(
+            f"INSERT INTO {_T_EVENT} (event_id, group_id, sequence, type, aggregate_kind, aggregate_id,"
+            f" aggregate_revision, actor, action_id, occurred_at, body, document, prev_hash, hash) VALUES "
+            + ",".join(["(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"] * len(documents)),
+            values,
+        )
+        cur.execute(
+            f"UPDATE {_T_GROUP} SET last_sequence = %s, head_hash = %s, revision = %s WHERE id = %s",
+            [sequence, prev, revision, db_uuid(group.id)],
+        )
+        group.last_sequence, group.head_hash, group.revision = sequence, prev, revision
+    return documents
 
 
 _RECEIPT_INSERT = (
@@ -731,40 +772,32 @@ _RECEIPT_INSERT = (
 
 
 def _append_with_receipt(
-    cur: Any, env: Envelope, group: GroupHead, decision: Decision, now: datetime, content_hash: str
+    cur: Any, doc: CommandDoc, group: GroupHead, decision: Decision, now: datetime
 ) -> tuple[Receipt, list[dict[str, Any]]]:
-    """Step 6 for the Command's own Group: Events, head and receipt; one
-    statement on PostgreSQL (data-modifying CTEs), three on SQLite. Returns
-    the receipt and the Events as on the wire."""
-    statements, params, events = _append_sql(env, group, decision.events, now)
-    refs = [{"event_id": e["event_id"], "sequence": e["sequence"], "type": e["type"]} for e in events]
+    """The Command's own Events, the head and the receipt."""
+    org_documents: list[dict[str, Any]] = []
+    documents = _append(cur, doc, group, decision.events, now, org_documents)
+    # Organization-scoped Events have no sequence (§15.2).
+    refs: list[dict[str, Any]] = [{"eventId": d["eventId"], "kind": d["kind"]} for d in org_documents]
+    refs += [{"eventId": d["eventId"], "sequence": d["sequence"], "kind": d["kind"]} for d in documents]
     receipt: Receipt = {
-        "action_id": env.action_id,
-        "actor": env.actor,
-        "group": group.id,
-        "status": "accepted",
+        "actionId": urn(doc.action_id),
         "events": refs,
-        "aggregate": decision.aggregate.as_dict(),
-        "accepted_at": format_time(now),
+        "aggregateRevision": decision.aggregate.revision,
         "replayed": False,
     }
-    receipt_params = [
-        env.actor, db_uuid(env.action_id), content_hash, db_uuid(group.id), json.dumps(receipt), db_time(now),
-    ]  # fmt: skip
-    if COMBINED_STATEMENTS:
-        cur.execute(
-            f"WITH ev AS ({statements[0]} RETURNING 1), hd AS ({statements[1]} RETURNING 1) {_RECEIPT_INSERT}",
-            params[0] + params[1] + receipt_params,
-        )
-    else:
-        for statement, values in zip(statements, params, strict=True):
-            cur.execute(statement, values)
-        cur.execute(_RECEIPT_INSERT, receipt_params)
-    return receipt, events
+    cur.execute(
+        _RECEIPT_INSERT,
+        [
+            doc.actor, db_uuid(doc.action_id), doc.signing_hash, db_uuid(group.id) if group.id else None,
+            json.dumps(receipt), db_time(now),
+        ],
+    )  # fmt: skip
+    return receipt, documents
 
 
 def system_action_id(*parts: object) -> str:
-    """A deterministic action ID for a system Command, so a repeated system
+    """A deterministic action ID for a service Command, so a repeated service
     action (an expiry seen twice) is idempotent rather than duplicated."""
     return str(uuid.uuid5(uuid.NAMESPACE_URL, "mwp:system:" + ":".join(str(p) for p in parts)))
 

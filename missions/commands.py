@@ -1,7 +1,14 @@
-"""Building Commands on the server side: the system actor and portal users.
+"""Building Commands on the server side: the control plane and portal users.
 
 Management commands, Celery tasks and portal views use these and then call
-``accept()``; none of them writes an authoritative model itself.
+``accept()``; none of them writes an authoritative model itself. Every
+Command is a normative MWP 0.1 Command document (PROTOCOL §15.1):
+
+- ``service_command``: the Organization's control plane, signed with its key
+  (``missions.service_keys``), accepted as ``Auth.SERVICE``;
+- ``portal_command``: a person signed in to the portal, ``Auth.PORTAL``. The
+  Django session authenticates the person; the document carries no signature
+  until issue 19 moves people's signing into the browser.
 """
 
 from __future__ import annotations
@@ -10,90 +17,172 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from mwportal.protocol import SYSTEM_ACTOR, make_envelope, parse_envelope
+from mwportal.protocol import jcs
+from mwportal.protocol.command import build_command, format_timestamp, read_command
+from mwportal.protocol.ids import new_urn, urn
 
-from .authority import Auth, Command, accept, system_action_id
-from .models import Agent, Group
+from . import service_keys
+from .authority import ADMIN_MEMBERSHIP_EPOCH, Auth, Command, accept, system_action_id
+from .models import Agent, Group, Membership, SigningKey
 
 Receipt = dict[str, Any]
 
 
-def system_command(
-    type_: str,
-    group: str,
-    body: dict[str, Any],
+def _command(raw: dict[str, Any], auth: Auth) -> Command:
+    return Command(read_command(raw, signing_hash=jcs.signing_hash(raw), key_id=None), auth)
+
+
+def service_command(
+    kind: str,
+    group: str | None,
+    payload: dict[str, Any],
     *,
+    organization_id: str,
     action_id: str | None = None,
-    target: dict[str, Any] | None = None,
     issued_at: datetime | None = None,
+    expected_revision: int | None = None,
+    work_item_id: str | None = None,
 ) -> Command:
-    """A Command by the system actor. A deterministic ``action_id`` with a
-    deterministic ``issued_at`` (the deadline that triggered it, say) makes
-    the same system action idempotent: issued twice, it is accepted once."""
-    raw = make_envelope(
-        type=type_,
-        actor=SYSTEM_ACTOR,
+    """A Command by the Organization's control plane. A deterministic ``action_id``
+    with a deterministic ``issued_at`` (the deadline that triggered it, say)
+    makes the same service action idempotent: issued twice, it is accepted once."""
+    key = service_keys.control_plane(organization_id)
+    assert key.principal is not None
+    raw = build_command(
+        kind,
+        actor=key.principal,
+        key=key,
+        payload=payload,
         group=group,
-        body=body,
-        session_epoch=0,
+        expected_revision=expected_revision,
+        work_item_id=work_item_id,
         action_id=action_id,
-        target=target,
         issued_at=issued_at,
     )
-    return Command(parse_envelope(raw, require_signature=False), Auth.SYSTEM)
+    return Command(read_command(raw, signing_hash=jcs.signing_hash(raw), key_id=key.key_id), Auth.SERVICE)
+
+
+def group_service_command(kind: str, group: str, payload: dict[str, Any], **kw: Any) -> Command:
+    """``service_command`` in ``group``'s Organization."""
+    organization_id = str(Group.objects.values_list("organization_id", flat=True).get(id=group))
+    return service_command(kind, group, payload, organization_id=organization_id, **kw)
+
+
+def membership_epoch(agent: Agent | str, group: str) -> int | None:
+    """The current Membership Epoch of ``agent`` in ``group`` (the administrative Group's is 1)."""
+    kind = Group.objects.values_list("kind", flat=True).filter(id=group).first()
+    if kind == Group.KIND_ADMIN:
+        return ADMIN_MEMBERSHIP_EPOCH
+    agent_id = agent.pk if isinstance(agent, Agent) else agent
+    return (
+        Membership.objects.filter(agent_id=agent_id, group_id=group, active=True)
+        .values_list("epoch", flat=True)
+        .first()
+    )
 
 
 def portal_command(
     agent: Agent,
-    type_: str,
+    kind: str,
     group: str,
-    body: dict[str, Any],
+    payload: dict[str, Any],
     *,
-    target: dict[str, Any] | None = None,
+    expected_revision: int | None = None,
+    work_item_id: str | None = None,
     action_id: str | None = None,
+    creates_group: bool = False,
 ) -> Command:
     """A Command by a person signed in to the portal (Django session)."""
-    raw = make_envelope(
-        type=type_,
-        actor=str(agent.id),
-        group=group,
-        body=body,
-        session_epoch=agent.session_epoch,
-        action_id=action_id,
-        target=target,
-    )
-    return Command(parse_envelope(raw, require_signature=False), Auth.PORTAL)
+    now = format_timestamp(datetime.now().astimezone())
+    action = urn(action_id) if action_id else new_urn()
+    raw: dict[str, Any] = {
+        "protocolVersion": "0.1",
+        "actionId": action,
+        "actor": {"type": Agent.ACTOR_TYPES[agent.kind], "id": urn(agent.pk)},
+        "kind": kind,
+        "correlationId": action,
+        "issuedAt": now,
+        "payload": payload,
+        "groupId": urn(group),
+    }
+    epoch = None if creates_group else membership_epoch(agent, group)
+    optional = {"membershipEpoch": epoch, "expectedRevision": expected_revision}
+    if work_item_id:
+        optional["workItemId"] = urn(work_item_id)
+    raw.update({k: v for k, v in optional.items() if v is not None})
+    return _command(raw, Auth.PORTAL)
 
 
 def create_organization(slug: str, name: str) -> tuple[str, str]:
-    """Create an Organization and its administrative Group; ``(org_id, group_id)``.
-
-    Running it twice for one slug answers with the existing Organization.
-    """
+    """Create an Organization, its administrative Group and its service Principals;
+    ``(org_id, admin_group_id)``. Running it twice for one slug answers the existing one."""
     existing = Group.objects.filter(organization__slug=slug, kind=Group.KIND_ADMIN).first()
     if existing is not None:
         return str(existing.organization_id), str(existing.id)
     org_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"mwp:org:{slug}"))
     group_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"mwp:org-admin-group:{slug}"))
     accept(
-        system_command(
-            "org.create",
+        service_command(
+            "ext.mwportal.admin.organization_create",
             group_id,
-            {"organization": org_id, "slug": slug, "name": name},
+            {"organizationId": urn(org_id), "slug": slug, "name": name},
+            organization_id=org_id,
             action_id=system_action_id("org.create", slug),
         )
     )
     return org_id, group_id
 
 
+def register_principal(
+    org_slug: str,
+    name: str,
+    kind: str,
+    roles: list[str],
+    public_key: str | None,
+    user: str | None = None,
+) -> tuple[str, str | None]:
+    """Register a Principal (``kind``: ``agent`` or ``person``) as the control plane;
+    ``(principal_id, key_id)`` (no key ID when no key was given)."""
+    group = Group.objects.get(organization__slug=org_slug, kind=Group.KIND_ADMIN)
+    principal_id = str(uuid.uuid4())
+    payload: dict[str, Any] = {
+        "principal": {"type": Agent.ACTOR_TYPES[kind], "id": urn(principal_id)},
+        "name": name,
+        "organizationRoles": roles,
+    }
+    if public_key is not None:
+        payload["publicKey"] = public_key
+    if user is not None:
+        payload["username"] = user
+    accept(service_command(
+        "ext.mwportal.registry.principal_register", str(group.id), payload, organization_id=str(group.organization_id)
+    ))  # fmt: skip
+    key_id = (
+        SigningKey.objects.filter(principal_id=urn(principal_id)).values_list("key_id", flat=True).first()
+        if public_key is not None
+        else None
+    )
+    return principal_id, key_id
+
+
 def register_agent(
     org_slug: str, name: str, kind: str, roles: list[str], public_key: str, user: str | None = None
 ) -> str:
-    """Register an Agent in an Organization as the system actor; its id."""
-    group = Group.objects.get(organization__slug=org_slug, kind=Group.KIND_ADMIN)
-    agent_id = str(uuid.uuid4())
-    body: dict[str, Any] = {"agent": agent_id, "name": name, "kind": kind, "org_roles": roles, "public_key": public_key}
-    if user is not None:
-        body["user"] = user
-    accept(system_command("agent.register", str(group.id), body))
-    return agent_id
+    """Register an Agent (or a person) as the control plane; its id."""
+    return register_principal(org_slug, name, kind, roles, public_key, user)[0]
+
+
+def open_session(agent_id: str) -> tuple[str, int]:
+    """Open a new Session for an Agent, as the bindings do after HELLO (§6.3):
+    ``(session token, Session Epoch)``. The new epoch fences every older one."""
+    agent = Agent.objects.only("organization_id").get(id=agent_id)
+    receipt = accept(
+        service_command(
+            "ext.missionweaveprotocol.identity.session_open",
+            None,
+            {"agentId": urn(agent_id)},
+            organization_id=str(agent.organization_id),
+        )
+    )
+    grants = receipt["grants"]
+    return str(grants["sessionToken"]), int(grants["sessionEpoch"])

@@ -7,14 +7,15 @@ trigger refuses UPDATE and DELETE (migration 0002).
 The Registry's signing keys and validity records and the Admission Log
 (PROTOCOL §6.4) are append-only too (migration 0006), written only through
 ``missions.keyregistry`` and ``missions.admission_log``, which run the
-kernel's checks first. Their callers are to be ``accept()``'s handlers and
-its admission step when the wire moves to MWP 0.1 (issue 18); until then
-nothing in the running server writes them.
+kernel's checks first: the registration handlers write keys and
+``accept()``'s admission step writes First-Admission Records.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
+from typing import Any, cast
 
 from django.conf import settings
 from django.db import models
@@ -45,11 +46,17 @@ class Organization(models.Model):
 class Agent(models.Model):
     KIND_AGENT = "agent"
     KIND_PERSON = "person"
+    # An Organization service Principal (DESIGN §4): the Group Authority, the control plane.
+    KIND_SERVICE = "service"
+    # The wire's actor type of each kind (PROTOCOL §6: agent, human, service).
+    ACTOR_TYPES = {KIND_AGENT: "agent", KIND_PERSON: "human", KIND_SERVICE: "service"}
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="agents")
     name = models.CharField(max_length=200)
-    kind = models.CharField(max_length=10, choices=[(KIND_AGENT, "agent"), (KIND_PERSON, "person")])
+    kind = models.CharField(
+        max_length=10, choices=[(KIND_AGENT, "agent"), (KIND_PERSON, "person"), (KIND_SERVICE, "service")]
+    )
     org_roles = models.JSONField(default=list)
     public_key = models.CharField(max_length=64, blank=True)
     user = models.OneToOneField(
@@ -62,7 +69,7 @@ class Agent(models.Model):
 
     class Meta:
         constraints = [
-            models.CheckConstraint(condition=Q(kind__in=["agent", "person"]), name="agent_kind_valid"),
+            models.CheckConstraint(condition=Q(kind__in=["agent", "person", "service"]), name="agent_kind_valid"),
         ]
 
     def __str__(self) -> str:
@@ -184,9 +191,13 @@ class Membership(models.Model):
 
 
 class GroupEvent(models.Model):
-    """An accepted, immutable fact of one Group's log (MWP-EVT-005).
+    """An accepted, immutable fact of one Group's log (PROTOCOL §15.2).
 
-    ``actor`` is text, not a foreign key: the ``system`` actor is not an Agent.
+    ``document`` is the signed Event document exactly as the Group Authority
+    signed it (its JCS text): what every binding serves. The other columns
+    index it: ``type`` is its kind, ``body`` its payload, ``actor`` the bare
+    UUID of its actor. ``prev_hash``/``hash`` chain the documents per Group
+    (``hash = sha256(prev_hash || JCS(document))``).
     """
 
     event_id = models.UUIDField(unique=True)
@@ -200,6 +211,7 @@ class GroupEvent(models.Model):
     action_id = models.UUIDField()
     occurred_at = models.DateTimeField()
     body = models.JSONField()
+    document = models.TextField(default="")
     prev_hash = models.CharField(max_length=64)
     hash = models.CharField(max_length=64)
 
@@ -214,23 +226,29 @@ class GroupEvent(models.Model):
     def __str__(self) -> str:
         return f"{self.group_id}#{self.sequence} {self.type}"
 
-    def as_wire(self) -> dict[str, object]:
-        """The Event as DESIGN §4 puts it on the wire, and as its hash covers it."""
-        from mwportal.protocol import format_time
+    def as_wire(self) -> dict[str, Any]:
+        """The signed Event document (PROTOCOL §15.2), as every binding carries it."""
+        return cast(dict[str, Any], json.loads(self.document))
 
-        return {
-            "event_id": str(self.event_id),
-            "group": str(self.group_id),
-            "sequence": self.sequence,
-            "type": self.type,
-            "aggregate": {"kind": self.aggregate_kind, "id": self.aggregate_id, "revision": self.aggregate_revision},
-            "actor": self.actor,
-            "action_id": str(self.action_id),
-            "occurred_at": format_time(self.occurred_at),
-            "body": self.body,
-            "prev_hash": self.prev_hash,
-            "hash": self.hash,
-        }
+
+class OrganizationEvent(models.Model):
+    """An Organization-scoped fact (PROTOCOL §15.2: Session activation, Agent Card
+    registration): signed like a Group Event, outside every Group's sequence."""
+
+    event_id = models.UUIDField(unique=True)
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="events")
+    type = models.CharField(max_length=100)
+    actor = models.CharField(max_length=64)
+    action_id = models.UUIDField()
+    occurred_at = models.DateTimeField()
+    body = models.JSONField()
+    document = models.TextField()
+
+    def __str__(self) -> str:
+        return f"{self.organization_id} {self.type}"
+
+    def as_wire(self) -> dict[str, Any]:
+        return cast(dict[str, Any], json.loads(self.document))
 
 
 class ActionReceipt(models.Model):
@@ -239,7 +257,8 @@ class ActionReceipt(models.Model):
     actor = models.CharField(max_length=64)
     action_id = models.UUIDField()
     content_hash = models.CharField(max_length=64)
-    group = models.ForeignKey(Group, on_delete=models.PROTECT, related_name="+")
+    # None for an Organization-scoped Command (PROTOCOL §15.1: no Group ID).
+    group = models.ForeignKey(Group, on_delete=models.PROTECT, related_name="+", null=True)
     receipt = models.JSONField()
     accepted_at = models.DateTimeField()
 

@@ -17,75 +17,87 @@ from typing import Any, Literal, TypeVar
 Handler = Callable[[Any], Any]
 H = TypeVar("H", bound=Handler)
 
-Scope = Literal["mission", "admin", "any"]
+Scope = Literal["mission", "admin", "any", "organization"]
 
 
 @dataclass(frozen=True, slots=True)
 class CommandSpec:
-    type: str
+    # The catalogue's Command kind (``mwportal.protocol.catalogue``); the
+    # payload's shape, compare-and-set and the Event kinds it yields are the
+    # catalogue's, not repeated here.
+    kind: str
     handler: Handler
-    # "mission": the envelope's group is a Mission Group and the actor needs
+    # "mission": the Command's Group is a Mission Group and the actor needs
     # an active Membership; "admin": the Organization's administrative Group,
-    # readable by every Agent of the Organization.
+    # where every Principal of the Organization is a member (Membership
+    # Epoch 1); "any": either; "organization": no Group at all (§15.1's
+    # Organization-scoped bootstrap Commands).
     scope: Scope = "mission"
     # Membership roles (any of) the actor needs in a Mission Group.
     group_roles: frozenset[str] = frozenset()
     # Organization roles (any of) the actor needs; empty means none.
     org_roles: frozenset[str] = frozenset()
-    # The aggregate kind ``target`` must name; None: the command takes no target.
-    target: str | None = None
-    # Compare-and-set is mandatory (MWP-EVT-007: Membership change, first
-    # ownership, lease renewal, Approval): ``target.revision`` is required.
+    # Compare-and-set: ``expectedRevision`` is required (the catalogue's
+    # ``compare_and_set``, or the handler's own fence, MWP-EVT-007).
     cas: bool = False
-    # The command creates the Group named by the envelope.
+    # The command creates the Group named by ``groupId``.
     creates_group: bool = False
-    # Who may send it: Agents, the system actor, or both.
-    actors: frozenset[str] = frozenset({"agent"})
-    # The command authenticates itself (a signed session request in its body).
-    self_authenticating: bool = False
+    # Who may send it, by actor type: "agent", "human", "service".
+    actors: frozenset[str] = frozenset({"agent", "human"})
+    # The handler creates the actor itself (the Organization's bootstrap:
+    # its control plane does not exist before the Organization does).
+    bootstrap: bool = False
     # Envelope extensions (URNs) the handler understands; any other extension
     # marked critical refuses the Command.
     extensions: frozenset[str] = frozenset()
     # Issued only by the server's own code paths (a view after it stored and
-    # hashed the bytes, say), never accepted from a signed client: holding
-    # bytes is proven only by sending them (issue 16). ``accept()`` refuses
-    # an internal kind arriving with ``Auth.SIGNED`` or ``Auth.SELF``.
+    # hashed the bytes, say), never accepted from a client: holding bytes is
+    # proven only by sending them (issue 16). ``accept()`` refuses an
+    # internal kind that does not come from the control plane in-process.
     internal: bool = False
+
+    @property
+    def type(self) -> str:
+        return self.kind
 
 
 _REGISTRY: dict[str, CommandSpec] = {}
 
 
 def command(
-    type_: str,
+    kind: str,
     *,
     scope: Scope = "mission",
     group_roles: tuple[str, ...] = (),
     org_roles: tuple[str, ...] = (),
-    target: str | None = None,
     cas: bool = False,
     creates_group: bool = False,
-    actors: tuple[str, ...] = ("agent",),
-    self_authenticating: bool = False,
+    actors: tuple[str, ...] = ("agent", "human"),
+    bootstrap: bool = False,
     extensions: tuple[str, ...] = (),
     internal: bool = False,
 ) -> Callable[[H], H]:
-    """Register the decorated function as the handler of ``type_``."""
+    """Register the decorated function as the handler of the catalogue's ``kind``."""
+    from mwportal.protocol import catalogue
+
+    definition = catalogue.command(kind)  # UnknownKind: only the catalogue's kinds are spoken
+    unknown = set(actors) - {"agent", "human", "service"}
+    if unknown:
+        raise ValueError(f"{kind}: unknown actor types {sorted(unknown)}")
 
     def register(func: H) -> H:
-        if type_ in _REGISTRY:
-            raise RuntimeError(f"command {type_} is registered twice")
-        _REGISTRY[type_] = CommandSpec(
-            type=type_,
+        if kind in _REGISTRY:
+            raise RuntimeError(f"command {kind} is registered twice")
+        _REGISTRY[kind] = CommandSpec(
+            kind=kind,
             handler=func,
-            scope=scope,
+            scope="organization" if definition.scope == "organization" else scope,
             group_roles=frozenset(group_roles),
             org_roles=frozenset(org_roles),
-            target=target,
-            cas=cas,
+            cas=cas or definition.compare_and_set,
             creates_group=creates_group,
             actors=frozenset(actors),
-            self_authenticating=self_authenticating,
+            bootstrap=bootstrap,
             extensions=frozenset(extensions),
             internal=internal,
         )
@@ -102,14 +114,14 @@ def command_types() -> list[str]:
     return sorted(_REGISTRY)
 
 
-# Called by ``agent.open_session`` inside its transaction with the handler
+# Called by ``ext.missionweaveprotocol.identity.session_open`` inside its transaction with the handler
 # context; each returns the consequences in other Groups (MWP-WRK-014: a
 # replacement session revokes the Agent's leases everywhere).
 SessionReplacedHook = Callable[[Any], list[tuple[Any, list[Any]]]]
 session_replaced_hooks: list[SessionReplacedHook] = []
 
 
-# Called by ``membership.remove`` inside its transaction with the handler
+# Called by ``membership.end`` inside its transaction with the handler
 # context and the removed Agent's id; each returns Events for the same Group
 # (the workitems app revokes the removed member's leases and ownership).
 MembershipRemovedHook = Callable[[Any, str], list[Any]]

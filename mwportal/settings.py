@@ -5,6 +5,9 @@
 - ``MWP_REDIS_URL``: when set, the channel layer and Celery use Redis;
   otherwise the in-memory layer and Celery's filesystem broker.
 - ``MWP_SIGNING_KEY_FILE``: the server's Ed25519 key, generated if absent.
+- ``MWP_SERVICE_KEY_DIR``: the Organization service Principals' key files.
+- ``MWP_COMMAND_FRESHNESS_SECONDS``: how old (and how far ahead) a new signed
+  Command's ``issuedAt`` may be; default 300.
 - ``MWP_ONLINE_REPLAY_EVENTS``: how many Events replay stays online.
 - ``MWP_SECRET_KEY``: Django's secret; without it, a per-installation key
   generated on first run into ``var/secret_key`` (mode 0600). Required when
@@ -256,12 +259,14 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = MWP_MAX_COMMAND_BYTES + 1024
 
 MWP_REDIS_URL = os.environ.get("MWP_REDIS_URL", "")
 MWP_SIGNING_KEY_FILE = os.environ.get("MWP_SIGNING_KEY_FILE", str(VAR_DIR / "server_signing_key.json"))
+# The Organization service Principals' key files (missions/service_keys.py, DESIGN §4).
+MWP_SERVICE_KEY_DIR = os.environ.get("MWP_SERVICE_KEY_DIR", str(VAR_DIR / "service-keys"))
 MWP_ONLINE_REPLAY_EVENTS = int(os.environ.get("MWP_ONLINE_REPLAY_EVENTS", "100000"))
 # A signed session request must be this fresh (DESIGN §4: within 5 minutes).
 MWP_SESSION_REQUEST_MAX_SKEW_SECONDS = 300
 # A newly presented signed Command's issued_at window (spec §8 freshness):
 # at most this old, and at most this far ahead of the server's clock.
-MWP_COMMAND_FRESHNESS_SECONDS = int(os.environ.get("MWP_COMMAND_FRESHNESS_SECONDS", "900"))
+MWP_COMMAND_FRESHNESS_SECONDS = int(os.environ.get("MWP_COMMAND_FRESHNESS_SECONDS", "300"))
 MWP_COMMAND_MAX_SKEW_SECONDS = int(os.environ.get("MWP_COMMAND_MAX_SKEW_SECONDS", "300"))
 MWP_ARTIFACT_ROOT = os.environ.get("MWP_ARTIFACT_ROOT", str(VAR_DIR / "artifacts"))
 MWP_ARTIFACT_MAX_BYTES = int(os.environ.get("MWP_ARTIFACT_MAX_BYTES", str(2 * 1024**3)))

@@ -1,18 +1,21 @@
 """Personas and helpers shared by every suite (STYLE §5).
 
 - ``org``: the Organization "acme" with its administrative Group;
-- ``owner`` (Olivia): MissionOwner, owner of ``mission``'s Group;
+- ``owner`` (Olivia): a person, MissionOwner of ``mission``'s Group;
 - ``coordinator`` (Carl): coordinator member;
 - ``worker`` and ``worker2`` (Wanda, Walt): worker members;
 - ``outsider`` (Oscar): an Agent of the Organization with no Membership.
 
-Every persona is an ``AgentKey`` that signs envelopes with its own key and
-holds a current session epoch, and every fixture is built through
-``accept()`` as a client would.
+Every persona is an ``AgentKey`` holding its own Ed25519 key, bound in the
+Registry, and (for Agents) a current Session Epoch. It signs normative
+Command documents (PROTOCOL §15.1) and sends their bytes through
+``accept_document``, the six verification stages included, as a client would;
+every fixture is built that way.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Iterator
@@ -23,63 +26,91 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from missions.authority import Auth, Command, accept
-from missions.commands import create_organization, register_agent
+from missions.authority import accept_document
+from missions.commands import create_organization, membership_epoch, open_session, register_principal
 from missions.models import ActionReceipt, Agent, Group, GroupEvent
-from mwportal.protocol import ErrorCode, ProtocolError, generate_keypair, make_envelope, parse_envelope
+from mwportal.protocol import ErrorCode, ProtocolError
+from mwportal.protocol.command import Key, build_command
+from mwportal.protocol.ids import urn
 
 ON_POSTGRES = os.environ.get("MWP_DATABASE_URL", "").startswith(("postgres", "postgresql"))
+
+# Kinds that create their Group, or stand outside every Group: no Membership Epoch (§15.1).
+_NO_MEMBERSHIP = frozenset({"mission.create", "mission.create_follow_up"})
 
 
 @dataclass
 class AgentKey:
-    """A test Agent: its id, key pair and current session epoch."""
+    """A test Principal: its id (bare UUID), signing key and current Session Epoch."""
 
     id: str
-    private_key: str
-    public_key: str
+    key: Key
     org_slug: str
+    kind: str = "agent"  # the Agent row's kind: "agent" or "person"
     session_epoch: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def envelope(self, type_: str, group: str, body: dict[str, Any], **kw: Any) -> dict[str, Any]:
-        """A signed envelope as this Agent's transport would send it."""
-        kw.setdefault("session_epoch", self.session_epoch)
-        return make_envelope(type=type_, actor=self.id, group=group, body=body, private_key=self.private_key, **kw)
+    @property
+    def urn(self) -> str:
+        return urn(self.id)
 
-    def send(self, type_: str, group: str, body: dict[str, Any], **kw: Any) -> dict[str, Any]:
-        """Sign and ``accept()`` a Command; its receipt (or ProtocolError)."""
-        return accept(Command(parse_envelope(self.envelope(type_, group, body, **kw)), Auth.SIGNED))
+    @property
+    def actor_type(self) -> str:
+        return Agent.ACTOR_TYPES[self.kind]
+
+    @property
+    def actor(self) -> dict[str, str]:
+        return {"type": self.actor_type, "id": self.urn}
+
+    @property
+    def public_key(self) -> str:
+        return self.key.public_key
+
+    def command(self, kind: str, group: str | None, payload: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        """A signed Command document as this Principal's client would send it.
+
+        An Agent carries its current Session Epoch; both Agents and people carry
+        their current Membership Epoch in ``group`` unless given (pass
+        ``membership_epoch=None`` explicitly to leave it out)."""
+        if self.kind == "agent":
+            kw.setdefault("session_epoch", self.session_epoch)
+        if "membership_epoch" not in kw and group is not None and kind not in _NO_MEMBERSHIP:
+            kw["membership_epoch"] = membership_epoch(self.id, group)
+        return build_command(kind, actor=(self.actor_type, self.id), key=self.key, payload=payload, group=group, **kw)
+
+    def send_document(self, document: dict[str, Any]) -> dict[str, Any]:
+        return accept_document(json.dumps(document).encode())
+
+    def send(self, kind: str, group: str | None, payload: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        """Sign and accept a Command through the six stages; its receipt (or ProtocolError)."""
+        return self.send_document(self.command(kind, group, payload, **kw))
 
     def open_session(self) -> str:
-        """Open a session through the same handler the REST view uses; the token."""
-        from datetime import UTC, datetime
+        """Open a new Session as the bindings do after HELLO; the token."""
+        token, self.session_epoch = open_session(self.id)
+        return token
 
-        from mwportal.protocol import format_time, signed
 
-        request = signed(
-            self.private_key, {"agent": self.id, "issued_at": format_time(datetime.now(UTC)), "nonce": uuid.uuid4().hex}
-        )
-        admin = Group.objects.get(organization__slug=self.org_slug, kind=Group.KIND_ADMIN)
-        raw = make_envelope(
-            type="agent.open_session",
-            actor=self.id,
-            group=str(admin.id),
-            body={"request": request},
-            session_epoch=self.session_epoch,
-        )
-        receipt = accept(Command(parse_envelope(raw, require_signature=False), Auth.SELF))
-        self.session_epoch = receipt["grants"]["session_epoch"]
-        return str(receipt["grants"]["token"])
+def make_principal(
+    org_slug: str, name: str, roles: list[str], *, kind: str = "agent", open_session: bool = True
+) -> AgentKey:
+    key = Key.generate()
+    principal_id, key_id = register_principal(org_slug, name, kind, roles, key.public_key)
+    assert key_id is not None
+    key = Key(key_id, key.seed, (Agent.ACTOR_TYPES[kind], principal_id), None)
+    principal = AgentKey(principal_id, key, org_slug, kind)
+    if open_session and kind == "agent":
+        principal.extra["token"] = principal.open_session()
+    return principal
 
 
 def make_agent(org_slug: str, name: str, roles: list[str], *, open_session: bool = True) -> AgentKey:
-    private_key, public_key = generate_keypair()
-    agent_id = register_agent(org_slug, name, "agent", roles, public_key)
-    key = AgentKey(agent_id, private_key, public_key, org_slug)
-    if open_session:
-        key.extra["token"] = key.open_session()
-    return key
+    return make_principal(org_slug, name, roles, open_session=open_session)
+
+
+def make_person(org_slug: str, name: str, roles: list[str]) -> AgentKey:
+    """A person with a software key (DESIGN §4: ``create-human`` enrols one for scripts and tests)."""
+    return make_principal(org_slug, name, roles, kind="person")
 
 
 @contextmanager
@@ -130,7 +161,7 @@ def org(db: None) -> dict[str, str]:
 
 @pytest.fixture
 def owner(org: dict[str, str]) -> AgentKey:
-    return make_agent("acme", "Olivia Owner", ["mission_owner"])
+    return make_person("acme", "Olivia Owner", ["mission_owner"])
 
 
 @pytest.fixture
@@ -157,15 +188,24 @@ def outsider(org: dict[str, str]) -> AgentKey:
 def mission(owner: AgentKey, coordinator: AgentKey, worker: AgentKey, worker2: AgentKey) -> dict[str, str]:
     """A Mission Group owned by Olivia with Carl coordinating and Wanda and Walt working."""
     group_id, mission_id = str(uuid.uuid4()), str(uuid.uuid4())
-    owner.send("mission.create", group_id, {"mission": mission_id, "title": "Survey", "objective": "Map it"})
+    owner.send(
+        "mission.create",
+        group_id,
+        {"missionId": urn(mission_id), "groupId": urn(group_id), "title": "Survey", "objective": "Map it"},
+    )
     for member, roles in ((coordinator, ["coordinator"]), (worker, ["worker"]), (worker2, ["worker"])):
-        owner.send(
-            "membership.add",
-            group_id,
-            {"agent": member.id, "roles": roles},
-            target={"kind": "group", "id": group_id, "revision": group_revision(group_id)},
-        )
+        add_member(owner, group_id, member, roles)
     return {"group": group_id, "mission": mission_id}
+
+
+def add_member(by: AgentKey, group_id: str, member: AgentKey, roles: list[str]) -> dict[str, Any]:
+    """``membership.change`` granting ``roles`` (compare-and-set on the Group revision, §15.3)."""
+    return by.send(
+        "membership.change",
+        group_id,
+        {"principal": member.actor, "roles": roles},
+        expected_revision=group_revision(group_id),
+    )
 
 
 @pytest.fixture

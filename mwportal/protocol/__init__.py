@@ -1,4 +1,4 @@
-"""The framework-free protocol kernel: canonical JSON, signatures, envelopes,
+"""The framework-free protocol kernel: canonical JSON, signatures, documents,
 the hash chain and error codes. Nothing here imports Django."""
 
 # Not the catalogue: it compiles about a hundred payload schemas (100 ms) and
@@ -7,19 +7,8 @@ the hash chain and error codes. Nothing here imports Django."""
 from . import jcs, strictjson
 from .canonical import CanonicalizationError, canonicalize, loads_strict
 from .chain import GENESIS_HASH, event_hash, first_break
-from .envelope import (
-    MAX_COMMAND_BYTES,
-    SYSTEM_ACTOR,
-    Envelope,
-    Target,
-    attempt_key,
-    format_time,
-    make_envelope,
-    parse_envelope,
-    parse_time,
-    parse_uuid,
-)
 from .errors import HTTP_STATUS, ErrorCode, ProtocolError, malformed
+from .fields import MAX_COMMAND_BYTES, attempt_key, format_time, parse_time, parse_uuid
 from .jcs import DataModelError, sha256_hash, signing_hash
 from .signing import b64url_decode, b64url_encode, generate_keypair, sign, signed, verify
 from .strictjson import StrictJSONError
@@ -28,14 +17,11 @@ __all__ = [
     "GENESIS_HASH",
     "HTTP_STATUS",
     "MAX_COMMAND_BYTES",
-    "SYSTEM_ACTOR",
     "CanonicalizationError",
     "DataModelError",
-    "Envelope",
     "ErrorCode",
     "ProtocolError",
     "StrictJSONError",
-    "Target",
     "attempt_key",
     "b64url_decode",
     "b64url_encode",
@@ -46,9 +32,7 @@ __all__ = [
     "generate_keypair",
     "jcs",
     "loads_strict",
-    "make_envelope",
     "malformed",
-    "parse_envelope",
     "parse_time",
     "parse_uuid",
     "sha256_hash",

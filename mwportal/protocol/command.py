@@ -177,7 +177,9 @@ class CommandDoc:
 def _instant(text: str) -> datetime:
     stamp = parse_timestamp(text)
     if not stamp.is_utc_z:
-        raise ProtocolError(ErrorCode.SCHEMA_VALIDATION_FAILED, "issuedAt: must end in Z", details={"field": "issuedAt"})
+        raise ProtocolError(
+            ErrorCode.SCHEMA_VALIDATION_FAILED, "issuedAt: must end in Z", details={"field": "issuedAt"}
+        )
     head, _, frac = text[:-1].partition(".")
     moment = datetime.fromisoformat(head).replace(tzinfo=UTC)
     if frac:
