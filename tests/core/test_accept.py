@@ -1,402 +1,326 @@
-"""The acceptance transaction of DESIGN §3, through ``accept()`` with signed envelopes.
+"""``accept_document`` and ``accept()``: the Group Authority's one write path (DESIGN §3).
 
-Every refusal test checks that nothing was written: no Event, no receipt, no
-change of the Group head.
+Commands arrive as normative MWP 0.1 Command documents (PROTOCOL §15.1),
+verified in the six stages of §6.4, checked for freshness, admitted, and
+accepted in one transaction whose Events are signed Event documents (§15.2)
+by the Group Authority service Principal.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from missions.authority import Auth, Command, accept
-from missions.models import AgentCard, Group, GroupEvent, Membership, Organization
-from missions.verify import verify_group_log
-from mwportal.protocol import ErrorCode, parse_envelope, signed
-from tests.conftest import AgentKey, group_revision, nothing_written, refused
+import pytest
+
+from missions import registry as command_registry
+from missions.authority import AggregateRef, Decision, Emit, accept_document
+from missions.keyregistry import DjangoRegistry
+from missions.models import ActionReceipt, AdmissionRecord, Agent, Group, GroupEvent, Organization, OrganizationEvent
+from missions.service_keys import GROUP_AUTHORITY, principal_id
+from mwportal.protocol import ErrorCode, ProtocolError, jcs
+from mwportal.protocol.command import Key
+from mwportal.protocol.eventdoc import verify_event
+from mwportal.protocol.ids import urn
+from mwportal.protocol.verification import sign_document
+from tests.conftest import AgentKey, add_member, group_revision, make_agent, nothing_written, refused
+from tests.protocol.normative import normative_problems, require_bundle
 
 
-def target(group_id: str) -> dict[str, object]:
-    return {"kind": "group", "id": group_id, "revision": group_revision(group_id)}
+def _bytes(doc: dict[str, Any]) -> bytes:
+    return json.dumps(doc).encode()
 
 
-def submit(raw: dict[str, object]) -> dict[str, object]:
-    return accept(Command(parse_envelope(raw), Auth.SIGNED))
+def _post(doc: dict[str, Any]) -> dict[str, Any]:
+    return accept_document(_bytes(doc))
 
 
-# --- Idempotency (MWP-EVT-003) ----------------------------------------------
+ENROLL = "ext.mwportal.registry.principal_key_enroll"
 
 
-def test_same_action_and_content_returns_original_receipt_MWP_EVT_003(
-    mission: dict[str, str], owner: AgentKey, worker: AgentKey
+def _enroll(agent: AgentKey, group: str, public_key: str | None = None, **kw: Any) -> dict[str, Any]:
+    """A simple signed Command: the Principal binds one more key of its own (in the administrative Group)."""
+    return agent.command(ENROLL, group, {"publicKey": public_key or Key.generate().public_key}, **kw)
+
+
+def _add(by: AgentKey, group: str, member: AgentKey, **kw: Any) -> dict[str, Any]:
+    """A Mission Group Command: ``membership.change`` granting ``member`` the worker role."""
+    kw.setdefault("expected_revision", group_revision(group))
+    return by.command("membership.change", group, {"principal": member.actor, "roles": ["worker"]}, **kw)
+
+
+# --- §15.1: idempotency -----------------------------------------------------------------------
+
+
+def test_same_action_and_content_returns_the_original_receipt_spec_15_1(
+    org: dict[str, str], mission: dict[str, str], worker: AgentKey
 ) -> None:
-    g = mission["group"]
-    raw = owner.envelope(
-        "membership.set_roles", g, {"agent": worker.id, "roles": ["reviewer", "worker"]}, target=target(g)
-    )
-    first = submit(raw)
-    assert first["replayed"] is False
-    with nothing_written():
-        again = submit(raw)
-    assert again["replayed"] is True
-    assert {k: v for k, v in again.items() if k != "replayed"} == {k: v for k, v in first.items() if k != "replayed"}
+    doc = _enroll(worker, org["admin_group"])
+    first = _post(doc)
+    assert first["replayed"] is False and first["actionId"] == doc["actionId"]
+    events = GroupEvent.objects.count()
+    again = _post(doc)
+    assert again == {**first, "replayed": True}
+    assert GroupEvent.objects.count() == events
 
 
-def test_changed_content_under_same_action_id_is_collision_MWP_EVT_003(
-    mission: dict[str, str], owner: AgentKey, worker: AgentKey
+def test_changed_content_under_the_same_action_id_is_a_collision_spec_15_1(
+    org: dict[str, str], mission: dict[str, str], worker: AgentKey
 ) -> None:
-    g = mission["group"]
-    action_id = str(uuid.uuid4())
-    owner.send(
-        "membership.set_roles", g, {"agent": worker.id, "roles": ["worker"]}, target=target(g), action_id=action_id
-    )
-    refused(
-        ErrorCode.ACTION_ID_COLLISION,
-        owner.send,
-        "membership.set_roles",
-        g,
-        {"agent": worker.id, "roles": ["reviewer"]},
-        target=target(g),
-        action_id=action_id,
-    )
+    doc = _enroll(worker, org["admin_group"])
+    _post(doc)
+    other = _enroll(worker, org["admin_group"], action_id=doc["actionId"].removeprefix("urn:uuid:"))
+    err = refused(ErrorCode.ACTION_ID_COLLISION, _post, other)
+    assert err.related_action_id == doc["actionId"]
 
 
-def test_replay_is_checked_before_the_current_state(mission: dict[str, str], owner: AgentKey, worker: AgentKey) -> None:
-    """A retried Command whose revision is now stale still gets its receipt, not a mismatch."""
-    g = mission["group"]
-    raw = owner.envelope("membership.set_roles", g, {"agent": worker.id, "roles": ["reviewer"]}, target=target(g))
-    submit(raw)
-    owner.send("membership.set_roles", g, {"agent": worker.id, "roles": ["worker"]}, target=target(g))
-    assert submit(raw)["replayed"] is True
-
-
-# --- Optimistic concurrency (MWP-EVT-007) -----------------------------------
-
-
-def test_revision_mismatch_rejects_whole_command_MWP_EVT_007(
-    mission: dict[str, str], owner: AgentKey, worker: AgentKey
+def test_a_forged_copy_of_a_known_command_gets_invalid_signature_not_the_receipt_issue_18_item_1(
+    org: dict[str, str], mission: dict[str, str], worker: AgentKey
 ) -> None:
-    g = mission["group"]
-    stale = {"kind": "group", "id": g, "revision": group_revision(g) - 1}
-    err = refused(
-        ErrorCode.REVISION_CONFLICT,
-        owner.send,
-        "membership.set_roles",
-        g,
-        {"agent": worker.id, "roles": ["reviewer"]},
-        target=stale,
-    )
-    assert err.details == {"expected": stale["revision"], "current": group_revision(g)}
-    assert Membership.objects.get(group_id=g, agent_id=worker.id).roles == ["worker"]
+    doc = _enroll(worker, org["admin_group"])
+    _post(doc)
+    forged = sign_document(doc, key_id=doc["signature"]["keyId"], seed=Key.generate().seed, profile="command")
+    refused(ErrorCode.AUTH_INVALID_SIGNATURE, _post, forged)
 
 
-def test_membership_change_without_revision_is_refused_MWP_EVT_007(
-    mission: dict[str, str], owner: AgentKey, worker: AgentKey
+# --- §6.4: the six stages decide the wire code ------------------------------------------------
+
+
+def test_bytes_that_are_not_one_json_value_are_a_protocol_violation_spec_6_4_stage_1(org: dict[str, str]) -> None:
+    for data in (b"{", b'{"a":1}{}', b'{"a":1,"a":2}', b"\xef\xbb\xbf{}"):
+        with nothing_written(), pytest.raises(ProtocolError) as info:
+            accept_document(data)
+        assert info.value.code == ErrorCode.PROTOCOL_VIOLATION, data
+
+
+def test_a_document_the_schema_refuses_is_schema_validation_failed_spec_6_4_stage_2(
+    org: dict[str, str], mission: dict[str, str], worker: AgentKey
 ) -> None:
-    g = mission["group"]
-    refused(
-        ErrorCode.SCHEMA_VALIDATION_FAILED,
-        owner.send,
-        "membership.set_roles",
-        g,
-        {"agent": worker.id, "roles": ["worker"]},
-        target={"kind": "group", "id": g},
-    )
+    doc = _enroll(worker, org["admin_group"])
+    del doc["correlationId"]
+    refused(ErrorCode.SCHEMA_VALIDATION_FAILED, _post, doc)
 
 
-def test_group_revision_moves_on_membership_change_not_on_other_events(
-    mission: dict[str, str], owner: AgentKey, worker: AgentKey, org: dict[str, str]
+def test_the_wire_message_does_not_tell_which_check_failed_spec_6_4(
+    org: dict[str, str], mission: dict[str, str], worker: AgentKey
 ) -> None:
-    g = mission["group"]
-    before = group_revision(g)
-    receipt = owner.send("membership.set_roles", g, {"agent": worker.id, "roles": ["reviewer"]}, target=target(g))
-    assert receipt["aggregate"] == {"kind": "group", "id": g, "revision": before + 1}
-    admin_rev = group_revision(org["admin_group"])
-    worker.send("agent_card.publish", org["admin_group"], {"capabilities": [], "max_concurrency": 1})
-    assert group_revision(org["admin_group"]) == admin_rev
-
-
-# --- Authentication and authorisation: refused with nothing written ----------
-
-
-def test_tampered_signature_is_refused(mission: dict[str, str], owner: AgentKey, worker: AgentKey) -> None:
-    g = mission["group"]
-    raw = owner.envelope("membership.set_roles", g, {"agent": worker.id, "roles": ["reviewer"]}, target=target(g))
-    raw["body"] = {"agent": worker.id, "roles": ["owner"]}  # changed after signing
-    refused(ErrorCode.AUTH_INVALID_SIGNATURE, submit, raw)
-
-
-def test_signature_by_another_agents_key_is_refused(mission: dict[str, str], owner: AgentKey, worker: AgentKey) -> None:
-    g = mission["group"]
-    raw = owner.envelope("membership.set_roles", g, {"agent": worker.id, "roles": ["reviewer"]}, target=target(g))
-    forged = signed(worker.private_key, {k: v for k, v in raw.items() if k != "signature"})
-    refused(ErrorCode.AUTH_INVALID_SIGNATURE, submit, forged)
-
-
-def test_stale_session_epoch_after_new_session_is_refused_MWP_WRK_014(
-    mission: dict[str, str], owner: AgentKey, worker: AgentKey
-) -> None:
-    g = mission["group"]
-    old_epoch = owner.session_epoch
-    owner.open_session()
-    assert owner.session_epoch == old_epoch + 1
-    refused(
-        ErrorCode.AUTH_STALE_SESSION,
-        owner.send,
-        "membership.set_roles",
-        g,
-        {"agent": worker.id, "roles": ["reviewer"]},
-        target=target(g),
-        session_epoch=old_epoch,
+    tampered = _enroll(worker, org["admin_group"])
+    tampered["payload"]["publicKey"] = Key.generate().public_key
+    unknown_key = sign_document(
+        _enroll(worker, org["admin_group"]), key_id=urn(uuid.uuid4()), seed=worker.key.seed, profile="command"
     )
-    owner.send("membership.set_roles", g, {"agent": worker.id, "roles": ["reviewer"]}, target=target(g))
+    messages = {refused(ErrorCode.AUTH_INVALID_SIGNATURE, _post, d).message for d in (tampered, unknown_key)}
+    assert len(messages) == 1
 
 
-def test_non_member_is_refused(mission: dict[str, str], outsider: AgentKey, worker: AgentKey) -> None:
-    # Issue 16 item 8: answered as an absent Group would be (no existence oracle).
-    g = mission["group"]
-    refused(
+def test_a_key_bound_to_another_principal_is_refused_spec_6_4_stage_4(
+    org: dict[str, str], mission: dict[str, str], worker: AgentKey, worker2: AgentKey
+) -> None:
+    doc = _enroll(worker, org["admin_group"])
+    as_walt = sign_document(doc, key_id=worker2.key.key_id, seed=worker2.key.seed, profile="command")
+    refused(ErrorCode.AUTH_INVALID_SIGNATURE, _post, as_walt)
+
+
+def test_identifiers_other_than_urn_uuid_are_refused_naming_the_member_design_4(
+    org: dict[str, str], mission: dict[str, str], worker: AgentKey
+) -> None:
+    doc = _enroll(worker, org["admin_group"])
+    doc["groupId"] = "urn:example:group:1"
+    doc = sign_document(doc, key_id=worker.key.key_id, seed=worker.key.seed, profile="command")
+    err = refused(ErrorCode.SCHEMA_VALIDATION_FAILED, _post, doc)
+    assert err.details == {"field": "groupId", "reason": "not-urn-uuid"}
+
+
+def test_a_payload_the_catalogue_refuses_names_the_member_design_2(
+    org: dict[str, str], mission: dict[str, str], worker: AgentKey
+) -> None:
+    doc = worker.command(ENROLL, org["admin_group"], {"publicKey": 7})
+    err = refused(ErrorCode.SCHEMA_VALIDATION_FAILED, _post, doc)
+    assert err.details["field"] == "/payload/publicKey"
+
+
+def test_an_extension_kind_nobody_handles_is_an_invalid_command(
+    org: dict[str, str], mission: dict[str, str], worker: AgentKey
+) -> None:
+    doc = worker.command("ext.example.unknown.thing_do", org["admin_group"], {})
+    err = refused(ErrorCode.INVALID_COMMAND, _post, doc)
+    assert err.details["reason"] == "unsupported-kind"
+
+
+# --- freshness (DESIGN §3: 300 s either way) ---------------------------------------------------
+
+
+@pytest.mark.parametrize(("offset", "reason"), [(-301, "stale"), (301, "ahead")])
+def test_a_new_command_outside_the_freshness_window_is_refused_design_3(
+    org: dict[str, str], mission: dict[str, str], worker: AgentKey, offset: int, reason: str
+) -> None:
+    doc = _enroll(worker, org["admin_group"], issued_at=datetime.now(UTC) + timedelta(seconds=offset))
+    err = refused(ErrorCode.AUTH_INVALID_SIGNATURE, _post, doc)
+    assert err.details["reason"] == reason
+
+
+def test_a_command_inside_the_window_is_accepted_design_3(
+    org: dict[str, str], mission: dict[str, str], worker: AgentKey
+) -> None:
+    _post(_enroll(worker, org["admin_group"], issued_at=datetime.now(UTC) - timedelta(seconds=250)))
+
+
+# --- §6.4 first admission ----------------------------------------------------------------------
+
+
+def test_every_accepted_signed_command_leaves_one_first_admission_record_spec_6_4(
+    org: dict[str, str], mission: dict[str, str], worker: AgentKey
+) -> None:
+    doc = _enroll(worker, org["admin_group"])
+    before = AdmissionRecord.objects.count()
+    _post(doc)
+    _post(doc)  # a replay admits nothing new
+    assert AdmissionRecord.objects.count() == before + 1
+    record = AdmissionRecord.objects.latest("id")
+    assert record.signing_hash == jcs.signing_hash(doc)
+
+
+# --- §15.2: Events are signed documents ---------------------------------------------------------
+
+
+def test_events_are_documents_signed_by_the_group_authority_spec_15_2(
+    mission: dict[str, str], org: dict[str, str], worker: AgentKey
+) -> None:
+    doc = _enroll(worker, org["admin_group"])
+    receipt = _post(doc)
+    [ref] = receipt["events"]
+    row = GroupEvent.objects.get(event_id=ref["eventId"].removeprefix("urn:uuid:"))
+    event = row.as_wire()
+    authority = {"type": "service", "id": urn(principal_id(org["id"], GROUP_AUTHORITY))}
+    assert event["acceptedBy"] == authority
+    assert event["cause"] == {"type": "command", "id": doc["actionId"]}
+    assert event["correlationId"] == doc["correlationId"]
+    assert event["commandHash"] == jcs.signing_hash(doc)
+    assert event["actor"] == worker.actor
+    assert (event["groupId"], event["sequence"], event["kind"]) == (urn(mission["group"]), ref["sequence"], ref["kind"])
+    verified = verify_event(row.document.encode(), DjangoRegistry(Organization.objects.get(id=org["id"])))
+    assert verified.principal.id == authority["id"]
+
+
+def test_every_event_of_a_group_validates_against_the_bundle_and_sequences_start_at_1_spec_15_2(
+    org: dict[str, str], mission: dict[str, str], worker: AgentKey
+) -> None:
+    require_bundle()
+    _post(_enroll(worker, org["admin_group"]))
+    rows = list(GroupEvent.objects.filter(group_id=mission["group"]).order_by("sequence"))
+    assert [r.sequence for r in rows] == list(range(1, len(rows) + 1))
+    for row in rows:
+        document = row.as_wire()
+        assert normative_problems("event", document) == [], document["kind"]
+        assert document["eventId"].startswith("urn:uuid:")
+
+
+def test_organization_scoped_events_carry_no_group_position_spec_15_2(org: dict[str, str]) -> None:
+    require_bundle()
+    agent = make_agent("acme", "Sam Session", ["worker"])
+    row = OrganizationEvent.objects.filter(type="ext.missionweaveprotocol.identity.session_opened").latest("id")
+    document = row.as_wire()
+    assert not {"groupId", "sequence", "aggregateRevision"} & set(document)
+    assert document["payload"] == {"agentId": agent.urn, "sessionEpoch": agent.session_epoch}
+    assert normative_problems("event", document) == []
+
+
+def test_a_handler_emitting_a_payload_the_catalogue_refuses_fails_design_2(
+    org: dict[str, str], mission: dict[str, str], worker: AgentKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = command_registry.spec_for(ENROLL)
+    assert spec is not None
+
+    def broken(ctx: Any) -> Decision:
+        ref = AggregateRef("agent", ctx.actor.id, 1)
+        return Decision([Emit("ext.mwportal.registry.principal_key_enrolled", ref, {"publicKey": 7})], ref)
+
+    monkeypatch.setitem(command_registry._REGISTRY, ENROLL, dataclasses.replace(spec, handler=broken))
+    with nothing_written(), pytest.raises(RuntimeError, match="catalogue refuses"):
+        _post(_enroll(worker, org["admin_group"]))
+
+
+# --- §15.1 epochs and membership ------------------------------------------------------------------
+
+
+def test_a_stale_session_epoch_is_refused_after_a_new_session_spec_6_3(
+    org: dict[str, str], mission: dict[str, str], worker: AgentKey
+) -> None:
+    old = _enroll(worker, org["admin_group"])
+    worker.open_session()
+    err = refused(ErrorCode.AUTH_STALE_SESSION, _post, old)
+    assert err.details["current"] == worker.session_epoch
+    _post(_enroll(worker, org["admin_group"]))
+
+
+def test_a_stale_membership_epoch_is_refused_spec_8(
+    mission: dict[str, str], coordinator: AgentKey, outsider: AgentKey
+) -> None:
+    refused(ErrorCode.MEMBERSHIP_STALE, _post, _add(coordinator, mission["group"], outsider, membership_epoch=99))
+    _post(_add(coordinator, mission["group"], outsider))
+
+
+def test_a_non_member_and_an_absent_group_are_indistinguishable_spec_17_2(
+    mission: dict[str, str], outsider: AgentKey
+) -> None:
+    outside = refused(ErrorCode.GROUP_NOT_FOUND, _post, _add(outsider, mission["group"], outsider, membership_epoch=1))
+    absent_group = str(uuid.uuid4())
+    absent = refused(
         ErrorCode.GROUP_NOT_FOUND,
-        outsider.send,
-        "membership.set_roles",
-        g,
-        {"agent": worker.id, "roles": ["reviewer"]},
-        target=target(g),
+        _post,
+        _add(outsider, absent_group, outsider, membership_epoch=1, expected_revision=1),
     )
+    assert (outside.message, outside.details) == (absent.message, absent.details)
+    one, two = outside.document(), absent.document()
+    one.pop("occurredAt"), two.pop("occurredAt")
+    assert one == two
 
 
-def test_removed_member_is_refused(
-    mission: dict[str, str], owner: AgentKey, coordinator: AgentKey, worker: AgentKey
+def test_membership_change_is_compare_and_set_spec_15_3(
+    mission: dict[str, str], owner: AgentKey, outsider: AgentKey
 ) -> None:
-    g = mission["group"]
-    owner.send(
-        "membership.set_roles", g, {"agent": coordinator.id, "roles": ["coordinator", "owner"]}, target=target(g)
+    payload = {"principal": outsider.actor, "roles": ["worker"]}
+    refused(ErrorCode.SCHEMA_VALIDATION_FAILED, owner.send, "membership.change", mission["group"], payload)
+    stale = group_revision(mission["group"]) - 1
+    err = refused(
+        ErrorCode.REVISION_CONFLICT, owner.send, "membership.change", mission["group"], payload, expected_revision=stale
     )
-    owner.send("membership.remove", g, {"agent": coordinator.id}, target=target(g))
+    assert (err.expected_revision, err.current_revision) == (stale, group_revision(mission["group"]))
+    add_member(owner, mission["group"], outsider, ["worker"])
+
+
+def test_an_agent_cannot_issue_a_service_command_spec_15_1(org: dict[str, str], worker: AgentKey) -> None:
+    payload = {"principal": {"type": "agent", "id": urn(uuid.uuid4())}, "name": "Mallory", "organizationRoles": []}
     refused(
-        ErrorCode.GROUP_NOT_FOUND,
-        coordinator.send,
-        "membership.set_roles",
-        g,
-        {"agent": worker.id, "roles": ["reviewer"]},
-        target=target(g),
+        ErrorCode.AUTH_FORBIDDEN, worker.send, "ext.mwportal.registry.principal_register", org["admin_group"], payload
     )
 
 
-def test_wrong_role_is_refused(mission: dict[str, str], coordinator: AgentKey, worker: AgentKey) -> None:
-    g = mission["group"]
-    refused(
-        ErrorCode.AUTH_FORBIDDEN,
-        coordinator.send,
-        "membership.set_roles",
-        g,
-        {"agent": worker.id, "roles": ["owner"]},
-        target=target(g),
-    )
+def test_an_internal_kind_from_a_client_is_forbidden_issue_16(mission: dict[str, str], worker: AgentKey) -> None:
+    payload = {"contentHash": "sha256:" + "0" * 64, "sizeBytes": 1, "mediaType": "text/plain"}
+    with pytest.raises(ProtocolError) as info:
+        worker.send("ext.mwportal.artifact.content_store", mission["group"], payload)
+    assert info.value.code in (ErrorCode.AUTH_FORBIDDEN, ErrorCode.SCHEMA_VALIDATION_FAILED)
 
 
-def test_stale_membership_epoch_is_refused(
-    mission: dict[str, str], owner: AgentKey, coordinator: AgentKey, worker: AgentKey
+def test_receipts_name_the_events_appended_spec_15_1(
+    org: dict[str, str], mission: dict[str, str], worker: AgentKey
 ) -> None:
-    g = mission["group"]
-    owner.send(
-        "membership.set_roles", g, {"agent": coordinator.id, "roles": ["coordinator", "owner"]}, target=target(g)
-    )
-    current = Membership.objects.get(group_id=g, agent_id=coordinator.id).epoch
-    refused(
-        ErrorCode.MEMBERSHIP_STALE,
-        coordinator.send,
-        "membership.set_roles",
-        g,
-        {"agent": worker.id, "roles": ["reviewer"]},
-        target=target(g),
-        membership_epoch=current - 1,
-    )
-    coordinator.send(
-        "membership.set_roles",
-        g,
-        {"agent": worker.id, "roles": ["reviewer"]},
-        target=target(g),
-        membership_epoch=current,
-    )
+    doc = _enroll(worker, org["admin_group"])
+    receipt = _post(doc)
+    assert set(receipt) == {"actionId", "events", "aggregateRevision", "replayed"}
+    stored = ActionReceipt.objects.get(actor=worker.id, action_id=doc["actionId"].removeprefix("urn:uuid:"))
+    assert stored.content_hash == jcs.signing_hash(doc)
 
 
-def test_unknown_group_is_not_found(owner: AgentKey, worker: AgentKey) -> None:
-    g = str(uuid.uuid4())
-    refused(
-        ErrorCode.GROUP_NOT_FOUND,
-        owner.send,
-        "membership.set_roles",
-        g,
-        {"agent": worker.id, "roles": ["worker"]},
-        target={"kind": "group", "id": g, "revision": 1},
-    )
-
-
-def test_agents_cannot_act_as_system(org: dict[str, str], owner: AgentKey) -> None:
-    raw = owner.envelope("agent.register", org["admin_group"], {})
-    raw["actor"] = "system"
-    refused(ErrorCode.AUTH_FORBIDDEN, submit, raw)
-
-
-# --- Commands of this issue -------------------------------------------------
-
-
-def test_mission_create_makes_group_with_owner_membership(owner: AgentKey) -> None:
-    g, m = str(uuid.uuid4()), str(uuid.uuid4())
-    receipt = owner.send("mission.create", g, {"mission": m, "title": "T", "objective": "O"})
-    assert receipt["aggregate"] == {"kind": "group", "id": g, "revision": 1}
-    assert [e["type"] for e in receipt["events"]] == ["mission.created", "membership.added"]
-    assert [e["sequence"] for e in receipt["events"]] == [1, 2]
-    membership = Membership.objects.get(group_id=g, agent_id=owner.id)
-    assert (membership.roles, membership.epoch, membership.active) == (["owner"], 1, True)
-    added = GroupEvent.objects.get(group_id=g, sequence=2)
-    assert added.body == {"agent": owner.id, "roles": ["owner"], "membership_epoch": 1}
-
-
-def test_mission_create_needs_mission_owner(coordinator: AgentKey) -> None:
-    refused(
-        ErrorCode.AUTH_FORBIDDEN,
-        coordinator.send,
-        "mission.create",
-        str(uuid.uuid4()),
-        {"mission": str(uuid.uuid4()), "title": "T", "objective": "O"},
-    )
-
-
-def test_mission_create_on_existing_group_is_refused(mission: dict[str, str], owner: AgentKey) -> None:
-    refused(
-        ErrorCode.REVISION_CONFLICT,
-        owner.send,
-        "mission.create",
-        mission["group"],
-        {"mission": str(uuid.uuid4()), "title": "T", "objective": "O"},
-    )
-
-
-def test_membership_lifecycle_bumps_epochs(mission: dict[str, str], owner: AgentKey, worker: AgentKey) -> None:
-    g = mission["group"]
-    epoch = Membership.objects.get(group_id=g, agent_id=worker.id).epoch
-    r = owner.send("membership.set_roles", g, {"agent": worker.id, "roles": ["worker", "reviewer"]}, target=target(g))
-    assert GroupEvent.objects.get(event_id=r["events"][0]["event_id"]).body == {
-        "agent": worker.id,
-        "roles": ["reviewer", "worker"],
-        "membership_epoch": epoch + 1,
-    }
-    owner.send("membership.remove", g, {"agent": worker.id}, target=target(g))
-    m = Membership.objects.get(group_id=g, agent_id=worker.id)
-    assert (m.active, m.epoch) == (False, epoch + 2)
-    owner.send("membership.add", g, {"agent": worker.id, "roles": ["worker"]}, target=target(g))
-    m.refresh_from_db()
-    assert (m.active, m.epoch, m.roles) == (True, epoch + 3, ["worker"])
-
-
-def test_adding_an_existing_member_is_invalid(mission: dict[str, str], owner: AgentKey, worker: AgentKey) -> None:
-    g = mission["group"]
-    refused(
-        ErrorCode.INVALID_STATE_TRANSITION,
-        owner.send,
-        "membership.add",
-        g,
-        {"agent": worker.id, "roles": ["worker"]},
-        target=target(g),
-    )
-
-
-def test_a_group_keeps_an_owner(mission: dict[str, str], owner: AgentKey) -> None:
-    g = mission["group"]
-    refused(
-        ErrorCode.INVALID_STATE_TRANSITION, owner.send, "membership.remove", g, {"agent": owner.id}, target=target(g)
-    )
-    refused(
-        ErrorCode.INVALID_STATE_TRANSITION,
-        owner.send,
-        "membership.set_roles",
-        g,
-        {"agent": owner.id, "roles": ["worker"]},
-        target=target(g),
-    )
-
-
-def test_bad_roles_are_malformed_naming_the_field(mission: dict[str, str], owner: AgentKey, worker: AgentKey) -> None:
-    g = mission["group"]
-    for roles in ([], ["admiral"], ["worker", "worker"], "worker"):
-        err = refused(
-            ErrorCode.SCHEMA_VALIDATION_FAILED,
-            owner.send,
-            "membership.set_roles",
-            g,
-            {"agent": worker.id, "roles": roles},
-            target=target(g),
-        )
-        assert err.details["field"] == "body.roles"
-
-
-def test_agent_card_publish_versions_with_compare_and_set(org: dict[str, str], worker: AgentKey) -> None:
-    a = org["admin_group"]
-    caps = [{"id": "summarize", "version": "1.2.0"}]
-    r1 = worker.send("agent_card.publish", a, {"capabilities": caps, "max_concurrency": 2})
-    assert r1["aggregate"] == {"kind": "agent_card", "id": worker.id, "revision": 1}
-    refused(
-        ErrorCode.REVISION_CONFLICT,
-        worker.send,
-        "agent_card.publish",
-        a,
-        {"capabilities": caps, "max_concurrency": 3},
-        target={"kind": "agent_card", "id": worker.id, "revision": 0},
-    )
-    worker.send(
-        "agent_card.publish",
-        a,
-        {"capabilities": caps, "max_concurrency": 3},
-        target={"kind": "agent_card", "id": worker.id, "revision": 1},
-    )
-    assert list(AgentCard.objects.filter(agent_id=worker.id).values_list("version", "max_concurrency")) == [
-        (1, 2),
-        (2, 3),
-    ]
-
-
-POLICY = {"classes": {"high": 4, "normal": 1}, "default_class": "normal", "groups": {}, "aging_seconds": 60}
-
-
-def test_owner_sets_priority_policy(org: dict[str, str], owner: AgentKey) -> None:
-    r = owner.send("org.set_priority_policy", org["admin_group"], {"policy": POLICY})
-    assert r["events"][0]["type"] == "org.priority_policy_set"
-    assert Organization.objects.get(id=org["id"]).priority_policy == POLICY
-
-
-def test_coordinator_cannot_set_priority_policy_MWP_WRK_009(org: dict[str, str], coordinator: AgentKey) -> None:
-    refused(
-        ErrorCode.AUTH_FORBIDDEN, coordinator.send, "org.set_priority_policy", org["admin_group"], {"policy": POLICY}
-    )
-
-
-def test_invalid_priority_policy_names_the_field(org: dict[str, str], owner: AgentKey) -> None:
-    bad = {**POLICY, "default_class": "urgent"}
-    err = refused(
-        ErrorCode.SCHEMA_VALIDATION_FAILED, owner.send, "org.set_priority_policy", org["admin_group"], {"policy": bad}
-    )
-    assert err.details["field"] == "body.policy.default_class"
-    bad = {**POLICY, "classes": {"high": -1}}
-    err = refused(
-        ErrorCode.SCHEMA_VALIDATION_FAILED, owner.send, "org.set_priority_policy", org["admin_group"], {"policy": bad}
-    )
-    assert err.details["field"] == "body.policy.classes.high"
-
-
-def test_other_organizations_agents_are_not_members_of_admin_group(org: dict[str, str]) -> None:
-    from missions.commands import create_organization
-    from tests.conftest import make_agent
-
-    create_organization("globex", "Globex")
-    stranger = make_agent("globex", "Stan", ["mission_owner"])
-    # Issue 16 item 8: another Organization's administrative Group is as absent.
-    refused(ErrorCode.GROUP_NOT_FOUND, stranger.send, "org.set_priority_policy", org["admin_group"], {"policy": POLICY})
-
-
-def test_every_accepted_command_keeps_the_log_verifiable(mission: dict[str, str], org: dict[str, str]) -> None:
-    for gid in (mission["group"], org["admin_group"]):
-        group = Group.objects.get(id=gid)
-        count, broken = verify_group_log(group)
-        assert broken is None
-        assert count == group.last_sequence > 0
+def test_the_organization_has_its_service_principals_in_the_registry_design_4(org: dict[str, str]) -> None:
+    services = Agent.objects.filter(organization_id=org["id"], kind=Agent.KIND_SERVICE)
+    assert services.count() == 2
+    registry = DjangoRegistry(Organization.objects.get(id=org["id"]))
+    admin = Group.objects.get(id=org["admin_group"])
+    event = GroupEvent.objects.filter(group=admin).order_by("sequence").first()
+    assert event is not None
+    verify_event(event.document.encode(), registry)
