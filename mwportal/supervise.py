@@ -12,8 +12,9 @@ celery beat        its own process (``var/celerybeat.log``), never the
                    worker's ``-B``: an embedded beat outlived a SIGKILLed
                    worker and went on queueing tasks nobody consumed, and a
                    restart started a second one (issue 16 item 11)
-demo Workers       ``mwworker demo``, one per key file in ``var/demo/``, once
-                   daphne listens (``var/demo/NAME.log``)
+demo Workers       ``mwworker demo`` on MWP 0.1 (``/mwp/0.1``), one per demo
+                   Worker key file (``var/demo/demo-worker-*.json``, written
+                   by ``mwp demo``), once daphne listens (``var/demo/NAME.log``)
 =================  ==========================================================
 
 The rules that keep the tree whole:
@@ -232,6 +233,18 @@ class Supervisor:
                         child.proc.wait(timeout=GRACE)
 
 
+DEMO_WORKER_KEYS = "demo-worker-*.json"
+
+
+def demo_worker_keys(var: Path) -> list[Path]:
+    """The demo Worker Agents' key files (DESIGN §4) that ``mwp demo`` wrote in ``var/demo/``.
+
+    The directory also holds the key files of the demo's other Principals
+    (the MissionOwner's, the Coordinator Agent's); only the Workers run here.
+    """
+    return sorted((var / "demo").glob(DEMO_WORKER_KEYS))
+
+
 def embedded_children(host: str, port: int, var: Path) -> tuple[list[Child], list[Child]]:
     """daphne, the Celery worker and beat; and the demo Workers (started once daphne listens)."""
     bin_dir = Path(sys.executable).parent
@@ -279,7 +292,7 @@ def embedded_children(host: str, port: int, var: Path) -> tuple[list[Child], lis
         ),  # fmt: skip
     ]
     demo = []
-    for key in sorted((var / "demo").glob("*.json")):
+    for key in demo_worker_keys(var):
         name = key.stem
         demo.append(
             Child(
@@ -343,7 +356,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "",
                 f"    MissionWeave Portal: {base}/",
                 f"    Admin (read-only):   {base}/admin/",
-                f"    API schema:          {base}/api/v1/schema/",
+                f"    API schema:          {base}/api/v0.1/schema/",
+                f"    Agents (MWP 0.1):    ws://{args.host}:{args.port}/mwp/0.1",
                 *(f"    {line}" for line in logins),
             ]
             if demo:

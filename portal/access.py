@@ -21,7 +21,9 @@ from workitems.models import WorkItem
 # org.set_priority_policy asks the same (spec 11.1, MWP-WRK-009: never a
 # Coordinator).
 POLICY_ROLES = frozenset({"mission_owner", "admin"})
-COORDINATING = frozenset({"coordinator", "owner"})
+# The Membership role of the Mission's owner (membership.schema.json ``role``).
+OWNER = "mission_owner"
+COORDINATING = frozenset({"coordinator", OWNER})
 
 
 def person_agent(user: Any) -> Agent:
@@ -45,7 +47,7 @@ class MissionAccess:
 
     @property
     def is_owner(self) -> bool:
-        return "owner" in self.roles
+        return OWNER in self.roles
 
     @property
     def coordinates(self) -> bool:

@@ -1,22 +1,26 @@
-"""The demo Organization of ``mwp demo`` (issue 7): people, Workers and two
-Missions whose WorkItems sit in varied states, so the portal has something
-to show on first start.
+"""The demo Organization of ``mwp demo`` (issue 7): people, a Coordinator Agent,
+Workers and two Missions whose WorkItems sit in varied states, so the portal
+has something to show on first start.
 
-Every change goes through ``accept()``: the people's Commands are portal
-Commands of their person Agents, the Workers' are signed with their own keys
-(written under ``var/demo/``, mode 0600, for a Worker process to reuse).
-Running it again changes nothing: the Missions have fixed ids.
+Every change is a normative Command document (PROTOCOL §15.1) signed by its
+Principal's own key and accepted through ``accept_document``, the six
+verification stages included, exactly as a client on the wire would send it.
+Each demo Principal has a DESIGN §4 key file in the keys directory (``--keys
+DIR``, default ``VAR_DIR/demo/``, mode 0600): the MissionOwner's (``owner.json``,
+a software key for scripts), the Coordinator Agent's (``demo-coordinator.json``;
+§7.2: the Coordinator is an Agent) and the Workers' (``demo-worker-N.json``),
+for which ``./mw serve`` starts ``mwworker demo`` on ``/mwp/0.1``. Running it
+again changes nothing: the Missions have fixed ids, and the key files of
+registered Principals are reused.
 
 Each demo person's password is generated on the first run and kept in
 ``var/demo-logins.json`` (mode 0600; issue 16 item 4: no installation shares
 a known password), and every run prints them as ``login: NAME / PASSWORD``
-lines, which ``./mw serve`` shows. The file sits beside ``var/demo/``, not in
-it: ``./mw serve`` starts a Worker for every key file there.
+lines, which ``./mw serve`` shows.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import secrets
 import uuid
@@ -27,26 +31,41 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
-from artifacts.store import store_stream
-from missions.authority import Auth, Command, accept
-from missions.commands import create_organization, portal_command, register_agent
-from missions.models import Agent, Group, Mission
-from mwportal.protocol import format_time, generate_keypair, make_envelope, parse_envelope
+from missions.authority import accept, accept_document
+from missions.commands import membership_epoch, open_session, service_command
+from missions.handlers.sessions import card_document
+from missions.models import Agent, Group, Mission, Organization
+from mwportal.protocol import canonicalize
+from mwportal.protocol.command import build_command, format_timestamp
+from mwportal.protocol.ids import urn
 from mwportal.security import private_file, write_private_json
 from workitems.models import WorkItem
 
+from .keys import enrol_key, reuse_key
+
 ORG = "demo"
 PEOPLE = (
-    # username, display name, org roles
-    ("owner", "Olivia Owner", ["mission_owner", "admin"]),
-    ("coordinator", "Carl Coordinator", ["coordinator"]),
+    # username, display name, Organization roles, Membership role in the demo Missions
+    ("owner", "Olivia Owner", ["mission_owner", "admin"], "mission_owner"),
+    ("observer", "Oscar Observer", [], "observer"),
 )
+COORDINATOR = "demo-coordinator"
 WORKERS = ("demo-worker-1", "demo-worker-2")
 LOGINS_FILE = "demo-logins.json"
+# The capabilities of the demo's Work Contracts, which ``mwworker demo`` registers.
+ANALYSIS = {"id": "demo.analysis", "version": "1.0.0"}
+MAILING = {"id": "demo.mailing", "version": "1.0.0"}
+COORDINATION = {"id": "demo.coordination", "version": "1.0.0"}
+# A Coordinator Command of a Mission the demo just created carries its first Coordinator Epoch (§7.2).
+FIRST_COORDINATOR_EPOCH = 1
 
 
 def _id(*parts: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, "mwp:demo:" + ":".join(parts)))
+
+
+def keys_dir(keys: Path | None = None) -> Path:
+    return Path(keys) if keys is not None else Path(settings.VAR_DIR) / "demo"
 
 
 def demo_passwords() -> tuple[dict[str, str], set[str]]:
@@ -69,7 +88,7 @@ def demo_passwords() -> tuple[dict[str, str], set[str]]:
         if not isinstance(loaded, dict):
             raise ValueError(f"{path}: must be an object of user name to password; delete it to start over")
         stored = {k: v for k, v in loaded.items() if isinstance(k, str) and isinstance(v, str) and v}
-    fresh = {username for username, _, _ in PEOPLE if username not in stored}
+    fresh = {username for username, *_ in PEOPLE if username not in stored}
     if fresh:
         for username in sorted(fresh):
             stored[username] = secrets.token_urlsafe(12)
@@ -78,54 +97,74 @@ def demo_passwords() -> tuple[dict[str, str], set[str]]:
     return stored, fresh
 
 
-def ensure_people() -> tuple[dict[str, Agent], dict[str, str]]:
-    """The demo logins and their person Agents (created once), and their passwords."""
-    create_organization(ORG, "Demo Organization")
+class Principal:
+    """A demo Principal with its key file; it signs and sends its own Commands."""
+
+    def __init__(self, path: Path, name: str, kind: str, roles: list[str], user: str | None = None):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        key = reuse_key(path)
+        if key is None:
+            key = enrol_key(ORG, name, kind, roles, user)
+            key.write(path)
+        assert key.principal is not None
+        self.key, self.kind = key, kind
+        self.id = key.principal[1]
+        self.session_epoch: int | None = None
+
+    @property
+    def actor(self) -> dict[str, str]:
+        assert self.key.principal is not None
+        return {"type": self.key.principal[0], "id": urn(self.id)}
+
+    def open_session(self) -> None:
+        """A new Session Epoch (§6.3) for the Agent's Commands below; its Worker process opens its own."""
+        _, self.session_epoch = open_session(self.id)
+
+    def send(self, kind: str, group: str, payload: dict[str, Any], *, creates: bool = False, **kw: Any) -> Any:
+        if self.kind == "agent":
+            kw["session_epoch"] = self.session_epoch
+        if not creates:
+            kw["membership_epoch"] = membership_epoch(self.id, group)
+        assert self.key.principal is not None
+        document = build_command(kind, actor=self.key.principal, key=self.key, payload=payload, group=group, **kw)
+        return accept_document(canonicalize(document))
+
+
+def ensure_people(keys: Path) -> tuple[dict[str, Principal], dict[str, str]]:
+    """The demo logins and their human Principals (created once), and their passwords."""
     passwords, fresh = demo_passwords()
-    user_model = get_user_model()
-    agents = {}
-    for username, name, roles in PEOPLE:
-        user = user_model.objects.filter(username=username).first()
+    users = get_user_model().objects
+    people = {}
+    for username, name, roles, _ in PEOPLE:
+        user = users.filter(username=username).first()
         if user is None:
-            user = user_model.objects.create_user(username, password=passwords[username], is_staff=True)
+            user = users.create_user(username, password=passwords[username], is_staff=True)
         elif username in fresh:
-            # An installation seeded before demo-logins.json (the fixed
-            # password of old): the user gets the new password now.
+            # An installation seeded before demo-logins.json: the user gets the new password now.
             user.set_password(passwords[username])
             user.save(update_fields=["password"])
-        agent = Agent.objects.filter(user=user).first()
-        if agent is None:
-            # A person without a key (issue 16 item 5): the portal acts for
-            # them by their session; a key is theirs to enroll.
-            register_agent(ORG, name, "person", roles, "", user=username)
-            agent = Agent.objects.get(user=user)
-        agents[username] = agent
-    return agents, passwords
+        people[username] = Principal(keys / f"{username}.json", name, "person", roles, username)
+    return people, passwords
 
 
-class _Worker:
-    """A demo Worker Agent with a key file under ``var/demo/``."""
+def publish_card(agent: Principal, capabilities: list[dict[str, Any]], owner: dict[str, str]) -> None:
+    """Register the Agent's Agent Card (§6.1) as the Organization's Registry service, once."""
+    from missions.models import AgentCard
+    from missions.service_keys import control_plane
 
-    def __init__(self, name: str):
-        path = Path(settings.VAR_DIR) / "demo" / f"{name}.json"
-        if path.exists():
-            data = json.loads(path.read_text())
-            if Agent.objects.filter(id=data["agent_id"]).exists():
-                self.id, self.private_key = data["agent_id"], data["private_key"]
-                return
-        private_key, public_key = generate_keypair()
-        self.id = register_agent(ORG, name, "agent", ["worker"], public_key)
-        self.private_key = private_key
-        path.parent.mkdir(parents=True, exist_ok=True)
-        org_id = str(Agent.objects.get(id=self.id).organization_id)
-        write_private_json(path, {"agent_id": self.id, "organization": org_id, "private_key": private_key,
-                                  "public_key": public_key})  # fmt: skip
-
-    def send(self, type_: str, group: str, body: dict[str, Any], **kw: Any) -> dict[str, Any]:
-        epoch = Agent.objects.values_list("session_epoch", flat=True).get(id=self.id)
-        raw = make_envelope(type=type_, actor=self.id, group=group, body=body, session_epoch=epoch,
-                            private_key=self.private_key, **kw)  # fmt: skip
-        return accept(Command(parse_envelope(raw), Auth.SIGNED))
+    if AgentCard.objects.filter(agent_id=agent.id).exists():
+        return
+    org_id = str(Organization.objects.get(slug=ORG).id)
+    signer = control_plane(org_id)
+    row = Agent.objects.get(id=agent.id)
+    public = {"keyId": agent.key.key_id, "algorithm": "Ed25519", "publicKey": agent.key.public_key,
+              "validFrom": format_timestamp(row.created_at)}  # fmt: skip
+    card = card_document(
+        organization_id=org_id, agent=row, owner=owner, version=1, capabilities=capabilities, max_concurrency=2,
+        public_keys=[public], endpoint="wss://localhost/mwp/0.1", signer=signer, issued_at=datetime.now(UTC),
+    )  # fmt: skip
+    accept(service_command("ext.missionweaveprotocol.registry.agent_card_register", None, {"card": card},
+                           organization_id=org_id))  # fmt: skip
 
 
 def contract(
@@ -133,166 +172,161 @@ def contract(
     criteria: list[tuple[str, str, str]],
     *,
     deps: tuple[str, ...] | list[str] = (),
-    risk: str = "low",
+    risk: str = "none",
     approval: bool = False,
     urgency: str = "normal",
-    capability: str = "analysis",
+    capability: dict[str, str] = ANALYSIS,
 ) -> dict[str, Any]:
+    """A normative Work Contract (``work-contract.schema.json``) for the demo."""
+    deliverable = goal.lower().replace(" ", "-")[:40]
+    resources = [{"resource": urn(_id("mailing-list")), "operations": ["email.send"]}] if approval else []
     return {
+        "contractVersion": 1,
         "goal": goal,
-        "deliverables": [goal.lower().replace(" ", "-")[:40] + ".md"],
-        "acceptance_criteria": [{"id": c, "description": d, "evidence_methods": [m]} for c, d, m in criteria],
-        "inputs": [],
-        "dependencies": [{"workitem": d, "policy": "verified"} for d in deps],
-        "allowed": {"tools": ["python", "search"], "data": ["sales-db"], "operations": ["read", "write-report"]},
-        "resources": {"memory_mb": 1024},
-        "capabilities": [{"id": capability, "version": "1.0"}],
-        "deadline": None,
-        "urgency": urgency,
-        "business_impact": "high" if approval else "medium",
-        "budgets": {
-            "financial": 250,
-            "tokens": 200000,
-            "tool_calls": 120,
-            "compute_seconds": 3600,
-            "wall_clock_seconds": 14400,
-            "side_effects": 3 if approval else 0,
+        "requiredDeliverables": [
+            {
+                "deliverableId": deliverable,
+                "description": goal,
+                "mediaType": "application/json",
+                "schema": "https://schemas.missionweave.example/demo/report",
+            }
+        ],  # fmt: skip
+        "acceptanceCriteria": [{"criterionId": c, "description": d, "evidenceRequired": [m]} for c, d, m in criteria],
+        "inputArtifacts": [],
+        "dependencyWorkItemIds": [urn(d) for d in deps],
+        "allowedResources": resources,
+        "requiredCapabilities": [capability],
+        "deadline": format_timestamp(datetime.now(UTC) + timedelta(days=7)),
+        "requestedUrgency": urgency,
+        "businessImpact": "customers read it" if approval else "internal planning",
+        "retryPolicy": {"maxAttempts": 3, "backoff": "exponential", "maxDelay": "PT5M", "retryableFailures": []},
+        "budget": {
+            "currency": "EUR",
+            "financialLimit": 250,
+            "modelTokenLimit": 200000,
+            "toolCallLimit": 120,
+            "computeSecondsLimit": 3600,
+            "wallClockSecondsLimit": 14400,
+            "externalSideEffectLimit": 3 if approval else 0,
         },  # fmt: skip
-        "retry": {
-            "max_attempts": 3,
-            "backoff_seconds": 30,
-            "backoff_multiplier": 2,
-            "deadline": None,
-            "max_cost": None,
-        },  # fmt: skip
-        "risk": {"class": risk, "requires_execution_approval": approval},
+        "sideEffectRisk": risk,
+        "executionApproval": "human_required" if approval else "not_required",
     }
 
 
-BASIS = {
-    "capability_matches": ["analysis@1.0"],
-    "authorization_eligibility": True,
-    "availability_estimate": "now",
-    "expected_cost": 12,
-    "reliability_evidence": [],
-    "policy_rules": ["demo"],
-}
-PROGRESS = {"phase": "analysis", "milestones": ["inputs read"], "next_checkpoint": "draft", "blockers": [],
-            "estimate": {"remaining_seconds": 900, "confidence": 0.6}, "evidence": []}  # fmt: skip
+def basis(capability: dict[str, str]) -> dict[str, Any]:
+    """The offer's selection basis (§10.3, the WorkItem schema's ``selectionBasis``)."""
+    return {
+        "requiredCapabilities": [capability],
+        "verifiedMatches": [capability],
+        "authorizationEligible": True,
+        "availabilityEstimate": format_timestamp(datetime.now(UTC)),
+        "expectedCost": 12,
+        "reliabilityEvidence": [],
+        "policyRulesApplied": ["demo: the first Worker with the capability"],
+    }
 
 
-class _Mission:
-    def __init__(self, key: str, owner: Agent, coordinator: Agent, workers: list[_Worker]):
-        self.group = _id(key, "group")
-        self.owner, self.coordinator, self.workers = owner, coordinator, workers
+class DemoMission:
+    def __init__(self, key: str, owner: Principal, coordinator: Principal, people: list[Principal]):
+        self.key, self.group, self.mission = key, _id(key, "group"), _id(key, "mission")
+        self.owner, self.coordinator, self.people = owner, coordinator, people
 
-    def rev(self, item: str) -> dict[str, Any]:
-        return {"kind": "workitem", "id": item, "revision": WorkItem.objects.get(id=item).revision}
+    def revision(self, item: str) -> int:
+        return int(WorkItem.objects.values_list("revision", flat=True).get(id=item))
 
-    def person(self, agent: Agent, type_: str, body: dict[str, Any], **kw: Any) -> dict[str, Any]:
-        return accept(portal_command(agent, type_, self.group, body, **kw))
+    def coordinate(self, kind: str, payload: dict[str, Any], **kw: Any) -> Any:
+        return self.coordinator.send(kind, self.group, payload, coordinator_epoch=FIRST_COORDINATOR_EPOCH, **kw)
 
-    def create(self, key: str, title: str, objective: str) -> None:
-        self.person(self.owner, "mission.create", {"mission": _id(key, "mission"), "title": title,
-                                                   "objective": objective})  # fmt: skip
-        members = [(self.coordinator.id, "coordinator")] + [(w.id, "worker") for w in self.workers]
-        for agent_id, role in members:
+    def create(self, title: str, objective: str, workers: list[Principal]) -> None:
+        self.owner.send("mission.create", self.group, {
+            "missionId": urn(self.mission), "groupId": urn(self.group), "coordinatorId": urn(self.coordinator.id),
+            "title": title, "objective": objective,
+            "definitionOfDone": [{"criterionId": "delivered", "description": objective,
+                                  "evidenceRequired": ["human_review"]}],
+            "deadline": format_timestamp(datetime.now(UTC) + timedelta(days=14)),
+            "budget": {"currency": "EUR", "financialLimit": 5000, "modelTokenLimit": 5000000},
+            "approvalPolicy": {"finalHumanApproval": True, "highRiskExecutionApproval": True},
+        }, creates=True)  # fmt: skip
+        members = [(p, role) for p, (*_, role) in zip(self.people, PEOPLE, strict=True) if p is not self.owner]
+        for principal, role in [*members, *((w, "worker") for w in workers)]:
             revision = Group.objects.values_list("revision", flat=True).get(id=self.group)
-            self.person(self.owner, "membership.add", {"agent": str(agent_id), "roles": [role]},
-                        target={"kind": "group", "id": self.group, "revision": revision})  # fmt: skip
+            self.owner.send("membership.change", self.group, {"principal": principal.actor, "roles": [role]},
+                            expected_revision=revision)  # fmt: skip
 
-    def authorize(self, key: str, c: dict[str, Any]) -> str:
-        item = _id(self.group, key)
-        self.person(self.coordinator, "work.authorize", {"workitem": item, "contract": c})
+    def authorize(self, name: str, terms: dict[str, Any]) -> str:
+        item = _id(self.group, name)
+        self.coordinate("work.authorize", {"workItemId": urn(item), "contract": terms})
         return item
 
-    def offer(self, item: str, worker: _Worker) -> None:
-        expires = format_time(datetime.now(UTC) + timedelta(hours=8))
-        self.person(self.coordinator, "work.offer", {"agents": [worker.id], "expires_at": expires,
-                                                     "selection_basis": BASIS}, target=self.rev(item))  # fmt: skip
+    def offer(self, item: str, worker: Principal) -> None:
+        capability = WorkItem.objects.get(id=item).contract["requiredCapabilities"][0]
+        self.coordinate("work.offer", {"workItemId": urn(item), "candidateAgentIds": [urn(worker.id)],
+                                       "selectionBasis": basis(capability), "offerExpiresInSeconds": 8 * 3600},
+                        expected_revision=self.revision(item), work_item_id=item)  # fmt: skip
 
-    def queue(self, item: str, worker: _Worker) -> None:
+    def queue(self, item: str, worker: Principal) -> None:
         self.offer(item, worker)
-        worker.send("work.accept_offer", self.group, {}, target=self.rev(item))
+        worker.send("work.accept_offer", self.group, {"workItemId": urn(item)},
+                    expected_revision=self.revision(item), work_item_id=item)  # fmt: skip
 
-    def start(self, item: str, worker: _Worker) -> str:
+    def start(self, item: str, worker: Principal) -> None:
         self.queue(item, worker)
-        epoch = WorkItem.objects.get(id=item).ownership_epoch
-        receipt = worker.send("work.start", self.group, {}, target=self.rev(item), ownership_epoch=epoch)
-        return str(receipt["grants"]["lease_id"])
-
-    def submit(self, item: str, worker: _Worker, content: bytes, media_type: str, summaries: dict[str, str]) -> None:
-        lease = self.start(item, worker)
-        blob = store_stream(io.BytesIO(content), media_type, Group.objects.get(id=self.group),
-                            Agent.objects.get(id=worker.id), 10_000_000)  # fmt: skip
-        now = format_time(datetime.now(UTC))
-        evidence = [
-            {"subject": item, "criteria": [c], "method": "deterministic_check" if i == 0 else "reviewer",
-             "result": "pass", "producer": worker.id, "timestamp": now, "artifacts": [blob.sha256], "summary": s}
-            for i, (c, s) in enumerate(summaries.items())
-        ]  # fmt: skip
-        worker.send("work.submit", self.group, {"artifacts": [blob.sha256], "evidence": evidence},
-                    target={"kind": "workitem", "id": item}, lease_id=lease)  # fmt: skip
-
-    def verify(self, item: str) -> None:
-        now = format_time(datetime.now(UTC))
-        crit = [c["id"] for c in WorkItem.objects.get(id=item).contract["acceptance_criteria"]]
-        evidence = [{"subject": item, "criteria": crit, "method": "human", "result": "pass",
-                     "producer": str(self.coordinator.id), "timestamp": now, "artifacts": [],
-                     "summary": "figures reconcile with the ledger"}]  # fmt: skip
-        self.person(self.coordinator, "work.accept_result", {"evidence": evidence}, target=self.rev(item))
+        epoch = WorkItem.objects.values_list("ownership_epoch", flat=True).get(id=item)
+        worker.send("work.start", self.group, {"workItemId": urn(item), "ownershipEpoch": epoch,
+                                               "executionLeaseSeconds": 900},
+                    expected_revision=self.revision(item), work_item_id=item)  # fmt: skip
 
 
-def seed() -> list[str]:
-    """Create (once) the demo people, Workers and Missions; the login lines to print."""
-    people, passwords = ensure_people()
-    workers = [_Worker(name) for name in WORKERS]
+def seed(keys: Path | None = None) -> list[str]:
+    """Create (once) the demo people, Agents and Missions; the login lines to print."""
+    from missions.commands import create_organization
+
+    directory = keys_dir(keys)
+    create_organization(ORG, "Demo Organization")
+    people, passwords = ensure_people(directory)
+    owner = people["owner"]
+    coordinator = Principal(directory / f"{COORDINATOR}.json", "Demo Coordinator", "agent", ["coordinator"])
+    workers = [Principal(directory / f"{name}.json", name, "agent", ["worker"]) for name in WORKERS]
+    publish_card(coordinator, [COORDINATION], owner.actor)
+    for worker in workers:
+        publish_card(worker, [ANALYSIS, MAILING], owner.actor)
+    for agent in (coordinator, *workers):
+        agent.open_session()
     w1, w2 = workers
-    report = _Mission("report", people["owner"], people["coordinator"], workers)
-    if not Mission.objects.filter(group_id=report.group).exists():
-        report.create("report", "Quarterly market report", "Publish the Q3 market report to customers, with "
-                      "every figure traced to its source.")  # fmt: skip
+    everyone = [people[username] for username, *_ in PEOPLE]
+    report = DemoMission("report", owner, coordinator, everyone)
+    if not Mission.objects.filter(id=report.mission).exists():
+        report.create("Quarterly market report", "Publish the Q3 market report to customers, with every figure "
+                      "traced to its source.", workers)  # fmt: skip
         collect = report.authorize("collect", contract("Collect Q3 sales data", [
-            ("complete", "every region is present", "deterministic_check"),
-            ("sourced", "each figure cites its ledger row", "reviewer")]))  # fmt: skip
-        report.submit(
-            collect,
-            w1,
-            b'{"regions": 12, "rows": 48210}',
-            "application/json",
-            {"complete": "12 of 12 regions present", "sourced": "48210 rows cite a ledger id"},
-        )
-        report.verify(collect)
-        clean = report.authorize("clean", contract("Clean and validate the dataset", [
-            ("schema", "rows match the sales schema", "deterministic_check"),
-            ("outliers", "outliers are explained", "reviewer")], deps=[collect]))  # fmt: skip
-        report.submit(clean, w1, b'{"valid_rows": 48102, "dropped": 108, "outliers": 7}', "application/json",
-                      {"schema": "48102 rows valid, 108 dropped with reasons",
-                       "outliers": "7 outliers traced to a currency change"})  # fmt: skip
+            ("complete", "every region is present", "deterministic_test"),
+            ("sourced", "each figure cites its ledger row", "reviewer_assessment")]))  # fmt: skip
+        report.queue(collect, w1)
         scan = report.authorize("scan", contract("Scan competitor pricing", [
-            ("coverage", "the five main competitors are covered", "reviewer")], urgency="high"))  # fmt: skip
+            ("coverage", "the five main competitors are covered", "reviewer_assessment")], urgency="high"))  # fmt: skip
         report.start(scan, w2)
+        clean = report.authorize("clean", contract("Clean and validate the dataset", [
+            ("schema", "rows match the sales schema", "schema_validation")], deps=[collect]))  # fmt: skip
         draft = report.authorize("draft", contract("Draft the report", [
-            ("structure", "follows the house template", "reviewer")], deps=[clean, scan]))  # fmt: skip
+            ("structure", "follows the house template", "reviewer_assessment")], deps=[clean, scan]))  # fmt: skip
         report.offer(draft, w1)
-        report.authorize("legal", contract("Legal review of claims", [
-            ("claims", "no claim without a source", "human")], deps=[draft]))  # fmt: skip
         publish = report.authorize("publish", contract("Publish the report to customers", [
-            ("sent", "the mailing went to the approved list", "deterministic_check")], deps=[draft], risk="high",
-            approval=True, capability="mailing"))  # fmt: skip
+            ("sent", "the mailing went to the approved list", "deterministic_test")], risk="external",
+            approval=True, capability=MAILING))  # fmt: skip
         report.queue(publish, w2)
-    web = _Mission("web", people["owner"], people["coordinator"], workers)
-    if not Mission.objects.filter(group_id=web.group).exists():
-        web.create("web", "Website refresh", "Faster pages and clearer copy on the public site.")
+    web = DemoMission("web", owner, coordinator, everyone)
+    if not Mission.objects.filter(id=web.mission).exists():
+        web.create("Website refresh", "Faster pages and clearer copy on the public site.", workers)
         speed = web.authorize("speed", contract("Audit page speed", [
-            ("measured", "every page has a Lighthouse score", "test")]))  # fmt: skip
+            ("measured", "every page has a Lighthouse score", "deterministic_test")]))  # fmt: skip
         web.queue(speed, w1)
         copy = web.authorize("copy", contract("Rewrite the landing copy", [
-            ("tone", "matches the style guide", "reviewer")], risk="medium", approval=True))  # fmt: skip
+            ("tone", "matches the style guide", "reviewer_assessment")], risk="reversible", approval=True))  # fmt: skip
         web.queue(copy, w2)
         web.authorize("images", contract("Compress hero images", [
-            ("size", "every image under 200 KB", "deterministic_check")]))  # fmt: skip
+            ("size", "every image under 200 KB", "deterministic_test")]))  # fmt: skip
     return [
         f"login: owner / {passwords['owner']} (MissionOwner and admin of the demo Organization)",
-        f"login: coordinator / {passwords['coordinator']} (Coordinator of the demo Missions)",
+        f"login: observer / {passwords['observer']} (observer of the demo Missions; the Coordinator is an Agent)",
     ]

@@ -1,7 +1,8 @@
 """One mapping from protocol error codes to plain words for people (issue 7).
 
 Portal pages and admin actions show a refused Command with ``explain()``: the
-sentence a person can act on first, the protocol's own message after it. A
+sentence a person can act on first, then the ``message`` of the normative
+error document (``error.schema.json``) the Authority answered with. A
 ``details.reason`` (the finer meaning a core code covers, errors.py) has
 words of its own where it says more than the code.
 """
@@ -54,8 +55,11 @@ REASON_WORDS: dict[str, str] = {
 
 
 def explain(error: ProtocolError) -> str:
-    """``"REVISION_CONFLICT: someone changed this item; reload (expected revision 3, …)"``."""
-    reason = error.details.get("reason")
+    """``"REVISION_CONFLICT: someone changed this item; reload (expected revision 3, …)"``:
+    the error document's ``code``, plain words for it, and its ``message``."""
+    document = error.document()
+    details = document.get("details") or {}
+    reason = details.get("reason")
     words = REASON_WORDS.get(reason) if isinstance(reason, str) else None
-    words = words or PLAIN_WORDS.get(error.code, "the request was refused")
-    return f"{error.code}: {words} ({error.message})"
+    words = words or PLAIN_WORDS.get(ErrorCode(document["code"]), "the request was refused")
+    return f"{document['code']}: {words} ({document['message']})"

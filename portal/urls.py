@@ -18,10 +18,9 @@ urlpatterns = [
     path("missions/<str:group_id>/live", views.mission_live, name="mission-live"),
     path("missions/<str:group_id>/final/", views.final, name="final"),
     path("missions/<str:group_id>/approve", views.approve_mission, name="approve-mission"),
+    path("missions/<str:group_id>/request-changes", views.request_changes, name="request-changes"),
     path("missions/<str:group_id>/artifacts/<str:sha256>", views.artifact, name="artifact"),
     path("missions/<str:group_id>/workitems/<str:item_id>/", views.review, name="review"),
     path("missions/<str:group_id>/workitems/<str:item_id>/grant", views.grant, name="grant"),
-    path("missions/<str:group_id>/workitems/<str:item_id>/deny", views.deny, name="deny"),
-    path("missions/<str:group_id>/workitems/<str:item_id>/accept", views.accept_result, name="accept-result"),
-    path("missions/<str:group_id>/workitems/<str:item_id>/fail", views.fail_result, name="fail-result"),
+    path("missions/<str:group_id>/workitems/<str:item_id>/cancel", views.cancel, name="cancel"),
 ]

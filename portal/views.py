@@ -1,11 +1,21 @@
-"""Portal pages (issue 7): parse -> build Command -> ``accept()`` -> render.
+"""Portal pages (issue 7): parse -> build a catalogue Command -> ``accept()`` -> render.
 
 Every page starts at an ``access_*`` gate: a Mission the person is not a
 member of is 404, the policy editor without an Organization role that sets
 policy is 403. Every button POSTs a form that carries the revision the page
-showed; the view issues one Command with that revision (compare-and-set,
-MWP-EVT-007), so a stale form is refused by ``accept()`` and the page says so
-in plain words, having changed nothing.
+showed; the view issues one Command with that ``expectedRevision``
+(compare-and-set, §15.3), so a stale form is refused by ``accept()`` with
+``REVISION_CONFLICT`` and the page says so in plain words, having changed
+nothing.
+
+A person issues the MissionOwner's Commands (DESIGN §4): execution Approval,
+cancelling a WorkItem, final Approval or a request for changes, the priority
+policy. The Coordinator is an Agent (§7.2; ``work.accept_result`` is an
+Agent's Command, ``command.schema.json``), so the review page shows the
+Coordinator's review to people and decides nothing.
+
+The timeline reads the stored signed Event documents (``GroupEvent.as_wire()``),
+exactly what the UI socket ``/ws/ui/groups/{id}`` carries to ``portal.js``.
 """
 
 from __future__ import annotations
@@ -27,11 +37,11 @@ from artifacts.store import check_sha256
 from artifacts.views import blob_download
 from missions.models import Agent, Approval, GroupEvent
 from mwportal.protocol import ProtocolError, format_time
-from workitems.contract import criteria_ids
 from workitems.models import ExecutionLease, WorkItem
 
-from . import visuals
+from . import actions, visuals
 from .access import (
+    OWNER,
     MissionAccess,
     access_mission,
     access_policy,
@@ -40,7 +50,7 @@ from .access import (
     member_groups,
     person_agent,
 )
-from .actions import Outcome, group_target, human_evidence, issue, workitem_target
+from .actions import Outcome, issue
 from .errors import explain
 from .policy import current_policy, group_rows, policy_from_form, shares
 from .review import review_summary
@@ -52,7 +62,7 @@ def _page(request: HttpRequest, agent: Agent, template: str, ctx: dict[str, Any]
     memberships = member_groups(agent)
     ctx.update(
         agent=agent,
-        nav_approvals=any("owner" in m.roles for m in memberships),
+        nav_approvals=any(OWNER in m.roles for m in memberships),
         nav_policy=may_edit_policy(agent),
     )
     return render(request, template, ctx, status=status)
@@ -63,6 +73,10 @@ def _revision(request: HttpRequest) -> int:
         return int(request.POST.get("revision", ""))
     except ValueError:
         raise Http404("the form has no revision") from None
+
+
+def _text(request: HttpRequest, name: str, limit: int = 2000) -> str:
+    return (request.POST.get(name) or "").strip()[:limit]
 
 
 def _back(request: HttpRequest, default: str) -> str:
@@ -96,7 +110,7 @@ def home(request: HttpRequest) -> HttpResponse:
             counts[state] = counts.get(state, 0) + 1
         waiting = sum(
             1 for state, contract, approved, rev in items
-            if state == "queued" and contract["risk"]["requires_execution_approval"] and approved != rev
+            if state == "queued" and visuals.needs_execution_approval(contract) and approved != rev
         )  # fmt: skip
         colour = visuals.SERIES_COLOURS[i % len(visuals.SERIES_COLOURS)]
         queued, _ = visuals.queue_depth(m.group_id, m.group.mission.title, colour)
@@ -104,8 +118,8 @@ def home(request: HttpRequest) -> HttpResponse:
         cards.append({
             "membership": m, "mission": m.group.mission, "roles": m.roles, "total": len(items),
             "states": [(s, counts[s], visuals.STATE_COLOURS[s]) for s in visuals.STATE_COLOURS if counts.get(s)],
-            "waiting_approval": waiting if "owner" in m.roles else 0,
-            "waiting_review": counts.get("submitted", 0) if set(m.roles) & {"owner", "coordinator"} else 0,
+            "waiting_approval": waiting if OWNER in m.roles else 0,
+            "waiting_review": counts.get("submitted", 0) if set(m.roles) & {OWNER, "coordinator"} else 0,
             "colour": colour,
         })  # fmt: skip
     return _page(request, agent, "portal/home.html", {"cards": cards, "chart": visuals.step_chart(series)})
@@ -147,25 +161,30 @@ def _live_parts(access: MissionAccess) -> dict[str, Any]:
 
 def _needs_approval(item: WorkItem) -> bool:
     return (
-        bool(item.contract["risk"]["requires_execution_approval"])
+        visuals.needs_execution_approval(item.contract)
         and (item.approved_contract_revision != item.contract_revision)
         and item.state in ("open", "offered", "queued")
     )
 
 
+def _goals(group_id: Any) -> dict[str, str]:
+    """Each WorkItem's goal by its bare id (what the timeline's lines start with)."""
+    rows = WorkItem.objects.filter(group_id=group_id).values_list("id", "contract")
+    return {str(k): str(v.get("goal", "")) for k, v in rows}
+
+
 def _timeline(group_id: Any) -> tuple[list[dict[str, Any]], int, dict[str, str]]:
-    events = list(GroupEvent.objects.filter(group_id=group_id).order_by("-sequence")[:TIMELINE_LENGTH])
-    goals = {str(k): v.get("goal", "") for k, v in WorkItem.objects.filter(group_id=group_id).values_list(
-        "id", "contract")}  # fmt: skip
-    names = visuals.actor_names({e.actor for e in events} | {str(e.body.get("agent")) for e in events})
+    """The newest stored signed Event documents of the Group, described for a person."""
+    events = [e.as_wire() for e in GroupEvent.objects.filter(group_id=group_id).order_by("-sequence")[
+        :TIMELINE_LENGTH]]  # fmt: skip
+    goals = _goals(group_id)
+    names = visuals.actor_names({str(e["actor"]["id"]) for e in events})
     rows = []
     for e in events:
-        wire = e.as_wire()
-        actor = names.get(e.actor, e.actor[:8])
-        text = visuals.describe(wire, goals, names)
-        rows.append({"event": wire, "type": e.type, "sequence": e.sequence, "at": e.occurred_at, "actor": actor,
-                     "text": text})  # fmt: skip
-    head = events[0].sequence if events else 0
+        actor = visuals.bare(e["actor"]["id"])
+        rows.append({"event": e, "kind": e["kind"], "sequence": e["sequence"], "at": e["occurredAt"],
+                     "actor": names.get(actor, actor[:8]), "text": visuals.describe(e, goals, names)})  # fmt: skip
+    head = events[0]["sequence"] if events else 0
     return rows, head, goals
 
 
@@ -187,6 +206,7 @@ def mission(request: HttpRequest, group_id: str) -> HttpResponse:
             "goals": goals,
             "names": names,
             "words": visuals.EVENT_WORDS,
+            "socket_path": f"/ws/ui/groups/{access.group.id}",
             "live_url": reverse("portal:mission-live", args=[access.group.id]),
         },  # fmt: skip
     }
@@ -236,7 +256,7 @@ def artifact(request: HttpRequest, group_id: str, sha256: str) -> HttpResponse |
 def _approvals_page(request: HttpRequest, agent: Agent, *, error: str = "", status: int = 200) -> HttpResponse:
     queues = []
     for m in member_groups(agent):
-        if "owner" not in m.roles:
+        if OWNER not in m.roles:
             continue
         items = [i for i in WorkItem.objects.filter(group_id=m.group_id).order_by("created_at") if _needs_approval(i)]
         if items:
@@ -259,10 +279,10 @@ def _item_command(request: HttpRequest, group_id: str, item_id: str) -> tuple[Ag
 @login_required
 @require_POST
 def grant(request: HttpRequest, group_id: str, item_id: str) -> HttpResponse:
+    """``approval.grant_execution`` (§12) for the WorkItem's current Ownership Epoch."""
     agent, access, item = _item_command(request, group_id, item_id)
-    note = (request.POST.get("note") or "").strip()[:2000]
-    outcome = issue(agent, "approval.grant_execution", str(access.group.id), {"note": note},
-                    target=workitem_target(item.id, _revision(request)))  # fmt: skip
+    outcome = issue(agent, "approval.grant_execution", str(access.group.id), actions.grant_execution(item, _text(
+        request, "note")), expected_revision=_revision(request), work_item_id=str(item.id))  # fmt: skip
     if not outcome.ok:
         return _approvals_page(request, agent, error=outcome.message, status=outcome.status)
     _report(request, outcome)
@@ -271,87 +291,69 @@ def grant(request: HttpRequest, group_id: str, item_id: str) -> HttpResponse:
 
 @login_required
 @require_POST
-def deny(request: HttpRequest, group_id: str, item_id: str) -> HttpResponse:
-    """Deny execution: the WorkItem fails with the MissionOwner's Evidence and
-    returns to the Coordinator, who may re-offer it under a revised contract
-    (spec 10.2: ``failed`` continues only through a new ``work.offer``)."""
+def cancel(request: HttpRequest, group_id: str, item_id: str) -> HttpResponse:
+    """Refuse execution by cancelling the WorkItem (``work.cancel``, §10.2), with the reason.
+
+    A MissionOwner cannot fail a WorkItem (``work.fail`` is the Coordinator's
+    or the owner Agent's); the Coordinator may authorize a revised WorkItem.
+    """
     agent, access, item = _item_command(request, group_id, item_id)
-    reason = (request.POST.get("reason") or "").strip()
+    reason = _text(request, "reason")
     if not reason:
-        return _approvals_page(request, agent, error="Say why execution is denied.", status=400)
-    evidence = human_evidence(str(item.id), criteria_ids(item.contract), str(agent.id), "fail",
-                              f"execution Approval denied: {reason}")  # fmt: skip
-    outcome = issue(agent, "work.fail", str(access.group.id), {"evidence": [evidence]},
-                    target=workitem_target(item.id, _revision(request)))  # fmt: skip
+        return _approvals_page(request, agent, error="Say why the WorkItem is cancelled.", status=400)
+    outcome = issue(agent, "work.cancel", str(access.group.id), actions.cancel_work(item, reason),
+                    expected_revision=_revision(request), work_item_id=str(item.id))  # fmt: skip
     if not outcome.ok:
         return _approvals_page(request, agent, error=outcome.message, status=outcome.status)
     _report(request, outcome)
     return redirect(_back(request, reverse("portal:approvals")))
 
 
-# --- Coordinator review -------------------------------------------------------------
-
-
-def _review_page(
-    request: HttpRequest, agent: Agent, access: MissionAccess, item: WorkItem, *, error: str = "", status: int = 200
-) -> HttpResponse:
-    # The review page hashes the Artifacts' stored bytes again (through the
-    # store), so a blob damaged after the pipeline ran shows as failed.
-    ctx = {"access": access, "item": item, "review": review_summary(item, recheck=True), "error": error,
-           "colour": visuals.STATE_COLOURS.get(item.state, "#94a3b8")}  # fmt: skip
-    return _page(request, agent, "portal/review.html", ctx, status)
+# --- the Coordinator's review, as people see it ------------------------------------
 
 
 @login_required
 @require_GET
 def review(request: HttpRequest, group_id: str, item_id: str) -> HttpResponse:
-    agent, access, item = _item_command(request, group_id, item_id)
-    return _review_page(request, agent, access, item)
+    """The review pipeline's results and the Coordinator's decision (spec 13.2), read-only.
 
-
-@login_required
-@require_POST
-def accept_result(request: HttpRequest, group_id: str, item_id: str) -> HttpResponse:
-    """Accept the result with the Coordinator's judgement retained as Evidence.
-
-    The review pipeline's results (integrity, schema and deterministic
-    checks, reviewer Evidence, combined evaluation) were already retained by
-    ``review.record`` as Evidence of this submission (spec 13.2: retain all
-    results for final human Approval), so the decision carries only the
-    person's own record, citing the Artifacts the review covered.
+    The page hashes the Artifacts' stored bytes again (through the store), so
+    a blob damaged after the pipeline ran shows as failed.
     """
     agent, access, item = _item_command(request, group_id, item_id)
-    summary = review_summary(item)
-    note = (request.POST.get("note") or "").strip() or "reviewed the Evidence of every criterion"
-    evidence = human_evidence(str(item.id), criteria_ids(item.contract), str(agent.id), "pass", note,
-                              [a["sha256"] for a in summary["artifacts"]])  # fmt: skip
-    outcome = issue(agent, "work.accept_result", str(access.group.id), {"evidence": [evidence]},
-                    target=workitem_target(item.id, _revision(request)))  # fmt: skip
-    if not outcome.ok:
-        return _review_page(request, agent, access, item, error=outcome.message, status=outcome.status)
-    _report(request, outcome)
-    return redirect(reverse("portal:review", args=[access.group.id, item.id]))
-
-
-@login_required
-@require_POST
-def fail_result(request: HttpRequest, group_id: str, item_id: str) -> HttpResponse:
-    agent, access, item = _item_command(request, group_id, item_id)
-    reason = (request.POST.get("reason") or "").strip()
-    if not reason:
-        return _review_page(request, agent, access, item, error="Say why the result fails.", status=400)
-    summary = review_summary(item)
-    evidence = human_evidence(str(item.id), criteria_ids(item.contract), str(agent.id), "fail", reason,
-                              [a["sha256"] for a in summary["artifacts"]])  # fmt: skip
-    outcome = issue(agent, "work.fail", str(access.group.id), {"evidence": [evidence]},
-                    target=workitem_target(item.id, _revision(request)))  # fmt: skip
-    if not outcome.ok:
-        return _review_page(request, agent, access, item, error=outcome.message, status=outcome.status)
-    _report(request, outcome)
-    return redirect(reverse("portal:review", args=[access.group.id, item.id]))
+    ctx = {"access": access, "item": item, "review": review_summary(item, recheck=True),
+           "colour": visuals.STATE_COLOURS.get(item.state, "#94a3b8")}  # fmt: skip
+    return _page(request, agent, "portal/review.html", ctx)
 
 
 # --- final Mission Approval -------------------------------------------------------------
+
+_MISSION_DECISIONS = (
+    "mission.submitted_for_approval",
+    "mission.approved",
+    "mission.changes_requested",
+    "mission.cancelled",
+    "mission.terminated",
+)
+
+
+def awaiting_approval(group_id: Any) -> dict[str, Any] | None:
+    """The Mission revision and Artifact set the Coordinator submitted (§7.3), while no
+    decision followed it: ``{missionRevision, artifactHashes, expectedRevision, sequence}``.
+
+    Read from the stored ``mission.submitted_for_approval`` Event document; the
+    form carries the Mission's aggregate revision after it as ``expectedRevision``.
+    """
+    last = GroupEvent.objects.filter(group_id=group_id, type__in=_MISSION_DECISIONS).order_by("-sequence").first()
+    if last is None or last.type != "mission.submitted_for_approval":
+        return None
+    document = last.as_wire()
+    return {
+        "missionRevision": document["payload"]["missionRevision"],
+        "artifactHashes": document["payload"]["artifactHashes"],
+        "expectedRevision": document["aggregateRevision"],
+        "sequence": document["sequence"],
+    }
 
 
 def _final_page(
@@ -363,6 +365,7 @@ def _final_page(
         "access": access,
         "results": [(i, review_summary(i), visuals.STATE_COLOURS.get(i.state, "#94a3b8")) for i in items],
         "unfinished": unfinished,
+        "submitted": awaiting_approval(access.group.id),
         "approvals": Approval.objects.filter(group_id=access.group.id).select_related("granted_by").order_by(
             "granted_at"),
         "error": error,
@@ -377,14 +380,49 @@ def final(request: HttpRequest, group_id: str) -> HttpResponse:
     return _final_page(request, agent, access_mission(agent, group_id))
 
 
+def _submitted_or_refuse(
+    request: HttpRequest, agent: Agent, access: MissionAccess
+) -> tuple[dict[str, Any] | None, HttpResponse | None]:
+    submitted = awaiting_approval(access.group.id)
+    if submitted is None:
+        words = "The Coordinator has not submitted this Mission for Approval; there is nothing to decide yet."
+        return None, _final_page(request, agent, access, error=words, status=409)
+    return submitted, None
+
+
 @login_required
 @require_POST
 def approve_mission(request: HttpRequest, group_id: str) -> HttpResponse:
+    """``mission.approve`` (§7.3) of the submitted Mission revision and its Artifact set."""
     agent = person_agent(request.user)
     access = access_mission(agent, group_id)
-    note = (request.POST.get("note") or "").strip()[:2000]
-    outcome = issue(agent, "mission.approve", str(access.group.id), {"note": note},
-                    target=group_target(access.group.id, _revision(request)))  # fmt: skip
+    submitted, refused = _submitted_or_refuse(request, agent, access)
+    if refused is not None:
+        return refused
+    assert submitted is not None
+    payload = actions.approve_mission(submitted["missionRevision"], submitted["artifactHashes"], _text(request, "note"))
+    outcome = issue(agent, "mission.approve", str(access.group.id), payload, expected_revision=_revision(request))
+    if not outcome.ok:
+        return _final_page(request, agent, access, error=outcome.message, status=outcome.status)
+    _report(request, outcome)
+    return redirect(reverse("portal:final", args=[access.group.id]))
+
+
+@login_required
+@require_POST
+def request_changes(request: HttpRequest, group_id: str) -> HttpResponse:
+    """``mission.request_changes`` (§7.1): the submitted revision goes back with feedback."""
+    agent = person_agent(request.user)
+    access = access_mission(agent, group_id)
+    feedback = _text(request, "feedback", 10000)
+    if not feedback:
+        return _final_page(request, agent, access, error="Say what should change.", status=400)
+    submitted, refused = _submitted_or_refuse(request, agent, access)
+    if refused is not None:
+        return refused
+    assert submitted is not None
+    outcome = issue(agent, "mission.request_changes", str(access.group.id), actions.request_changes(
+        submitted["missionRevision"], feedback), expected_revision=_revision(request))  # fmt: skip
     if not outcome.ok:
         return _final_page(request, agent, access, error=outcome.message, status=outcome.status)
     _report(request, outcome)
@@ -433,8 +471,8 @@ def policy(request: HttpRequest) -> HttpResponse:
     except ProtocolError as error:
         return _policy_page(request, agent, current_policy(org), revision=revision, error=explain(error), status=400)
     admin_group = org.groups.get(kind="admin")
-    outcome = issue(agent, "org.set_priority_policy", str(admin_group.id), {"policy": document},
-                    target={"kind": "organization", "id": str(org.id), "revision": revision})  # fmt: skip
+    outcome = issue(agent, "ext.mwportal.scheduling.priority_policy_set", str(admin_group.id), {"policy": document},
+                    expected_revision=revision)  # fmt: skip
     if not outcome.ok:
         return _policy_page(request, agent, document, revision=revision, error=outcome.message, status=outcome.status)
     _report(request, outcome)

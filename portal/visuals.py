@@ -27,26 +27,52 @@ STATE_COLOURS = {
 }
 
 # The state an Event leaves its WorkItem in (the transition table of
-# workitems/state_machine.py as its Events tell it); None keeps the state.
+# workitems/state_machine.py as the catalogue's Event kinds tell it); None keeps
+# the state. An Event whose payload names the state (``status``) says it itself.
 _STATE_AFTER: dict[str, str | None] = {
     "work.authorized": "open",
-    "work.offered": "offered",
-    "work.offer_accepted": "queued",
+    "work.offer.created": "offered",
+    "work.offer.accepted": "queued",
     "work.started": "active",
+    "work.progressed": None,
     "work.checkpointed": "queued",
     "work.blocked": "blocked",
     "work.unblocked": "queued",
     "work.submitted": "submitted",
-    "work.result_accepted": "verified",
-    "work.child_approved": "verified",
+    "work.result.accepted": "verified",
     "work.failed": "failed",
-    "work.attempt_failed": "queued",
     "work.cancelled": "cancelled",
-    "work.lease_expired": "queued",
-    "work.lease_revoked": "queued",
-    "mission.child_created": "blocked",
-    "work.child_failed": "blocked",
+    "ext.mwportal.work.attempt_failed": "queued",
+    "ext.mwportal.work.lease_expired": "queued",
+    "ext.missionweaveprotocol.core.work_execution_lease_revoked": "queued",
 }
+_STATUS_SAYS = frozenset(
+    {"work.unblocked", "ext.mwportal.work.lease_expired", "ext.missionweaveprotocol.core.work_execution_lease_revoked"}
+)
+
+URN = "urn:uuid:"
+
+
+def bare(value: Any) -> str:
+    """A ``urn:uuid:`` identifier's UUID (the database's form); other text as it is."""
+    text = str(value or "")
+    return text[len(URN) :] if text.startswith(URN) else text
+
+
+def item_of(payload: dict[str, Any], work_item_id: Any = None) -> str:
+    """The WorkItem an Event is about: its envelope ``workItemId``, else the payload's."""
+    if work_item_id:
+        return bare(work_item_id)
+    if isinstance(payload.get("workItemId"), str):
+        return bare(payload["workItemId"])
+    work_item = payload.get("workItem")
+    return bare(work_item.get("workItemId")) if isinstance(work_item, dict) else ""
+
+
+def needs_execution_approval(contract: dict[str, Any]) -> bool:
+    """The Work Contract requires an execution Approval before start (§12, ``executionApproval``)."""
+    return contract.get("executionApproval", "not_required") != "not_required"
+
 
 # --- the DAG -------------------------------------------------------------------
 
@@ -114,7 +140,7 @@ def dag_layout(group_id: Any) -> Dag:
             colour=STATE_COLOURS.get(item.state, "#94a3b8"),
             x=PAD + c * (NODE_W + COL_GAP),
             y=PAD + r * (NODE_H + ROW_GAP),
-            needs_approval=bool(item.contract["risk"]["requires_execution_approval"])
+            needs_approval=needs_execution_approval(item.contract)
             and item.approved_contract_revision != item.contract_revision,
         )
     edges = []
@@ -150,14 +176,15 @@ def queue_depth(group_id: Any, label: str, colour: str, *, limit: int = 5000) ->
     rows = (
         GroupEvent.objects.filter(group_id=group_id, type__in=list(_STATE_AFTER))
         .order_by("sequence")
-        .values_list("type", "aggregate_id", "occurred_at", "body")[:limit]
+        .values_list("type", "occurred_at", "body")[:limit]
     )
-    for type_, aggregate_id, at, body in rows:
-        state = _STATE_AFTER[type_]
-        if type_ in ("work.unblocked", "work.child_failed") and isinstance(body, dict):
-            state = body.get("state") or state
-        if state is not None:
-            states[aggregate_id] = state
+    for kind, at, payload in rows:
+        state = _STATE_AFTER[kind]
+        if kind in _STATUS_SAYS and isinstance(payload.get("status"), str):
+            state = payload["status"]
+        item = item_of(payload)
+        if state is not None and item:
+            states[item] = state
         values = list(states.values())
         queued.append((at, values.count("queued")))
         active.append((at, values.count("active")))
@@ -231,46 +258,64 @@ def step_chart(series: list[Series], dashed: set[str] | None = None) -> Chart:
 
 
 def actor_names(actor_ids: set[str]) -> dict[str, str]:
-    ids = [a for a in actor_ids if len(a) == 36]
-    names = {str(k): v for k, v in Agent.objects.filter(id__in=ids).values_list("id", "name")}
-    names["system"] = "system"
-    return names
+    """Display names by bare UUID for the Principals of ``actor_ids`` (bare or ``urn:uuid:``)."""
+    ids = [bare(a) for a in actor_ids if len(bare(a)) == 36]
+    return {str(k): v for k, v in Agent.objects.filter(id__in=ids).values_list("id", "name")}
 
 
-# What a person reads for each Event type; the live timeline gets the same
+# What a person reads for each Event kind; the live timeline gets the same
 # table (``mission-client`` JSON), so the server-drawn and live lines agree.
 EVENT_WORDS: dict[str, str] = {
-    "approval.execution_granted": "execution approved",
-    "work.result_accepted": "result accepted",
+    "approval.execution.granted": "execution approved",
+    "work.result.accepted": "result accepted",
     "work.failed": "failed",
     "work.submitted": "submitted with Evidence",
     "work.started": "started under a lease",
-    "work.offer_accepted": "offer accepted",
-    "work.offered": "offered",
+    "work.progressed": "lease renewed",
+    "work.offer.accepted": "offer accepted",
+    "work.offer.created": "offered",
     "work.authorized": "authorized",
     "work.checkpointed": "checkpointed",
     "work.blocked": "blocked",
     "work.unblocked": "unblocked",
     "work.cancelled": "cancelled",
+    "artifact.published": "Artifact published",
     "mission.created": "Mission created",
+    "mission.coordinator.assigned": "Coordinator assigned",
+    "mission.submitted_for_approval": "submitted for final Approval",
     "mission.approved": "final Approval given",
-    "membership.removed": "removed",
+    "mission.changes_requested": "changes requested",
+    "mission.cancelled": "Mission cancelled",
+    "membership.ended": "removed",
+    "message.posted": "Message posted",
 }
 
 
 def describe(event: dict[str, Any], goals: dict[str, str], names: dict[str, str] | None = None) -> str:
-    """One line about an Event for a person (``static/portal/portal.js`` says the same with ``EVENT_WORDS``)."""
-    body = event.get("body") or {}
-    subject = goals.get(event["aggregate"]["id"], "")
-    if event["type"].startswith("membership.") and isinstance(body.get("agent"), str):
-        subject = (names or {}).get(body["agent"], body["agent"][:8])
-    roles = ", ".join(body.get("roles") or [])
-    text = {"membership.added": "added as " + roles,
-            "membership.roles_set": "now " + roles}.get(event["type"]) or EVENT_WORDS.get(
-        event["type"], event["type"].split(".", 1)[-1].replace("_", " "))  # fmt: skip
-    detail = body.get("note") or body.get("reason") or body.get("resolution_required") or ""
-    if not detail and isinstance(body.get("evidence"), list) and body["evidence"]:
-        detail = str(body["evidence"][-1].get("summary", ""))
-    parts = [p for p in (subject, text) if p]
-    line = " — ".join(parts)
+    """One line about a signed Event document for a person (``static/portal/portal.js`` says the same)."""
+    payload = event.get("payload") or {}
+    kind = str(event["kind"])
+    names = names or {}
+    subject = goals.get(item_of(payload, event.get("workItemId")), "")
+    text = EVENT_WORDS.get(kind, " ".join(kind.split(".")[1:]).replace("_", " "))
+    if kind == "membership.changed" and isinstance(payload.get("membership"), dict):
+        who = bare(payload["membership"]["member"]["id"])
+        subject, text = names.get(who, who[:8]), "now " + str(payload["membership"]["role"])
+    elif kind == "membership.ended" and isinstance(payload.get("principal"), dict):
+        who = bare(payload["principal"]["id"])
+        subject = names.get(who, who[:8])
+    elif kind == "mission.created" and isinstance(payload.get("mission"), dict):
+        subject = str(payload["mission"].get("objective", ""))[:80]
+    approval = payload.get("approval")
+    detail = (
+        payload.get("reason")
+        or payload.get("feedback")
+        or payload.get("resolution")
+        or (approval.get("comments") if isinstance(approval, dict) else "")
+        or ""
+    )
+    evidence = payload.get("evidence")
+    if not detail and isinstance(evidence, list) and evidence:
+        detail = str(evidence[-1].get("method", ""))
+    line = " — ".join(p for p in (subject, text) if p)
     return f"{line}: {detail}" if detail else line

@@ -25,7 +25,7 @@ from missions.models import (
     Organization,
 )
 
-from ..actions import group_target, issue
+from ..actions import cancel_mission, issue
 from ..adminkit import ReadOnlyAdmin, run_action
 
 admin.site.site_header = "MissionWeave administration"
@@ -65,14 +65,19 @@ class MissionAdmin(ReadOnlyAdmin):
     list_display = ("title", "status", "created_by", "created_at")
     list_filter = ("status",)
     search_fields = ("title",)
-    actions = ["give_final_approval"]
+    actions = ["cancel_mission"]
 
-    @admin.action(description="Give final Approval (mission.approve)")
-    def give_final_approval(self, request: HttpRequest, queryset: QuerySet[Mission]) -> None:
+    @admin.action(description="Cancel the Mission (mission.cancel)")
+    def cancel_mission(self, request: HttpRequest, queryset: QuerySet[Mission]) -> None:
+        """§7.1: cancellation propagates to the Mission's unfinished WorkItems. (Final
+        Approval needs the submitted revision and Artifact set: the portal's final page.)"""
+
         def one(agent: Agent, mission: Mission) -> Any:
-            revision = Group.objects.values_list("revision", flat=True).get(id=mission.group_id)
-            return issue(agent, "mission.approve", str(mission.group_id), {"note": "approved in the admin"},
-                         target=group_target(mission.group_id, revision))  # fmt: skip
+            last = GroupEvent.objects.filter(group_id=mission.group_id, aggregate_kind="mission").order_by(
+                "-sequence").first()  # fmt: skip
+            revision = last.aggregate_revision if last is not None else None
+            return issue(agent, "mission.cancel", str(mission.group_id), cancel_mission("cancelled in the admin"),
+                         expected_revision=revision)  # fmt: skip
 
         run_action(self, request, queryset, one, lambda m: f"Mission “{m.title}”")
 

@@ -9,10 +9,9 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from missions.models import Agent
-from workitems.contract import criteria_ids
 from workitems.models import Checkpoint, ExecutionLease, Offer, Submission, WorkDependency, WorkItem, WorkProposal
 
-from ..actions import human_evidence, issue, workitem_target
+from ..actions import cancel_work, grant_execution, issue
 from ..adminkit import ReadOnlyAdmin, run_action
 
 
@@ -24,7 +23,8 @@ def _goal(item: WorkItem) -> str:
 class WorkItemAdmin(ReadOnlyAdmin):
     list_display = ("goal", "state", "revision", "contract_revision", "owner", "ownership_epoch", "updated_at")
     list_filter = ("state",)
-    actions = ["grant_execution_approval", "accept_result", "cancel_workitem"]
+    # The MissionOwner's Commands; accepting a result is the Coordinator Agent's (§13.2).
+    actions = ["grant_execution_approval", "cancel_workitem"]
 
     @admin.display(description="goal")
     def goal(self, item: WorkItem) -> str:
@@ -33,26 +33,16 @@ class WorkItemAdmin(ReadOnlyAdmin):
     @admin.action(description="Grant execution Approval (approval.grant_execution)")
     def grant_execution_approval(self, request: HttpRequest, queryset: QuerySet[WorkItem]) -> None:
         def one(agent: Agent, item: WorkItem) -> Any:
-            return issue(agent, "approval.grant_execution", str(item.group_id), {"note": "granted in the admin"},
-                         target=workitem_target(item.id, item.revision))  # fmt: skip
-
-        run_action(self, request, queryset, one, _goal)
-
-    @admin.action(description="Accept result (work.accept_result)")
-    def accept_result(self, request: HttpRequest, queryset: QuerySet[WorkItem]) -> None:
-        def one(agent: Agent, item: WorkItem) -> Any:
-            evidence = human_evidence(str(item.id), criteria_ids(item.contract), str(agent.id), "pass",
-                                      "result accepted in the admin")  # fmt: skip
-            return issue(agent, "work.accept_result", str(item.group_id), {"evidence": [evidence]},
-                         target=workitem_target(item.id, item.revision))  # fmt: skip
+            return issue(agent, "approval.grant_execution", str(item.group_id), grant_execution(
+                item, "granted in the admin"), expected_revision=item.revision, work_item_id=str(item.id))  # fmt: skip
 
         run_action(self, request, queryset, one, _goal)
 
     @admin.action(description="Cancel (work.cancel)")
     def cancel_workitem(self, request: HttpRequest, queryset: QuerySet[WorkItem]) -> None:
         def one(agent: Agent, item: WorkItem) -> Any:
-            return issue(agent, "work.cancel", str(item.group_id), {"reason": "cancelled in the admin"},
-                         target=workitem_target(item.id, item.revision))  # fmt: skip
+            return issue(agent, "work.cancel", str(item.group_id), cancel_work(item, "cancelled in the admin"),
+                         expected_revision=item.revision, work_item_id=str(item.id))  # fmt: skip
 
         run_action(self, request, queryset, one, _goal)
 

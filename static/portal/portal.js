@@ -17,19 +17,40 @@
   tickCountdowns();
 
   // --- the live timeline -------------------------------------------------------
+  // The UI socket (/ws/ui/groups/{id}) carries the Group's signed Event
+  // documents (PROTOCOL §15.2) in EVENT frames (§17); the page renders their
+  // normative kinds and payloads the way portal/visuals.py describes them.
   var WORDS = {};  // the portal's EVENT_WORDS (portal/visuals.py), from the page's mission-client JSON
+  var URN = "urn:uuid:";
+
+  function bare(id) {
+    return typeof id === "string" && id.indexOf(URN) === 0 ? id.slice(URN.length) : id || "";
+  }
+
+  function itemOf(ev) {
+    var p = ev.payload || {};
+    return bare(ev.workItemId || p.workItemId || (p.workItem && p.workItem.workItemId) || "");
+  }
 
   function describe(ev, goals, names) {
-    var body = ev.body || {};
-    if (ev.type === "work.authorized" && body.contract) goals[body.workitem] = body.contract.goal;
-    var subject = goals[ev.aggregate.id] || "";
-    if (ev.type.indexOf("membership.") === 0 && body.agent) subject = names[body.agent] || body.agent.slice(0, 8);
-    var roles = (body.roles || []).join(", ");
-    var text = { "membership.added": "added as " + roles, "membership.removed": "removed",
-                 "membership.roles_set": "now " + roles }[ev.type] ||
-      WORDS[ev.type] || ev.type.split(".").slice(1).join(".").replace(/_/g, " ");
-    var detail = body.note || body.reason || body.resolution_required || "";
-    if (!detail && Array.isArray(body.evidence) && body.evidence.length) detail = body.evidence[body.evidence.length - 1].summary || "";
+    var p = ev.payload || {};
+    if (ev.kind === "work.authorized" && p.workItem && p.workItem.contract) {
+      goals[bare(p.workItem.workItemId)] = p.workItem.contract.goal;
+    }
+    var subject = goals[itemOf(ev)] || "";
+    var text = WORDS[ev.kind] || ev.kind.split(".").slice(1).join(" ").replace(/_/g, " ");
+    if (ev.kind === "membership.changed" && p.membership) {
+      var who = bare(p.membership.member.id);
+      subject = names[who] || who.slice(0, 8);
+      text = "now " + p.membership.role;
+    } else if (ev.kind === "membership.ended" && p.principal) {
+      var gone = bare(p.principal.id);
+      subject = names[gone] || gone.slice(0, 8);
+    } else if (ev.kind === "mission.created" && p.mission) {
+      subject = (p.mission.objective || "").slice(0, 80);
+    }
+    var detail = p.reason || p.feedback || p.resolution || (p.approval && p.approval.comments) || "";
+    if (!detail && Array.isArray(p.evidence) && p.evidence.length) detail = p.evidence[p.evidence.length - 1].method || "";
     var line = [subject, text].filter(Boolean).join(" — ");
     return detail ? line + ": " + detail : line;
   }
@@ -66,22 +87,24 @@
     }
 
     function add(ev) {
-      if (ev.sequence <= last) return;
+      if (typeof ev.sequence !== "number" || typeof ev.kind !== "string" || ev.sequence <= last) return;
       last = ev.sequence;
       var empty = list.querySelector(".empty-tl");
       if (empty) empty.remove();
       var li = el("li", "ev fresh");
       li.dataset.seq = ev.sequence;
-      li.dataset.type = ev.type;
-      li.appendChild(el("span", "dot t-" + ev.type.slice(0, 4)));
+      li.dataset.kind = ev.kind;
+      li.dataset.eventId = ev.eventId;
+      li.appendChild(el("span", "dot t-" + ev.kind.slice(0, 4)));
       var box = el("div");
       var head = el("div", "ev-head");
-      head.appendChild(el("code", "etype", ev.type));
+      head.appendChild(el("code", "etype", ev.kind));
       head.appendChild(el("span", "seq", "#" + ev.sequence));
       box.appendChild(head);
       box.appendChild(el("div", "ev-text", describe(ev, cfg.goals, cfg.names)));
-      var when = new Date(ev.occurred_at);
-      box.appendChild(el("div", "ev-meta small muted", (cfg.names[ev.actor] || ev.actor.slice(0, 8)) + " · " + when.toISOString().slice(11, 19)));
+      var actor = bare(ev.actor && ev.actor.id);
+      var when = new Date(ev.occurredAt);
+      box.appendChild(el("div", "ev-meta small muted", (cfg.names[actor] || actor.slice(0, 8)) + " · " + when.toISOString().slice(11, 19)));
       li.appendChild(box);
       list.insertBefore(li, list.firstChild);
       setTimeout(function () { li.classList.remove("fresh"); }, 2500);
@@ -90,11 +113,12 @@
 
     function connect() {
       var proto = location.protocol === "https:" ? "wss:" : "ws:";
-      var ws = new WebSocket(proto + "//" + location.host + "/ws/v1/ui/groups/" + cfg.group + "?after=" + last);
+      var ws = new WebSocket(proto + "//" + location.host + cfg.socket_path + "?afterSequence=" + last);
       ws.onopen = function () { live.classList.remove("off"); live.classList.add("on"); backoff = 500; };
       ws.onmessage = function (msg) {
+        if (typeof msg.data !== "string") return;  // §17.1: a protocol object is never binary
         var frame = JSON.parse(msg.data);
-        if (frame.op === "event") add(frame.event);
+        if (frame.frameType === "EVENT" && frame.event) add(frame.event);
       };
       ws.onclose = function (e) {
         live.classList.remove("on"); live.classList.add("off");

@@ -1,21 +1,26 @@
-"""``python manage.py mwp <subcommand>``: Organizations, Agents, log checks.
+"""``python manage.py mwp <subcommand>``: Organizations, Principals and their key files, log checks.
 
-    mwp create-org SLUG [--name NAME]
-    mwp create-agent --org SLUG --name NAME --roles r1,r2 --out key.json     an agent and its key file
-    mwp create-agent --org SLUG --name NAME --roles r1,r2 --kind person --user U
-                                  a person linked to Django user U, without a key: the person
-                                  supplies their own, signed in (agent.enroll; issue 16 item 5)
+    mwp create-org SLUG [--name NAME]     prints the Organization's id (``urn:uuid:``) last
+    mwp create-agent --org SLUG --name NAME --out FILE [--roles r1,r2]
+                                          an Agent Principal and its key file
+    mwp create-human --org SLUG --username NAME --roles mission_owner[,admin] --out FILE [--name NAME]
+                                          a human Principal linked to the Django user NAME (created
+                                          without a password when absent), with a software key for
+                                          scripts and tests; in the browser a person's key is their own
     mwp verify-log GROUP_ID
     mwp export-audit GROUP_ID --out FILE [--no-bytes]   a Group's audit bundle (artifacts/audit.py)
     mwp verify-audit FILE [--server-key KEY]            check a bundle offline, no database
     mwp review WORKITEM_ID        run the review pipeline of a WorkItem's latest submission
-    mwp demo                      the demo Organization: MissionOwner and Coordinator logins
-                                  (a password per person, generated once, kept in
-                                  var/demo-logins.json, mode 0600), Missions
+    mwp demo [--keys DIR]         the demo Organization: a key file per demo Principal in DIR
+                                  (default ``var/demo/``), the MissionOwner's login (a password
+                                  generated once, kept in var/demo-logins.json, mode 0600), Missions
 
-Every change goes through ``accept()`` as the system actor. The command
-lives in the top app because it drives all of them (audit, review, the demo
-of ``portal/demo.py``); under ``missions`` it tied that app to every higher one.
+A key file (DESIGN §4, mode 0600) is ``{"principal": {"type", "id"},
+"organizationId", "keyId", "privateKey", "publicKey"}``: base64url of the raw
+32-byte Ed25519 seed and public key, identifiers as ``urn:uuid:``. Every change
+goes through ``accept()`` as the Organization's control plane. The command
+lives in the top app because it drives all of them (audit, review, the demo of
+``portal/demo.py``); under ``missions`` it tied that app to every higher one.
 """
 
 from __future__ import annotations
@@ -24,18 +29,25 @@ from argparse import ArgumentParser
 from pathlib import Path
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from missions.commands import create_organization, register_agent
-from missions.models import ORG_ROLES, Group, Organization
+from missions.commands import create_organization
+from missions.models import Group, Organization
 from missions.verify import verify_group_log
-from mwportal.protocol import ProtocolError, generate_keypair, parse_uuid
-from mwportal.security import write_private_json
+from mwportal.protocol import ProtocolError, parse_uuid
+from mwportal.protocol.ids import urn
+from portal.keys import enrol_key
+
+
+def _roles(text: str) -> list[str]:
+    return [r.strip() for r in text.split(",") if r.strip()]
 
 
 class Command(BaseCommand):
     help = (
-        "MissionWeave administration: create-org, create-agent, verify-log, export-audit, verify-audit, review, demo."
+        "MissionWeave administration: create-org, create-agent, create-human, verify-log, export-audit,"
+        " verify-audit, review, demo."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -46,10 +58,14 @@ class Command(BaseCommand):
         agent = sub.add_parser("create-agent", help="register an Agent and write its key file")
         agent.add_argument("--org", required=True)
         agent.add_argument("--name", required=True)
-        agent.add_argument("--roles", required=True, help=f"comma-separated: {','.join(ORG_ROLES)}")
-        agent.add_argument("--out", type=Path, help="the key file of an agent (not for a person)")
-        agent.add_argument("--kind", default="agent", choices=["agent", "person"])
-        agent.add_argument("--user", default=None, help="link a person Agent to this Django user")
+        agent.add_argument("--out", required=True, type=Path, help="the key file to write (mode 0600)")
+        agent.add_argument("--roles", default="", help="comma-separated Organization roles")
+        human = sub.add_parser("create-human", help="register a person with a software key and write its key file")
+        human.add_argument("--org", required=True)
+        human.add_argument("--username", required=True, help="the Django user who signs in as this person")
+        human.add_argument("--roles", required=True, help="comma-separated: mission_owner, admin, ...")
+        human.add_argument("--out", required=True, type=Path, help="the key file to write (mode 0600)")
+        human.add_argument("--name", default=None, help="the display name (default: the user name)")
         verify = sub.add_parser("verify-log", help="recompute a Group's sequences and hash chain")
         verify.add_argument("group_id")
         export = sub.add_parser("export-audit", help="write a Group's audit bundle")
@@ -61,7 +77,8 @@ class Command(BaseCommand):
         check.add_argument("--server-key", default=None, help="pin the server's public key (base64url)")
         review = sub.add_parser("review", help="run the review pipeline of a WorkItem's latest submission")
         review.add_argument("workitem_id")
-        sub.add_parser("demo", help="create the demo Organization, its logins and Missions")
+        demo = sub.add_parser("demo", help="create the demo Organization, its key files, logins and Missions")
+        demo.add_argument("--keys", type=Path, default=None, help="where to write the demo key files")
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -72,47 +89,37 @@ class Command(BaseCommand):
     def do_create_org(self, options: dict[str, Any]) -> None:
         slug = options["slug"]
         org_id, group_id = create_organization(slug, options["name"] or slug)
-        self.stdout.write(org_id)
-        self.stderr.write(f"Organization {slug}: id {org_id}, administrative Group {group_id}")
+        self.stderr.write(f"Organization {slug}: administrative Group {urn(group_id)}")
+        self.stdout.write(urn(org_id))
 
-    def do_create_agent(self, options: dict[str, Any]) -> None:
+    def _target(self, options: dict[str, Any]) -> Path:
         if not Organization.objects.filter(slug=options["org"]).exists():
             raise CommandError(f"no Organization {options['org']!r}; create it with: mwp create-org SLUG")
-        roles = [r.strip() for r in options["roles"].split(",") if r.strip()]
-        if options["kind"] == "person":
-            self._create_person(options, roles)
-            return
-        out: Path | None = options["out"]
-        if out is None:
-            raise CommandError("an agent needs --out FILE for its key")
-        if options["user"] is not None:
-            raise CommandError("--user links a person (--kind person), never an agent's key")
-        if not out.parent.exists():
+        out: Path = options["out"]
+        if not out.parent.is_dir():
             raise CommandError(f"{out.parent} does not exist")
-        private_key, public_key = generate_keypair()
-        agent_id = register_agent(options["org"], options["name"], "agent", roles, public_key)
-        org = Organization.objects.get(slug=options["org"])
-        write_private_json(
-            out,
-            {"agent_id": agent_id, "organization": str(org.id), "private_key": private_key, "public_key": public_key},
-        )
-        self.stdout.write(agent_id)
-        self.stderr.write(f"Agent {options['name']} ({agent_id}); key written to {out} (mode 0600)")
+        return out
 
-    def _create_person(self, options: dict[str, Any], roles: list[str]) -> None:
-        """A person is registered without a key (issue 16 item 5): whoever runs
-        this must never hold the private key of the person they enroll; the
-        person supplies their own public key, signed in (``agent.enroll``)."""
-        if options["out"] is not None:
-            raise CommandError("a person gets no key file: they supply their own key, signed in (agent.enroll)")
-        if options["user"] is None:
-            raise CommandError("a person needs --user USERNAME, the Django user who signs in as them")
-        agent_id = register_agent(options["org"], options["name"], "person", roles, "", options["user"])
-        self.stdout.write(agent_id)
-        self.stderr.write(
-            f"Person {options['name']} ({agent_id}), linked to user {options['user']!r}; no key yet:"
-            " they supply their own public key, signed in (agent.enroll)"
-        )
+    def do_create_agent(self, options: dict[str, Any]) -> None:
+        out = self._target(options)
+        key = enrol_key(options["org"], options["name"], "agent", _roles(options["roles"]))
+        key.write(out)
+        assert key.principal is not None
+        self.stderr.write(f"Agent {options['name']}: key {key.key_id} written to {out} (mode 0600)")
+        self.stdout.write(urn(key.principal[1]))
+
+    def do_create_human(self, options: dict[str, Any]) -> None:
+        out = self._target(options)
+        username = options["username"]
+        users = get_user_model().objects
+        if not users.filter(username=username).exists():
+            users.create_user(username)  # no password: an admin sets one to let them sign in
+            self.stderr.write(f"Django user {username!r} created without a password")
+        key = enrol_key(options["org"], options["name"] or username, "person", _roles(options["roles"]), username)
+        key.write(out)
+        assert key.principal is not None
+        self.stderr.write(f"Person {username}: key {key.key_id} written to {out} (mode 0600)")
+        self.stdout.write(urn(key.principal[1]))
 
     def do_verify_log(self, options: dict[str, Any]) -> None:
         group_id = parse_uuid(options["group_id"], "GROUP_ID")
@@ -168,5 +175,5 @@ class Command(BaseCommand):
     def do_demo(self, options: dict[str, Any]) -> None:
         from portal.demo import seed
 
-        for line in seed():
+        for line in seed(options["keys"]):
             self.stdout.write(line)
