@@ -31,6 +31,7 @@ handler locks; other Groups are locked in ascending id order after it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import uuid
@@ -44,7 +45,7 @@ from django.conf import settings
 from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 
-from mwportal.protocol import GENESIS_HASH, ErrorCode, ProtocolError, event_hash, jcs
+from mwportal.protocol import GENESIS_HASH, ErrorCode, ProtocolError, jcs
 from mwportal.protocol import catalogue as _catalogue
 from mwportal.protocol.admission import AdmissionFailed, TrustedContext, admit_first
 from mwportal.protocol.command import CommandDoc, format_timestamp, read_command
@@ -732,11 +733,13 @@ def _append(
         position = (group.id, sequence, emit.aggregate.revision)
         event_id, document = _event_document(doc, emit, organization_id, now_text, position)
         row_prev = prev
-        prev = event_hash(prev, document)
+        text = jcs.canonicalize(document)
+        # The chain link: sha256(prev_hash || JCS(document)), as ``chain.event_hash`` computes it.
+        prev = hashlib.sha256(prev.encode("ascii") + text).hexdigest()
         values += [
             db_uuid(event_id), db_uuid(group.id), sequence, emit.kind, emit.aggregate.kind, emit.aggregate.id,
             emit.aggregate.revision, doc.actor, db_uuid(doc.action_id), db_time(now),
-            json.dumps(emit.payload, separators=(",", ":")), jcs.canonicalize(document).decode(), row_prev, prev,
+            json.dumps(emit.payload, separators=(",", ":")), text.decode(), row_prev, prev,
         ]  # fmt: skip
         documents.append(document)
         # The Group revision moves only on Group-aggregate Events (Membership,
