@@ -1,0 +1,270 @@
+"""The Organization's administrative Group: its bootstrap, its Principals and their keys, the priority policy.
+
+These are the project's own kinds (``ext.mwportal.*``, §18: what MWP 0.1
+leaves to an Extension Profile). Every key a Principal signs with is bound in
+the Organization's Registry (``missions.keyregistry``, §6.4) under a
+``urn:uuid:`` key ID when the Principal or the key is registered; the
+verifier resolves keys there and nowhere else.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from mwportal.protocol import GENESIS_HASH, ErrorCode
+from mwportal.protocol.ids import bare, urn
+from mwportal.protocol.registry import Principal, RegistrationError
+from mwportal.protocol.values import b64url_decode
+
+from ..authority import AggregateRef, Decision, Emit, HandlerContext, check_revision
+from ..guards import refuse
+from ..keyregistry import register_key
+from ..models import ORG_ROLES, Agent, Group, Organization, SigningKey
+from ..policy import DEFAULT_POLICY, check_policy
+from ..registry import command
+from ..service_keys import control_plane, group_authority
+from .common import MODEL_KIND, WIRE_TYPE, payload_id, stamp
+
+ORGANIZATION_CREATE = "ext.mwportal.admin.organization_create"
+PRINCIPAL_REGISTER = "ext.mwportal.registry.principal_register"
+PRINCIPAL_KEY_ENROLL = "ext.mwportal.registry.principal_key_enroll"
+PRIORITY_POLICY_SET = "ext.mwportal.scheduling.priority_policy_set"
+
+_SLUG = re.compile(r"^[-a-zA-Z0-9_]+$")
+
+# The Organization's service Principals (DESIGN §4), created with it.
+SERVICES = (("Group Authority", group_authority), ("Control plane", control_plane))
+
+
+@command(ORGANIZATION_CREATE, scope="admin", creates_group=True, actors=("service",))
+def create_organization(ctx: HandlerContext) -> Decision:
+    """The Organization, its administrative Group and its service Principals.
+
+    The Group Authority (which signs Events and snapshots) and the control
+    plane come into being with the Organization, each with its key bound in
+    the Registry, so that the first Event can be verified by anyone.
+    """
+    payload = ctx.payload
+    org_id = payload_id(payload, "organizationId")
+    slug, name = payload["slug"], payload["name"]
+    if not _SLUG.match(slug):
+        raise refuse(
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
+            "/payload/slug: letters, digits, '-' and '_' only",
+            field="/payload/slug",
+        )
+    if Organization.objects.filter(slug=slug).exists() or Organization.objects.filter(id=org_id).exists():
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, f"an Organization with slug {slug!r} exists", slug=slug)
+    org = Organization.objects.create(
+        id=org_id, slug=slug, name=name, priority_policy=DEFAULT_POLICY, created_at=ctx.now
+    )
+    Group.objects.create(
+        id=ctx.group.id, organization=org, kind=Group.KIND_ADMIN, head_hash=GENESIS_HASH, revision=1, created_at=ctx.now
+    )
+    ctx.group.organization_id = org_id
+    for service_name, provider in SERVICES:
+        principal_urn, key = provider(org_id)
+        Agent.objects.create(
+            id=bare(principal_urn, "service"),
+            organization=org,
+            name=service_name,
+            kind="service",
+            org_roles=[],
+            public_key=key.public_key,
+            created_at=ctx.now,
+        )
+        bind_key(org, principal=Principal("service", principal_urn), key_id=key.key_id,
+                 public_key=key.public_key, valid_from=stamp(ctx.now), field="service")  # fmt: skip
+    ref = AggregateRef("organization", org_id, 1)
+    event = {"organizationId": urn(org_id), "slug": slug, "name": name}
+    return Decision([Emit("ext.mwportal.admin.organization_created", ref, event)], ref)
+
+
+def bind_key(
+    org: Organization, *, principal: Principal, key_id: str, public_key: str, valid_from: str, field: str
+) -> SigningKey:
+    """Bind a Principal's key in the Registry (§6.4), refusing what the Registry refuses.
+
+    The key ID is a ``urn:uuid:`` URI (DESIGN §4); the Registry's own checks
+    (a point on the curve, no key ID rebound, no key under two IDs) answer
+    SCHEMA_VALIDATION_FAILED or INVALID_STATE_TRANSITION naming the rule.
+    """
+    bare(key_id, f"{field}/keyId")
+    try:
+        raw = b64url_decode(public_key)
+    except ValueError:
+        raise refuse(
+            ErrorCode.SCHEMA_VALIDATION_FAILED, f"{field}/publicKey: not base64url", field=f"{field}/publicKey"
+        ) from None
+    try:
+        return register_key(org, key_id=key_id, principal=principal, public_key=raw, valid_from=valid_from)
+    except RegistrationError as exc:
+        reason = exc.reason
+        if reason in ("key-id-rebinding", "key-id-alias", "public-key-reuse"):
+            raise refuse(
+                ErrorCode.INVALID_STATE_TRANSITION,
+                f"{field}: the Registry refuses this key ({reason})",
+                field=field,
+                reason=reason,
+            ) from None
+        raise refuse(
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
+            f"{field}: the Registry refuses this key ({reason})",
+            field=field,
+            reason=reason,
+        ) from None
+
+
+@command(PRINCIPAL_REGISTER, scope="admin", actors=("service",))
+def register_principal(ctx: HandlerContext) -> Decision:
+    """Register a human or Agent Principal, with its key when it has one (issue 16 item 5).
+
+    Only the Organization's services issue it: an Organization admin acts
+    through the control plane, which never passes a person's key on the
+    admin's behalf. An Agent is registered with its key; a person is
+    registered without one and enrolls their own (``principal_key_enroll``),
+    or, for scripts and tests, with a software key the operator made
+    (``mwp create-human``). A Django user is linked only to a person, and
+    only a user who has no Principal yet.
+    """
+    payload = ctx.payload
+    actor = payload["principal"]
+    kind = MODEL_KIND.get(actor["type"])
+    if kind not in (Agent.KIND_AGENT, Agent.KIND_PERSON):
+        raise refuse(
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
+            "/payload/principal/type: an Organization registers agent and human Principals; its services come with it",
+            field="/payload/principal/type",
+        )
+    principal_id = bare(actor["id"], "/payload/principal/id")
+    roles = list(payload["organizationRoles"])
+    for role in roles:
+        if role not in ORG_ROLES:
+            raise refuse(
+                ErrorCode.SCHEMA_VALIDATION_FAILED,
+                f"/payload/organizationRoles: {role!r} is not one of {', '.join(ORG_ROLES)}",
+                field="/payload/organizationRoles",
+            )
+    public_key = payload.get("publicKey")
+    if public_key is None and kind == Agent.KIND_AGENT:
+        raise refuse(
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
+            "/payload/publicKey: an Agent is registered with its Ed25519 key (§6.3)",
+            field="/payload/publicKey",
+        )
+    user = _user_to_link(payload.get("username"), kind)
+    if Agent.objects.filter(id=principal_id).exists():
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, "this Principal is registered", principal=urn(principal_id))
+    org = Organization.objects.get(id=ctx.group.organization_id)
+    Agent.objects.create(
+        id=principal_id,
+        organization=org,
+        name=payload["name"],
+        kind=kind,
+        org_roles=sorted(roles),
+        public_key=public_key["publicKey"] if public_key else "",
+        user=user,
+        created_at=ctx.now,
+    )
+    event: dict[str, Any] = {
+        "principal": {"type": actor["type"], "id": urn(principal_id)},
+        "name": payload["name"],
+        "organizationRoles": sorted(roles),
+    }
+    if public_key is not None:
+        _enroll(org, actor["type"], principal_id, public_key, ctx)
+        event["keyId"] = public_key["keyId"]
+    ref = AggregateRef("agent", principal_id, 1)
+    return Decision([Emit("ext.mwportal.registry.principal_registered", ref, event)], ref)
+
+
+def _user_to_link(username: str | None, kind: str) -> Any:
+    """The Django user ``username`` names: only a person is linked, and only a user with no Principal yet."""
+    if username is None:
+        return None
+    if kind != Agent.KIND_PERSON:
+        raise refuse(
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
+            "/payload/username: only a human Principal is linked to a user",
+            field="/payload/username",
+        )
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        raise refuse(ErrorCode.INVALID_COMMAND, f"no user {username!r}", field="/payload/username", reason="not_found")
+    if Agent.objects.filter(user=user).exists():
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, f"user {username!r} already has a Principal")
+    return user
+
+
+def _enroll(
+    org: Organization, wire_type: str, principal_id: str, public_key: dict[str, Any], ctx: HandlerContext
+) -> None:
+    """Bind ``public_key`` (the common ``publicKey`` object) to the Principal in the Registry.
+
+    A key given with validity boundaries is refused: a new binding starts
+    valid, and its end is a later, append-only record (§6.4).
+    """
+    for boundary in ("validUntil", "revokedAt"):
+        if public_key.get(boundary) is not None:
+            raise refuse(
+                ErrorCode.SCHEMA_VALIDATION_FAILED,
+                f"/payload/publicKey/{boundary}: a key is enrolled valid; its end is recorded later",
+                field=f"/payload/publicKey/{boundary}",
+            )
+    bind_key(
+        org,
+        principal=Principal(wire_type, urn(principal_id)),
+        key_id=public_key["keyId"],
+        public_key=public_key["publicKey"],
+        valid_from=public_key["validFrom"],
+        field="/payload/publicKey",
+    )
+
+
+@command(PRINCIPAL_KEY_ENROLL, scope="admin", actors=("human",))
+def enroll_principal_key(ctx: HandlerContext) -> Decision:
+    """A person binds the public half of a key their own browser (or tool) generated (issue 16 item 5).
+
+    Only as themselves: the actor is the person, signed in to the portal or
+    signing with a key already enrolled, so nobody else ever binds a key to
+    them, and the private half never leaves where it was made. A new device
+    is a new key ID (DESIGN §4); a key ID or a key already bound, to anyone,
+    is refused by the Registry.
+    """
+    agent = Agent.objects.get(id=ctx.actor.id)
+    if agent.kind != Agent.KIND_PERSON:
+        raise refuse(
+            ErrorCode.AUTH_FORBIDDEN,
+            f"{PRINCIPAL_KEY_ENROLL} is for a person; an Agent's key is bound when it is registered",
+        )
+    public_key = ctx.payload["publicKey"]
+    org = Organization.objects.get(id=agent.organization_id)
+    _enroll(org, WIRE_TYPE[agent.kind], str(agent.id), public_key, ctx)
+    if not agent.public_key:
+        Agent.objects.filter(id=agent.id).update(public_key=public_key["publicKey"])
+    principal_urn = urn(str(agent.id))
+    # The Principal's states: registered (revision 1), then one per key it enrolled.
+    revision = (
+        1 + SigningKey.objects.filter(organization=org, principal_type="human", principal_id=principal_urn).count()
+    )
+    ref = AggregateRef("agent", str(agent.id), revision)
+    event = {"principal": {"type": "human", "id": principal_urn}, "keyId": public_key["keyId"]}
+    return Decision([Emit("ext.mwportal.registry.principal_key_enrolled", ref, event)], ref)
+
+
+@command(PRIORITY_POLICY_SET, scope="admin", org_roles=("mission_owner", "admin"), actors=("human", "agent", "service"))
+def set_priority_policy(ctx: HandlerContext) -> Decision:
+    """The Organization priority policy. Escalating Organization priority goes
+    through policy or a MissionOwner, never a Coordinator (§11.1): the
+    Organization role check refuses everyone else."""
+    policy = check_policy(ctx.payload["policy"])
+    org = Organization.objects.get(id=ctx.group.organization_id)
+    check_revision(ctx.command, org.policy_revision)
+    revision = org.policy_revision + 1
+    Organization.objects.filter(id=org.id).update(priority_policy=policy, policy_revision=revision)
+    ref = AggregateRef("organization", str(org.id), revision)
+    event = {"policy": policy, "revision": revision}
+    return Decision([Emit("ext.mwportal.scheduling.priority_policy_changed", ref, event)], ref)

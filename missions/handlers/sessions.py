@@ -1,0 +1,207 @@
+"""Agent Sessions and Agent Cards: the two Organization-scoped bootstrap Commands (§6.1, §6.3, §15.1).
+
+Both are issued by an Organization service and name no Group; their Events
+(``..._session_opened``, ``..._agent_card_registered``) carry no Group
+position (§15.2). The Group Authority appends them outside every Group
+sequence, serialised by the Organization's administrative Group lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import datetime
+from typing import Any
+
+from mwportal.protocol import ErrorCode, ProtocolError
+from mwportal.protocol.command import Key
+from mwportal.protocol.ids import urn
+from mwportal.protocol.jcs import canonicalize
+from mwportal.protocol.registry import KeyResolutionError
+from mwportal.protocol.values import b64url_decode
+from mwportal.protocol.verification import VerificationFailed, sign_document, verify_document
+
+from ..authority import AggregateRef, Decision, Emit, HandlerContext, check_revision
+from ..delivery import session_notice
+from ..guards import refuse
+from ..keyregistry import DjangoRegistry
+from ..models import Agent, AgentCard, AgentSession, Organization
+from ..registry import command, session_replaced_hooks
+from .common import payload_id, principal_in, stamp
+
+SESSION_OPEN = "ext.missionweaveprotocol.identity.session_open"
+SESSION_OPENED = "ext.missionweaveprotocol.identity.session_opened"
+AGENT_CARD_REGISTER = "ext.missionweaveprotocol.registry.agent_card_register"
+AGENT_CARD_REGISTERED = "ext.missionweaveprotocol.registry.agent_card_registered"
+
+
+def token_digest(token: str) -> str:
+    """What is stored of a session token: its SHA-256 (the token leaves once, in the grant)."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+@command(SESSION_OPEN, scope="organization", actors=("service",))
+def open_session(ctx: HandlerContext) -> Decision:
+    """A new Session Epoch for the Agent; every older session is fenced (§6.3).
+
+    The binding (the four-phase HELLO, or its REST form) has verified the
+    Agent's signature over the challenge before the control plane issues
+    this; the handler issues epoch n + 1, revokes every session at n or
+    lower, and, in the same transaction, revokes the Agent's active
+    Execution Leases in every Group (§11.3, the session-replaced hooks). The
+    session token is in the receipt's grants only, never in an Event.
+    """
+    agent_id = payload_id(ctx.payload, "agentId")
+    agent = _organization_agent(ctx, agent_id, "/payload/agentId")
+    epoch = agent.session_epoch + 1
+    token = secrets.token_urlsafe(32)
+    AgentSession.objects.filter(agent_id=agent_id, revoked_at__isnull=True).update(revoked_at=ctx.now)
+    AgentSession.objects.create(
+        agent_id=agent_id, epoch=epoch, token_hash=token_digest(token), nonce=ctx.command.action_id, created_at=ctx.now
+    )
+    Agent.objects.filter(id=agent_id).update(session_epoch=epoch)
+    also = [consequence for hook in session_replaced_hooks for consequence in hook(ctx, agent_id, epoch)]
+    ref = AggregateRef("agent", agent_id, epoch)
+    return Decision(
+        [Emit(SESSION_OPENED, ref, {"agentId": urn(agent_id), "sessionEpoch": epoch})],
+        ref,
+        grants={"sessionToken": token, "sessionEpoch": epoch},
+        also=also,
+        notices=[session_notice(agent_id, epoch)],
+    )
+
+
+def _organization_agent(ctx: HandlerContext, agent_id: str, field: str) -> Agent:
+    """The Agent Principal ``agent_id`` of the issuing service's Organization.
+
+    Humans and services have no Agent Session (§6.3: their Commands carry
+    none) and no Agent Card.
+    """
+    agent = Agent.objects.filter(id=agent_id, organization_id=ctx.actor.organization_id).first()
+    if agent is None:
+        raise refuse(ErrorCode.INVALID_COMMAND, f"{field}: no such Agent in this Organization",
+                     field=field, reason="not_found")  # fmt: skip
+    if agent.kind != Agent.KIND_AGENT:
+        raise refuse(ErrorCode.INVALID_COMMAND, f"{field}: names a {agent.kind}, not an Agent", field=field)
+    return agent
+
+
+@command(AGENT_CARD_REGISTER, scope="organization", actors=("service",))
+def register_agent_card(ctx: HandlerContext) -> Decision:
+    """The Registry service registers a signed Agent Card version (§6.1).
+
+    The card is the Organization's, not the Agent's own word: it must be
+    signed by a service Principal of this Organization whose key is in the
+    Registry (the ``agent-card`` profile of §6.4), name this Organization,
+    list only keys the Registry binds to this Agent, and carry a higher
+    version than the Agent's current card.
+    """
+    card = ctx.payload["card"]
+    org = Organization.objects.get(id=ctx.actor.organization_id)
+    if card["organizationId"] != urn(str(org.id)):
+        raise refuse(
+            ErrorCode.AUTH_FORBIDDEN,
+            "/payload/card/organizationId: an Organization registers its own Agents' cards",
+            field="/payload/card/organizationId",
+        )
+    agent_id = payload_id(card, "agentId")
+    agent = _organization_agent(ctx, agent_id, "/payload/card/agentId")
+    _verify_card_signature(org, card)
+    _check_card_keys(org, agent, card)
+    principal_in(str(org.id), card["owner"], "/payload/card/owner")
+    current = AgentCard.objects.filter(agent_id=agent_id).order_by("-version").values_list("version", flat=True).first()
+    current = current or 0
+    check_revision(ctx.command, current)
+    version = card["cardVersion"]
+    if version <= current:
+        raise ProtocolError(
+            ErrorCode.REVISION_CONFLICT,
+            f"an Agent Card version must increase: the Agent is at version {current}",
+            details={"field": "/payload/card/cardVersion"},
+            current_revision=current,
+        )
+    AgentCard.objects.create(
+        agent_id=agent_id,
+        version=version,
+        capabilities=card["capabilities"],
+        max_concurrency=card["maxConcurrency"],
+        published_at=ctx.now,
+    )
+    ref = AggregateRef("agent", agent_id, version)
+    return Decision([Emit(AGENT_CARD_REGISTERED, ref, {"agentId": urn(agent_id), "version": version})], ref)
+
+
+def _verify_card_signature(org: Organization, card: dict[str, Any]) -> None:
+    """The six stages over the card (profile ``agent-card``), then: the signer is a service of this Organization."""
+    try:
+        verified = verify_document(canonicalize(card), "agent-card", DjangoRegistry(org))
+    except VerificationFailed as exc:
+        raise refuse(exc.wire_code, f"/payload/card: {exc.wire_message}", field="/payload/card") from None
+    signer = verified.principal
+    if (
+        signer.type != "service"
+        or not Agent.objects.filter(organization=org, kind="service", id=signer.id.removeprefix("urn:uuid:")).exists()
+    ):
+        raise refuse(
+            ErrorCode.AUTH_INVALID_SIGNATURE,
+            "/payload/card/signature: an Agent Card is signed by a service of its Organization (§6.1)",
+            field="/payload/card/signature",
+        )
+
+
+def _check_card_keys(org: Organization, agent: Agent, card: dict[str, Any]) -> None:
+    """Each public key the card lists is one the Registry binds to this Agent, with the same bytes."""
+    registry = DjangoRegistry(org)
+    for i, listed in enumerate(card["publicKeys"]):
+        field = f"/payload/card/publicKeys/{i}"
+        try:
+            binding = registry.resolve(listed["keyId"])
+        except KeyResolutionError:
+            binding = None
+        if (
+            binding is None
+            or (binding.principal.type, binding.principal.id) != ("agent", urn(str(agent.id)))
+            or binding.public_key != b64url_decode(listed["publicKey"])
+        ):
+            raise refuse(
+                ErrorCode.INVALID_COMMAND,
+                f"{field}: not a key the Registry binds to this Agent",
+                field=field,
+                reason="key-not-registered",
+            )
+
+
+def card_document(
+    *,
+    organization_id: str,
+    agent: Agent,
+    owner: dict[str, str],
+    version: int,
+    capabilities: list[dict[str, Any]],
+    max_concurrency: int,
+    public_keys: list[dict[str, Any]],
+    endpoint: str,
+    signer: Key,
+    issued_at: datetime,
+    display_name: str | None = None,
+) -> dict[str, Any]:
+    """A normative Agent Card (agent-card.schema.json) signed by ``signer``, a service key of the Organization.
+
+    What the Registry service sends in ``agent_card_register``; ``public_keys``
+    are the Agent's Registry bindings as common ``publicKey`` objects.
+    """
+    card = {
+        "agentId": urn(str(agent.id)),
+        "organizationId": urn(organization_id),
+        "cardVersion": version,
+        "displayName": display_name or agent.name,
+        "owner": owner,
+        "status": "active",
+        "protocolVersions": ["0.1"],
+        "endpoints": [{"transport": "wss", "uri": endpoint}],
+        "publicKeys": public_keys,
+        "capabilities": capabilities,
+        "maxConcurrency": max_concurrency,
+        "issuedAt": stamp(issued_at),
+    }
+    return sign_document(card, key_id=signer.key_id, seed=signer.seed, profile="agent-card")
