@@ -43,7 +43,6 @@ import functools
 import json
 import re
 import secrets
-import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -52,7 +51,7 @@ from typing import Any
 
 import jsonschema_rs
 
-from . import schemas, strictjson, values
+from . import ids, schemas, strictjson, values
 from .errors import ErrorCode, ProtocolError, occurred_at_text
 
 __all__ = [
@@ -305,7 +304,7 @@ def _violation(reason: str, message: str) -> ProtocolError:
 
 def new_id() -> str:
     """A fresh ``urn:uuid:`` identifier (frame IDs, subscription IDs, challenge IDs)."""
-    return f"urn:uuid:{uuid.uuid4()}"
+    return ids.new_urn()
 
 
 def new_nonce(size: int = 32) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from mwportal.protocol import ed25519, frames, jcs, strictjson, values
+from mwportal.protocol import command, ed25519, frames, jcs, strictjson, values
 from mwportal.protocol.errors import ErrorCode, ProtocolError
 from mwportal.protocol.handshake import (
     Challenge,
@@ -100,6 +100,12 @@ def test_a_full_round_trip_opens_a_session_PROTOCOL_6_3(registry: MemoryRegistry
     token, epoch, expires_at = session
     assert (token, epoch) == (TOKEN, 4)
     assert server.phase is Phase.ACCEPTED
+
+
+def test_the_kernels_signing_key_drives_the_client_PROTOCOL_6_3(registry: MemoryRegistry) -> None:
+    server = ServerHandshake(registry.resolve)
+    client = ClientHandshake(AGENT, command.Key(KEY.key_id, KEY.seed))
+    assert server.receive_client_response(_wire(_to_response(server, client)), NOW).key_id == KEY.key_id
 
 
 def test_the_challenge_is_the_jcs_transcript_of_the_handshake_DESIGN_5(registry: MemoryRegistry) -> None:
