@@ -3,11 +3,12 @@
 They live with the contract, whose validator refuses an unknown kind or a bad
 declaration; the review pipeline above (``artifacts/review.py``) runs them.
 
-A criterion of the contract may carry ``checks``::
+A contract declares them per acceptance criterion in ``constraints.checks``
+(the normative criterion object is closed; ``contract.declared_checks``)::
 
-    {"id": "valid", "description": "...", "evidence_methods": ["schema"],
-     "checks": [{"kind": "json_schema", "schema": {...}},
-                {"kind": "size", "max_bytes": 1048576, "media_type": "text/csv"}]}
+    "constraints": {"checks": {"valid": [
+        {"kind": "json_schema", "schema": {...}},
+        {"kind": "size", "max_bytes": 1048576, "media_type": "text/csv"}]}}
 
 Each check runs over the Artifacts of the submission that the criterion's
 Evidence cites (all submitted Artifacts when none is cited), narrowed by an
@@ -23,7 +24,7 @@ Built-in kinds:
   parsing and validating it would recurse past Python's stack, and how deep
   that is depends on where the pipeline runs, so a fixed bound keeps the
   outcome deterministic;
-- ``checksum``: ``{"sha256": hex}``; one of the Artifacts is exactly these bytes;
+- ``checksum``: ``{"sha256": "sha256:<hex>"}``; one of the Artifacts is exactly these bytes;
 - ``size``: ``{"min_bytes"?, "max_bytes"?}``; every Artifact's size is within;
 - ``media_type``: ``{"allowed": [types]}``; every Artifact's media type is listed.
 
@@ -108,14 +109,14 @@ def check_spec(spec: Any, where: str) -> dict[str, Any]:
         raise CheckInvalid(where, "must be an object with a kind")
     kind = CHECKS.get(spec["kind"])
     if kind is None:
-        raise CheckInvalid(f"{where}.kind", f"unknown check kind; known: {', '.join(sorted(CHECKS))}")
+        raise CheckInvalid(f"{where}/kind", f"unknown check kind; known: {', '.join(sorted(CHECKS))}")
     if "media_type" in spec and not isinstance(spec["media_type"], str):
-        raise CheckInvalid(f"{where}.media_type", "must be a media type")
+        raise CheckInvalid(f"{where}/media_type", "must be a media type")
     rest = {k: v for k, v in spec.items() if k not in ("kind", "media_type")}
     errors = sorted(Draft202012Validator(kind.declaration).iter_errors(rest), key=lambda e: e.message)
     if errors:
-        path = ".".join(str(p) for p in errors[0].absolute_path)
-        raise CheckInvalid(f"{where}.{path}" if path else where, errors[0].message)
+        path = "/".join(str(p) for p in errors[0].absolute_path)
+        raise CheckInvalid(f"{where}/{path}" if path else where, errors[0].message)
     return spec
 
 
@@ -169,8 +170,13 @@ def _json_schema(spec: dict[str, Any], subjects: list[Subject]) -> Outcome:
     return Outcome("fail" if problems else "pass", {"problems": problems})
 
 
+def _hex(sha: str) -> str:
+    return sha.removeprefix("sha256:")
+
+
 def _checksum(spec: dict[str, Any], subjects: list[Subject]) -> Outcome:
-    found = [s.sha256 for s in subjects if s.sha256 == spec["sha256"] and s.integrity == "verified"]
+    wanted = _hex(spec["sha256"])
+    found = [s.sha256 for s in subjects if _hex(s.sha256) == wanted and s.integrity == "verified"]
     return Outcome("pass" if found else "fail", {"expected": spec["sha256"], "verified": found})
 
 
@@ -187,8 +193,9 @@ def _size(spec: dict[str, Any], subjects: list[Subject]) -> Outcome:
 def _media_type(spec: dict[str, Any], subjects: list[Subject]) -> Outcome:
     outside = {s.sha256: s.media_type for s in subjects if s.media_type not in spec["allowed"]}
     bad = _integrity_failures(subjects)
-    return Outcome("fail" if outside or bad else "pass", {"allowed": spec["allowed"], "outside": outside,
-                                                          "integrity": bad})  # fmt: skip
+    return Outcome(
+        "fail" if outside or bad else "pass", {"allowed": spec["allowed"], "outside": outside, "integrity": bad}
+    )
 
 
 def _check_schema_itself(spec: dict[str, Any]) -> None:
@@ -198,25 +205,56 @@ def _check_schema_itself(spec: dict[str, Any]) -> None:
         raise CheckInvalid("schema", exc.message) from None
 
 
-_SHA = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
+_SHA = {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}
 _BYTES = {"type": "integer", "minimum": 0}
 
 register_check(
-    CheckKind("json_schema", "schema", {"type": "object", "additionalProperties": False, "required": ["schema"],
-                                        "properties": {"schema": {"type": "object"}}}, _json_schema)
-)  # fmt: skip
+    CheckKind(
+        "json_schema",
+        "schema",
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["schema"],
+            "properties": {"schema": {"type": "object"}},
+        },
+        _json_schema,
+    )
+)
 register_check(
-    CheckKind("checksum", "deterministic", {"type": "object", "additionalProperties": False, "required": ["sha256"],
-                                            "properties": {"sha256": _SHA}}, _checksum)
-)  # fmt: skip
+    CheckKind(
+        "checksum",
+        "deterministic",
+        {"type": "object", "additionalProperties": False, "required": ["sha256"], "properties": {"sha256": _SHA}},
+        _checksum,
+    )
+)
 register_check(
-    CheckKind("size", "deterministic", {"type": "object", "additionalProperties": False, "minProperties": 1,
-                                        "properties": {"min_bytes": _BYTES, "max_bytes": _BYTES}}, _size)
-)  # fmt: skip
+    CheckKind(
+        "size",
+        "deterministic",
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "minProperties": 1,
+            "properties": {"min_bytes": _BYTES, "max_bytes": _BYTES},
+        },
+        _size,
+    )
+)
 register_check(
-    CheckKind("media_type", "deterministic", {"type": "object", "additionalProperties": False, "required": ["allowed"],
-              "properties": {"allowed": {"type": "array", "minItems": 1, "items": {"type": "string"}}}}, _media_type)
-)  # fmt: skip
+    CheckKind(
+        "media_type",
+        "deterministic",
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["allowed"],
+            "properties": {"allowed": {"type": "array", "minItems": 1, "items": {"type": "string"}}},
+        },
+        _media_type,
+    )
+)
 
 
 def run_check(kind: CheckKind, spec: dict[str, Any], subjects: list[Subject]) -> Outcome:
@@ -258,4 +296,4 @@ def validate_declared(spec: dict[str, Any], where: str) -> None:
         try:
             _check_schema_itself(spec["schema"])
         except CheckInvalid as exc:
-            raise CheckInvalid(f"{where}.schema", exc.message) from None
+            raise CheckInvalid(f"{where}/schema", exc.message) from None

@@ -26,14 +26,17 @@ class RecordEvidence(Protocol):
         records: list[dict[str, Any]],
         origin: str,
         *,
+        position: int = 0,
         submission: Submission | None = None,
     ) -> None:
-        """Keep ``records`` (already checked) as Evidence rows of ``item``."""
+        """Keep ``records`` (normative Evidence, already checked) as Evidence rows of ``item``;
+        ``position`` is the index, among the Decision's Events, of the Event carrying them."""
 
 
 class AbsentFromGroup(Protocol):
-    def __call__(self, group_id: str, hashes: list[str]) -> list[str]:
-        """Which of ``hashes`` are not stored or not held by the Group, sorted."""
+    def __call__(self, group_id: str, identifiers: list[str]) -> list[str]:
+        """Which of ``identifiers`` the Group does not hold, sorted: content hashes
+        (``sha256:<hex>``) not stored into it, Artifact IDs of no manifest published in it."""
 
 
 class ReviewAfterCommit(Protocol):

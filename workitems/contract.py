@@ -1,209 +1,187 @@
-"""The Work Contract (spec 10.1; DESIGN §4a) and its JSON Schema.
+"""The Work Contract (PROTOCOL §10.1) in its normative shape, ``work-contract.schema.json``.
 
-``check_contract(contract)`` returns the contract without server-assigned
-members or raises WORK_CONTRACT_INCOMPLETE (a required member is missing) or
-INVALID_COMMAND (present but wrong), naming the first bad field, with
-``details.reason`` ``contract_invalid``. The schema is
-served at ``/api/v1/schema/work-contract.json``.
+A WorkItem stores the contract exactly as the Coordinator sent it (camelCase,
+``contractVersion`` its revision). ``check_contract`` validates it with the
+kernel's schema (``mwportal/protocol/schemas/state.py``) and then with the
+rules a schema cannot say:
 
-A *material* change is any change of a field other than ``notes`` (prose may
-supplement but never replaces the fields; spec 10.1): it increments the
-contract revision and needs renewed Worker acceptance.
+- criterion and deliverable IDs are distinct within the contract;
+- a side-effect risk of ``high_risk`` or ``destructive`` needs a pre-execution
+  approval (§12: payments, external communication and destructive changes wait
+  for a signed approval gate), so ``executionApproval`` is not ``not_required``;
+- every dependency is a ``urn:uuid:`` WorkItem ID (this Organization's IDs);
+- ``constraints.dependencyPolicy`` (the contract's dependency policy, §10.4) is
+  ``verified`` (the default), ``submitted`` or ``terminal``;
+- ``constraints.checks`` maps acceptance criteria of this contract to the
+  deterministic checks the review pipeline runs for them (§13.2, ``checks.py``);
+- the deadline lies ahead, and every budget limit fits within the Mission's
+  (§12: the Coordinator allocates no more than the Mission's limits).
+
+A missing member is WORK_CONTRACT_INCOMPLETE (§19: "required Work Contract
+information is missing"); anything else wrong is INVALID_COMMAND. Both name
+the member as a JSON Pointer into the Command (``/payload/contract/...``) with
+``details.reason`` ``contract_invalid``.
+
+A *material* change is a change of any member except ``contractVersion`` and
+``extensions`` (annotations, §18): it needs a contract version one higher and
+renewed Worker acceptance (§10.1).
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from jsonschema import Draft202012Validator, FormatChecker
-
-from mwportal.protocol import ErrorCode, ProtocolError, canonicalize
+from mwportal.protocol import ErrorCode, ProtocolError, schemas
+from mwportal.protocol.canonical import canonicalize
+from mwportal.protocol.ids import is_portal_id
+from mwportal.protocol.values import parse_timestamp
 
 from .checks import CheckInvalid, check_spec, validate_declared
-from .models import BUDGET_DIMENSIONS
 
-_TEXT = {"type": "string", "minLength": 1, "maxLength": 10000}
-_UUID = {"type": "string", "pattern": "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"}
-_TIME = {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z$"}
-_NONNEG = {"type": "number", "minimum": 0}
-
-EVIDENCE_METHODS = ("artifact_integrity", "schema", "deterministic_check", "test", "reviewer", "human", "other")
-
-CONTRACT_SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "$id": "/api/v1/schema/work-contract.json",
-    "title": "MissionWeave Work Contract",
-    "type": "object",
-    "additionalProperties": False,
-    "required": [
-        "goal",
-        "deliverables",
-        "acceptance_criteria",
-        "inputs",
-        "dependencies",
-        "allowed",
-        "resources",
-        "capabilities",
-        "deadline",
-        "urgency",
-        "business_impact",
-        "budgets",
-        "retry",
-        "risk",
-    ],
-    "properties": {
-        "revision": {"type": "integer", "minimum": 1, "description": "assigned by the Group Authority"},
-        "goal": _TEXT,
-        "deliverables": {"type": "array", "minItems": 1, "items": _TEXT},
-        "acceptance_criteria": {
-            "type": "array",
-            "minItems": 1,
-            "items": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["id", "description", "evidence_methods"],
-                "properties": {
-                    "id": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$"},
-                    "description": _TEXT,
-                    "evidence_methods": {"type": "array", "minItems": 1, "items": {"enum": list(EVIDENCE_METHODS)}},
-                    # Deterministic checks the review pipeline runs for this
-                    # criterion (spec 13.2); kinds: checks.py.
-                    "checks": {
-                        "type": "array",
-                        "maxItems": 20,
-                        "items": {"type": "object", "required": ["kind"], "properties": {"kind": {"type": "string"}}},
-                    },
-                },
-            },
-        },
-        "inputs": {"type": "array", "items": {"type": "object"}},
-        "dependencies": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["workitem", "policy"],
-                "properties": {"workitem": _UUID, "policy": {"enum": ["verified", "submitted", "terminal"]}},
-            },
-        },
-        "allowed": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["tools", "data", "operations"],
-            "properties": {
-                "tools": {"type": "array", "items": {"type": "string"}},
-                "data": {"type": "array", "items": {"type": "string"}},
-                "operations": {"type": "array", "items": {"type": "string"}},
-            },
-        },
-        "resources": {"type": "object"},
-        "capabilities": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["id", "version"],
-                "properties": {"id": {"type": "string", "minLength": 1}, "version": {"type": "string", "minLength": 1}},
-            },
-        },
-        "deadline": {"anyOf": [_TIME, {"type": "null"}]},
-        "urgency": {"enum": ["low", "normal", "high", "critical"]},
-        "business_impact": {"enum": ["low", "medium", "high", "critical"]},
-        "budgets": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": list(BUDGET_DIMENSIONS),
-            "properties": {dim: {"anyOf": [_NONNEG, {"type": "null"}]} for dim in BUDGET_DIMENSIONS},
-        },
-        "retry": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["max_attempts", "backoff_seconds", "backoff_multiplier", "deadline", "max_cost"],
-            "properties": {
-                "max_attempts": {"type": "integer", "minimum": 1, "maximum": 100},
-                "backoff_seconds": _NONNEG,
-                "backoff_multiplier": {"type": "number", "minimum": 1, "maximum": 10},
-                "deadline": {"anyOf": [_TIME, {"type": "null"}]},
-                "max_cost": {"anyOf": [_NONNEG, {"type": "null"}]},
-            },
-        },
-        "risk": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["class", "requires_execution_approval"],
-            "properties": {
-                "class": {"enum": ["low", "medium", "high", "critical"]},
-                "requires_execution_approval": {"type": "boolean"},
-            },
-        },
-        "notes": {"type": "string", "maxLength": 20000},
-    },
+FIELD = "/payload/contract"
+DEPENDENCY_POLICIES = ("verified", "submitted", "terminal")
+HIGH_RISK = ("high_risk", "destructive")
+_IMMATERIAL = ("contractVersion", "extensions")
+# Usage dimensions (catalogue ``USAGE``) and the budget limit each is charged against.
+LIMITS = {
+    "financialMicrounits": "financialLimit",
+    "modelTokens": "modelTokenLimit",
+    "toolCalls": "toolCallLimit",
+    "computeSeconds": "computeSecondsLimit",
+    "wallClockSeconds": "wallClockSecondsLimit",
+    "externalActions": "externalSideEffectLimit",
 }
-
-_validator = Draft202012Validator(CONTRACT_SCHEMA, format_checker=FormatChecker())
-
-
-def _field_of(error: Any) -> str:
-    path = ".".join(str(p) for p in error.absolute_path)
-    if error.validator == "required":
-        missing = error.message.split("'")[1] if "'" in error.message else ""
-        path = f"{path}.{missing}" if path else missing
-    elif error.validator == "additionalProperties" and "'" in error.message:
-        extra = error.message.split("'")[1]
-        path = f"{path}.{extra}" if path else extra
-    return "contract" + (f".{path}" if path else "")
+MICRO = 1_000_000  # financialMicrounits per unit of the budget's currency
 
 
-def check_contract(contract: Any) -> dict[str, Any]:
-    """The validated contract (without ``revision``), else the refusal naming the field."""
+def contract_schema() -> dict[str, Any]:
+    """The kernel's JSON Schema of the Work Contract."""
+    return schemas.json_schema("work-contract")
+
+
+def invalid(code: ErrorCode, message: str, field: str) -> ProtocolError:
+    return ProtocolError(code, f"{field}: {message}", details={"field": field, "reason": "contract_invalid"})
+
+
+def _schema_errors(contract: Any, field: str) -> None:
+    try:
+        schemas.validate("work-contract", contract)
+    except schemas.SchemaError as exc:
+        first = exc.errors[0]
+        path, _, message = first.partition(": ")
+        path = "" if path == "/" else path
+        if "is a required property" in message:
+            missing = message.split("'")[1] if "'" in message else ""
+            raise invalid(ErrorCode.WORK_CONTRACT_INCOMPLETE, message, f"{field}{path}/{missing}") from None
+        if "Additional properties" in message and "'" in message:
+            path = f"{path}/{message.split(chr(39))[1]}"
+        raise invalid(ErrorCode.INVALID_COMMAND, message, f"{field}{path}") from None
+
+
+def check_contract(
+    contract: Any,
+    *,
+    field: str = FIELD,
+    now: datetime | None = None,
+    mission_budget: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The validated contract, else the refusal naming the member."""
     if not isinstance(contract, dict):
-        raise _invalid(ErrorCode.INVALID_COMMAND, "contract: must be an object", "contract")
-    errors = sorted(_validator.iter_errors(contract), key=lambda e: (len(list(e.absolute_path)), e.message))
-    if errors:
-        err = errors[0]
-        field = _field_of(err)
-        # §19: WORK_CONTRACT_INCOMPLETE is "required Work Contract information is missing".
-        code = ErrorCode.WORK_CONTRACT_INCOMPLETE if err.validator == "required" else ErrorCode.INVALID_COMMAND
-        raise _invalid(code, f"{field}: {err.message}", field)
-    ids = [c["id"] for c in contract["acceptance_criteria"]]
-    if len(set(ids)) != len(ids):
-        raise _invalid(
+        raise invalid(ErrorCode.INVALID_COMMAND, "must be an object", field)
+    _schema_errors(contract, field)
+    for member, key in (("acceptanceCriteria", "criterionId"), ("requiredDeliverables", "deliverableId")):
+        seen: set[str] = set()
+        for i, entry in enumerate(contract[member]):
+            if entry[key] in seen:
+                raise invalid(ErrorCode.INVALID_COMMAND, f"{entry[key]!r} is used twice", f"{field}/{member}/{i}/{key}")
+            seen.add(entry[key])
+    if contract["sideEffectRisk"] in HIGH_RISK and contract["executionApproval"] == "not_required":
+        raise invalid(
             ErrorCode.INVALID_COMMAND,
-            "contract.acceptance_criteria: ids must be distinct",
-            "contract.acceptance_criteria",
+            f"a {contract['sideEffectRisk']} contract needs a pre-execution approval (§12)",
+            f"{field}/executionApproval",
         )
-    _check_declared_checks(contract)
-    return {k: v for k, v in contract.items() if k != "revision"}
+    for i, dep in enumerate(contract["dependencyWorkItemIds"]):
+        if not is_portal_id(dep):
+            raise invalid(
+                ErrorCode.INVALID_COMMAND,
+                "a WorkItem ID is a lower-case urn:uuid:",
+                f"{field}/dependencyWorkItemIds/{i}",
+            )
+    _check_constraints(contract, field)
+    if now is not None and parse_timestamp(contract["deadline"]).epoch_seconds <= now.timestamp():
+        raise invalid(ErrorCode.INVALID_COMMAND, "the deadline has passed", f"{field}/deadline")
+    if mission_budget:
+        _check_within(contract["budget"], mission_budget, field)
+    return contract
 
 
-def _invalid(code: ErrorCode, message: str, field: str) -> ProtocolError:
-    return ProtocolError(code, message, details={"field": field, "reason": "contract_invalid"})
-
-
-def _check_declared_checks(contract: dict[str, Any]) -> None:
-    """Each declared check is a registered kind with a valid declaration."""
-    for i, criterion in enumerate(contract["acceptance_criteria"]):
-        for j, spec in enumerate(criterion.get("checks", [])):
-            where = f"contract.acceptance_criteria.{i}.checks.{j}"
+def _check_constraints(contract: dict[str, Any], field: str) -> None:
+    constraints = contract.get("constraints") or {}
+    where = f"{field}/constraints"
+    policy = constraints.get("dependencyPolicy", "verified")
+    if policy not in DEPENDENCY_POLICIES:
+        raise invalid(
+            ErrorCode.INVALID_COMMAND, f"must be one of {', '.join(DEPENDENCY_POLICIES)}", f"{where}/dependencyPolicy"
+        )
+    checks = constraints.get("checks", {})
+    if not isinstance(checks, dict):
+        raise invalid(ErrorCode.INVALID_COMMAND, "must map criterion IDs to lists of checks", f"{where}/checks")
+    known = set(criteria_ids(contract))
+    for criterion, specs in checks.items():
+        at = f"{where}/checks/{criterion}"
+        if criterion not in known:
+            raise invalid(ErrorCode.INVALID_COMMAND, "is not an acceptance criterion of the contract", at)
+        if not isinstance(specs, list) or len(specs) > 20:
+            raise invalid(ErrorCode.INVALID_COMMAND, "must be a list of at most 20 checks", at)
+        for j, spec in enumerate(specs):
             try:
-                check_spec(spec, where)
-                validate_declared(spec, where)
+                check_spec(spec, f"{at}/{j}")
+                validate_declared(spec, f"{at}/{j}")
             except CheckInvalid as exc:
-                raise _invalid(ErrorCode.INVALID_COMMAND, str(exc), exc.field) from None
+                raise invalid(ErrorCode.INVALID_COMMAND, exc.message, exc.field) from None
+
+
+def _check_within(budget: dict[str, Any], mission: dict[str, Any], field: str) -> None:
+    """§12: a WorkItem's limits are at most the Mission's, in the Mission's currency."""
+    if "financialLimit" in budget and "financialLimit" in mission and budget.get("currency") != mission.get("currency"):
+        raise invalid(ErrorCode.INVALID_COMMAND, "must be the Mission's currency", f"{field}/budget/currency")
+    for limit in LIMITS.values():
+        if limit in budget and limit in mission and budget[limit] > mission[limit]:
+            raise invalid(
+                ErrorCode.INVALID_COMMAND,
+                f"{budget[limit]} exceeds the Mission's limit {mission[limit]}",
+                f"{field}/budget/{limit}",
+            )
 
 
 def is_material_change(old: dict[str, Any], new: dict[str, Any]) -> bool:
-    """Anything but ``notes`` (and the server's ``revision``) changed."""
+    """Anything but ``contractVersion`` and ``extensions`` changed."""
 
     def material(c: dict[str, Any]) -> bytes:
-        return canonicalize({k: v for k, v in c.items() if k not in ("notes", "revision")})
+        return canonicalize({k: v for k, v in c.items() if k not in _IMMATERIAL})
 
     return material(old) != material(new)
 
 
 def requires_approval(contract: dict[str, Any]) -> bool:
-    return bool(contract["risk"]["requires_execution_approval"])
+    """The start gate (§12): the contract asks for a pre-execution approval."""
+    return contract["executionApproval"] != "not_required"
 
 
 def criteria_ids(contract: dict[str, Any]) -> list[str]:
-    return [c["id"] for c in contract["acceptance_criteria"]]
+    return [c["criterionId"] for c in contract["acceptanceCriteria"]]
+
+
+def criterion(contract: dict[str, Any], criterion_id: str) -> dict[str, Any] | None:
+    return next((c for c in contract["acceptanceCriteria"] if c["criterionId"] == criterion_id), None)
+
+
+def dependency_policy(contract: dict[str, Any]) -> str:
+    return str((contract.get("constraints") or {}).get("dependencyPolicy", "verified"))
+
+
+def declared_checks(contract: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Criterion ID -> the deterministic checks declared for it (``constraints.checks``)."""
+    return dict((contract.get("constraints") or {}).get("checks", {}))

@@ -1,4 +1,4 @@
-"""Authoritative WorkItem state (spec 10, 11.3-11.5).
+"""Authoritative WorkItem state (PROTOCOL §10, §11.3-§11.5).
 
 Every row changes only inside ``missions.authority.accept()`` through the
 handlers of ``workitems/handlers/``. The WorkItem row is the aggregate: its
@@ -12,7 +12,6 @@ import uuid
 from django.db import models
 from django.db.models import Q
 
-from missions.models import BUDGET_DIMENSIONS as BUDGET_DIMENSIONS  # re-exported for the WorkItem modules
 from missions.models import Agent, Group, Mission
 
 from . import state_machine as sm
@@ -44,6 +43,8 @@ class WorkItem(models.Model):
     proposal = models.OneToOneField(WorkProposal, null=True, blank=True, on_delete=models.PROTECT)
     state = models.CharField(max_length=12, choices=[(s, s) for s in sm.STATES])
     revision = models.PositiveIntegerField(default=1)
+    # The normative Work Contract (work-contract.schema.json), camelCase as sent;
+    # contract_revision mirrors its contractVersion.
     contract = models.JSONField()
     contract_revision = models.PositiveIntegerField(default=1)
     # The contract revision the current owner accepted; a material revision
@@ -84,7 +85,7 @@ class WorkItem(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.contract.get('goal', '')[:60]} ({self.state})"
+        return f"{str(self.contract.get('goal', ''))[:60]} ({self.state})"
 
 
 class WorkDependency(models.Model):

@@ -1,27 +1,30 @@
 """Bounded offline execution: reconciling progress a Worker buffered while the
-Group service was unreachable (spec 11.5; MWP-WRK-021, MWP-WRK-022).
+Group service was unreachable (PROTOCOL §11.5).
 
 A buffered ``work.checkpoint`` carries the critical extension
-``urn:missionweaveprotocol:extension:bounded-offline-execution``::
+``urn:missionweaveprotocol:extension:bounded-offline-execution`` in its
+envelope's ``extensions``, as the reference implementation writes it
+(``{"version": "0.1.0", "critical": true, "data": {...}}``), ``data`` being::
 
-    {"critical": true, "agent", "group", "workitem", "session_epoch",
-     "ownership_epoch", "lease_id", "disconnected_at", "buffered_at",
-     "grace_deadline", "lease_expires_at", "usage_delta": {six dimensions}}
+    {"agentId", "groupId", "workItemId", "sessionEpoch", "ownershipEpoch",
+     "executionLeaseId", "disconnectedAt", "bufferedAt", "graceDeadline",
+     "executionLeaseExpiresAt", "resourceUsageDelta": {six dimensions}}
 
 The Worker keeps the binding as it was when it buffered the Command and, on
-reconnect, re-signs the Command under its current session (``session_epoch``,
-``membership_epoch``, ``issued_at`` of the envelope are the reconciliation
-session's; the binding's ``session_epoch`` is the historical one). The
-envelope's ``lease_id`` names the historical Execution Lease.
+reconnect, re-signs the Command under its current session (the envelope's
+``sessionEpoch``, ``membershipEpoch`` and ``issuedAt`` are the reconciliation
+session's; the binding's ``sessionEpoch`` is the historical one). The payload's
+``executionLeaseId`` names the historical Execution Lease.
 
-The Group Authority refuses the Command with INVALID_COMMAND (offline_binding_invalid) when the
-progress was buffered outside the historical lease and its grace window
-(``MWP_OFFLINE_GRACE_SECONDS`` after the lease's expiry), after the lease was
-closed (released or revoked before the buffer time), for an owner other than
-the current one, or for another WorkItem than the Command's target. A nonzero
-usage delta is charged in the same transaction, with its own
-``ext.missionweaveprotocol.core.resource_usage_recorded`` Event naming both
-sessions, before the checkpoint applies; a budget overflow refuses both.
+The Group Authority refuses the Command with INVALID_COMMAND (reason
+``offline_binding_invalid``) when the progress was buffered outside the
+historical lease and its grace window (``MWP_OFFLINE_GRACE_SECONDS`` after the
+lease's expiry), after the lease was closed (released or revoked before the
+buffer time), for an owner other than the current one, or for another WorkItem
+than the Command's. A nonzero usage delta is charged in the same transaction,
+with its own ``ext.missionweaveprotocol.core.resource_usage_recorded`` Event
+naming both sessions, before the checkpoint applies; a budget overflow refuses
+both.
 """
 
 from __future__ import annotations
@@ -33,19 +36,21 @@ from typing import Any
 from django.conf import settings
 
 from missions.authority import HandlerContext
-from missions.guards import check_object, refuse
-from mwportal.protocol import ErrorCode, ProtocolError, malformed, parse_time, parse_uuid
+from mwportal.protocol import ErrorCode, ProtocolError
+from mwportal.protocol.ids import bare
+from mwportal.protocol.values import is_timestamp
 
-from .guards import check_usage
+from .contract import LIMITS
 from .models import ExecutionLease, WorkItem
+from .wire import moment, refuse
 
 OFFLINE_EXTENSION = "urn:missionweaveprotocol:extension:bounded-offline-execution"
 USAGE_RECORDED = "ext.missionweaveprotocol.core.resource_usage_recorded"
 
-_FIELDS = (
-    "critical", "agent", "group", "workitem", "session_epoch", "ownership_epoch", "lease_id",
-    "disconnected_at", "buffered_at", "grace_deadline", "lease_expires_at", "usage_delta",
-)  # fmt: skip
+_IDS = ("agentId", "groupId", "workItemId", "executionLeaseId")
+_EPOCHS = ("sessionEpoch", "ownershipEpoch")
+_TIMES = ("disconnectedAt", "bufferedAt", "graceDeadline", "executionLeaseExpiresAt")
+_MEMBERS = (*_IDS, *_EPOCHS, *_TIMES, "resourceUsageDelta")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,70 +65,92 @@ class OfflineBinding:
     buffered_at: datetime
     grace_deadline: datetime
     lease_expires_at: datetime
-    usage_delta: dict[str, float]
-
-    def historical(self) -> dict[str, Any]:
-        """The execution session the progress was made in."""
-        return {"session_epoch": self.session_epoch, "lease_id": self.lease_id, "ownership_epoch": self.ownership_epoch}
+    usage_delta: dict[str, int]
+    raw: dict[str, Any]
 
 
 def invalid(message: str, **details: Any) -> ProtocolError:
     return refuse(ErrorCode.INVALID_COMMAND, message, **details, reason="offline_binding_invalid")
 
 
+def _schema(field: str, problem: str) -> ProtocolError:
+    return refuse(ErrorCode.SCHEMA_VALIDATION_FAILED, f"{field}: {problem}", field=field)
+
+
 def parse_binding(extensions: dict[str, Any]) -> OfflineBinding | None:
     """The binding of a buffered Command, or None for a live one; SCHEMA_VALIDATION_FAILED
-    names the bad member of a binding that is not well formed."""
+    names the bad member (a JSON Pointer into the Command) of one that is not well formed."""
     if OFFLINE_EXTENSION not in extensions:
         return None
-    prefix = f"extensions.{OFFLINE_EXTENSION}"
-    raw = check_object(extensions[OFFLINE_EXTENSION], _FIELDS, field=prefix)
-    if raw["critical"] is not True:
-        raise malformed(f"{prefix}.critical", "the bounded-offline-execution binding is critical: must be true")
-    for name in ("session_epoch", "ownership_epoch"):
-        if isinstance(raw[name], bool) or not isinstance(raw[name], int) or raw[name] < 0:
-            raise malformed(f"{prefix}.{name}", "must be a non-negative integer")
-
-    def when(name: str) -> datetime:
-        return parse_time(raw[name], f"{prefix}.{name}")
-
+    prefix = f"/extensions/{OFFLINE_EXTENSION}"
+    entry = extensions[OFFLINE_EXTENSION]
+    if not isinstance(entry, dict):
+        raise _schema(prefix, "must be an extension object")
+    if entry.get("critical") is not True:
+        raise _schema(f"{prefix}/critical", "the bounded-offline-execution binding is critical: must be true")
+    data = entry.get("data")
+    if not isinstance(data, dict):
+        raise _schema(f"{prefix}/data", "must be the binding object")
+    at = f"{prefix}/data"
+    for name in sorted(set(data) - set(_MEMBERS)):
+        raise _schema(f"{at}/{name}", "is not a member of the binding")
+    for name in _MEMBERS:
+        if name not in data:
+            raise _schema(f"{at}/{name}", "is required")
+    for name in _EPOCHS:
+        if isinstance(data[name], bool) or not isinstance(data[name], int) or data[name] < 1:
+            raise _schema(f"{at}/{name}", "must be a positive integer")
+    for name in _TIMES:
+        if not is_timestamp(data[name]):
+            raise _schema(f"{at}/{name}", "must be an RFC 3339 timestamp")
+    usage = data["resourceUsageDelta"]
+    if not isinstance(usage, dict):
+        raise _schema(f"{at}/resourceUsageDelta", "must be a usage object")
+    for name, value in usage.items():
+        if name not in LIMITS:
+            raise _schema(f"{at}/resourceUsageDelta/{name}", f"is not a usage dimension ({', '.join(LIMITS)})")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise _schema(f"{at}/resourceUsageDelta/{name}", "must be a non-negative integer")
+    ids = {name: bare(data[name], f"{at}/{name}") for name in _IDS}
     return OfflineBinding(
-        agent=parse_uuid(raw["agent"], f"{prefix}.agent"),
-        group=parse_uuid(raw["group"], f"{prefix}.group"),
-        workitem=parse_uuid(raw["workitem"], f"{prefix}.workitem"),
-        lease_id=parse_uuid(raw["lease_id"], f"{prefix}.lease_id"),
-        session_epoch=raw["session_epoch"],
-        ownership_epoch=raw["ownership_epoch"],
-        disconnected_at=when("disconnected_at"),
-        buffered_at=when("buffered_at"),
-        grace_deadline=when("grace_deadline"),
-        lease_expires_at=when("lease_expires_at"),
-        usage_delta=check_usage(raw["usage_delta"], f"{prefix}.usage_delta"),
+        agent=ids["agentId"],
+        group=ids["groupId"],
+        workitem=ids["workItemId"],
+        lease_id=ids["executionLeaseId"],
+        session_epoch=data["sessionEpoch"],
+        ownership_epoch=data["ownershipEpoch"],
+        disconnected_at=moment(data["disconnectedAt"]),
+        buffered_at=moment(data["bufferedAt"]),
+        grace_deadline=moment(data["graceDeadline"]),
+        lease_expires_at=moment(data["executionLeaseExpiresAt"]),
+        usage_delta={k: v for k, v in usage.items() if v},
+        raw=data,
     )
 
 
 def check_binding(ctx: HandlerContext, item: WorkItem, binding: OfflineBinding) -> ExecutionLease:
     """The historical lease the buffered progress was made under, when the
-    binding holds (MWP-WRK-021); INVALID_COMMAND (offline_binding_invalid) otherwise."""
-    env = ctx.envelope
+    binding holds (§11.5); INVALID_COMMAND (offline_binding_invalid) otherwise."""
     if binding.agent != ctx.actor.id:
         raise invalid("the binding names another Agent than the actor")
     if binding.group != ctx.group.id or binding.workitem != str(item.id):
-        raise invalid("the binding is for another Group or WorkItem than the Command's target")
-    if env.lease_id != binding.lease_id:
+        raise invalid("the binding is for another Group or WorkItem than the Command's")
+    if bare(ctx.payload["executionLeaseId"], "/payload/executionLeaseId") != binding.lease_id:
         raise invalid("the Command must name the binding's historical Execution Lease")
-    if env.session_epoch < binding.session_epoch:
+    if ctx.payload["ownershipEpoch"] != binding.ownership_epoch:
+        raise invalid("the Command must carry the binding's Ownership Epoch")
+    if (ctx.command.session_epoch or 0) < binding.session_epoch:
         raise invalid("the Command must be re-signed under the current session")
     # Locked after the WorkItem row, per the write path's lock order.
     lease = ExecutionLease.objects.select_for_update().filter(id=binding.lease_id, workitem=item).first()
     if lease is None or str(lease.agent_id) != ctx.actor.id:
-        raise invalid(f"no Execution Lease {binding.lease_id} of this Agent on this WorkItem")
+        raise invalid("no such Execution Lease of this Agent on this WorkItem")
     if lease.session_epoch != binding.session_epoch or lease.ownership_epoch != binding.ownership_epoch:
         raise invalid("the binding's session or Ownership Epoch is not the historical lease's")
     if item.ownership_epoch != binding.ownership_epoch or str(item.owner_id) != ctx.actor.id:
         raise invalid(
             "the WorkItem has changed owner since the progress was buffered",
-            current_ownership_epoch=item.ownership_epoch,
+            currentOwnershipEpoch=item.ownership_epoch,
         )
     grace = timedelta(seconds=settings.MWP_OFFLINE_GRACE_SECONDS)
     if binding.lease_expires_at > lease.expires_at:

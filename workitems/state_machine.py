@@ -1,8 +1,8 @@
-"""The WorkItem transition table of spec 10.2, as data.
+"""The WorkItem transition table of PROTOCOL §10.2, as data.
 
 ``TRANSITIONS[(state, transition)]`` is the set of states the transition may
 lead to. ``check_transition()`` is the one guard every WorkItem handler calls
-first: anything the table does not list is INVALID_STATE_TRANSITION (spec 10.2:
+first: anything the table does not list is INVALID_STATE_TRANSITION (§10.2:
 "Implementations MUST reject transitions not permitted by this table").
 
 Rows that the table gives as conditions ("with no live owner", "when
@@ -28,32 +28,43 @@ CANCELLED = "cancelled"
 
 STATES = (OPEN, OFFERED, QUEUED, ACTIVE, BLOCKED, SUBMITTED, VERIFIED, FAILED, CANCELLED)
 TERMINAL = frozenset({VERIFIED, CANCELLED})
-# Unfinished: what a terminal Mission state propagates to (spec 10.2, last row).
+# Unfinished: what a terminal Mission state propagates to (§10.2, last row).
 UNFINISHED = frozenset({OPEN, OFFERED, QUEUED, ACTIVE, BLOCKED, SUBMITTED})
 
 _OFFERABLE = (OPEN, OFFERED, QUEUED, ACTIVE, BLOCKED, FAILED)
 _ENDABLE = (OPEN, OFFERED, QUEUED, ACTIVE, BLOCKED, SUBMITTED)
 _CHILDABLE = (OPEN, OFFERED, QUEUED, ACTIVE, BLOCKED)
 
+RENEW = "ext.missionweaveprotocol.core.work_execution_lease_renew"
+USAGE = "ext.missionweaveprotocol.core.resource_usage_record"
+DEPENDENCY_ADD = "ext.missionweaveprotocol.core.work_dependency_add"
+DECLINE = "ext.mwportal.work.offer_decline"
+AMBIGUITY = "ext.mwportal.work.ambiguity_raise"
+
 _ROWS: list[tuple[tuple[str, ...], str, tuple[str, ...]]] = [
-    # (from states, transition, to states)
+    # (from states, transition, to states); Command rows are named by their catalogue kind.
     ((), "work.authorize", (OPEN,)),  # from none or an open Work Proposal
     (_OFFERABLE, "work.offer", (OFFERED,)),  # only with no live owner
     ((OFFERED,), "work.accept_offer", (QUEUED,)),
-    ((OFFERED,), "work.decline_offer", (OFFERED,)),
+    # A decline is not a core transition (§15.1): it closes one offer only.
+    ((OFFERED,), DECLINE, (OFFERED,)),
     # An essential ambiguity is raised in the WorkItem Conversation instead of
-    # accepting (spec 10.1); a new offer with the corrected contract answers it.
-    ((OFFERED,), "work.raise_ambiguity", (OFFERED,)),
+    # accepting (§10.1); a new offer with the corrected contract answers it.
+    ((OFFERED,), AMBIGUITY, (OFFERED,)),
     ((QUEUED,), "approval.grant_execution", (QUEUED,)),  # only when the contract requires it
     ((QUEUED,), "work.start", (ACTIVE,)),
-    ((ACTIVE,), "work.renew_lease", (ACTIVE,)),
+    ((ACTIVE,), RENEW, (ACTIVE,)),
+    ((ACTIVE,), USAGE, (ACTIVE,)),
+    # A new edge revises the contract (§10.4) before execution begins; an owner
+    # must accept the revised contract again (§10.1).
+    ((OPEN, OFFERED, QUEUED, BLOCKED, FAILED), DEPENDENCY_ADD, (OPEN, OFFERED, QUEUED, BLOCKED, FAILED)),
     ((ACTIVE,), "work.checkpoint", (QUEUED,)),
     ((ACTIVE,), "work.block", (BLOCKED,)),
     ((BLOCKED,), "work.unblock", (QUEUED, OPEN)),  # open once ownership expired
     ((ACTIVE,), "work.submit", (SUBMITTED,)),
     ((SUBMITTED,), "work.accept_result", (VERIFIED,)),
     (_ENDABLE, "work.fail", (FAILED,)),
-    # A Worker-reported retryable failure with attempts left (spec 11.4):
+    # A Worker-reported retryable failure with attempts left (§11.4):
     # the execution ends, the WorkItem waits in its queue for the next attempt.
     ((ACTIVE,), "work.retry", (QUEUED,)),
     (_ENDABLE, "work.cancel", (CANCELLED,)),
@@ -62,13 +73,13 @@ _ROWS: list[tuple[tuple[str, ...], str, tuple[str, ...]]] = [
     ((BLOCKED,), "child.failed", (BLOCKED, FAILED)),  # by the declared child-failure policy
     (_ENDABLE, "parent.failed", (FAILED,)),
     (_ENDABLE, "parent.cancelled", (CANCELLED,)),
-    # Expiry (spec 11.3/11.5): the lease times out, the start-by deadline or
+    # Expiry (§11.3, §11.5): the lease times out, the start-by deadline or
     # the bounded blocked lease passes. The owner is fenced; state keeps its
     # place in the table (an expired active item returns to its queue).
-    ((ACTIVE,), "expire.lease", (QUEUED,)),
+    ((ACTIVE,), "expire.lease", (QUEUED, FAILED)),
     ((QUEUED,), "expire.start_by", (QUEUED,)),
     ((BLOCKED,), "expire.blocked_lease", (BLOCKED,)),
-    # Session replacement revokes the Agent's leases (MWP-WRK-014).
+    # Session replacement revokes the Agent's leases (§11.3).
     ((ACTIVE,), "lease.revoke", (QUEUED,)),
 ]
 

@@ -1,40 +1,60 @@
-"""Expiry by Celery beat (spec 11.3, 11.5).
+"""Expiry by Celery beat (PROTOCOL §11.3, §11.5).
 
 Each task finds what is past its time with a read-only query, then issues one
-system Command per WorkItem through ``accept()``. Action IDs and ``issued_at``
-derive from the expired thing itself (lease ID and its expiry, Ownership Epoch
-and its deadline), so a task that runs twice, or two beat processes racing,
-append each Event once: the second acceptance is a replayed receipt.
+``ext.mwportal.work.lease_expire`` Command per lease, by the Organization's
+control-plane service Principal (``missions.commands.service_command``,
+``Auth.SERVICE``), through ``accept()``. Action IDs and ``issuedAt`` derive from
+the expired thing itself (the lease and its expiry, the Ownership Epoch and its
+deadline), so a task that runs twice, or two beat processes racing, append each
+Event once: the second acceptance is a replayed receipt.
 
-Offer expiry needs no task: it appends no Event, and an acceptance after it is
-WORK_OFFER_EXPIRED.
+Offer expiry needs no task: it appends no Event (§10.2), and an acceptance
+after it is WORK_OFFER_EXPIRED.
 """
 
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Any
 
 from celery import shared_task
 from django.utils import timezone
 
 from missions.authority import accept, system_action_id
-from missions.commands import system_command
+from missions.commands import service_command
 from mwportal.protocol import ProtocolError
+from mwportal.protocol.ids import urn
 
+from .handlers.expiry import LEASE_EXPIRE
 from .models import ExecutionLease, WorkItem
 
 log = logging.getLogger(__name__)
 BATCH = 500
 
 
-def _issue(type_: str, group_id: Any, body: dict[str, Any], key: tuple[Any, ...], issued_at: Any) -> bool:
-    """Accept one system Command; False when it was refused (the thing moved on)."""
-    command = system_command(type_, str(group_id), body, action_id=system_action_id(type_, *key), issued_at=issued_at)
+def issue_expiry(item: WorkItem, lease_type: str, lease_id: str | None, key: tuple[Any, ...], due: datetime) -> bool:
+    """Accept one expiry Command; False when it was refused (the thing moved on) or replayed."""
+    payload: dict[str, Any] = {
+        "workItemId": urn(item.id),
+        "ownershipEpoch": item.ownership_epoch,
+        "leaseType": lease_type,
+    }
+    if lease_id is not None:
+        payload["leaseId"] = urn(lease_id)
+    command = service_command(
+        LEASE_EXPIRE,
+        str(item.group_id),
+        payload,
+        organization_id=str(item.group.organization_id),
+        action_id=system_action_id(LEASE_EXPIRE, lease_type, *key),
+        issued_at=due,
+        work_item_id=str(item.id),
+    )
     try:
         receipt = accept(command)
     except ProtocolError as exc:
-        log.info("%s for %s skipped: %s", type_, body.get("workitem"), exc)
+        log.info("%s of %s (%s) skipped: %s", LEASE_EXPIRE, item.id, lease_type, exc)
         return False
     return not receipt["replayed"]
 
@@ -43,35 +63,44 @@ def _issue(type_: str, group_id: Any, body: dict[str, Any], key: tuple[Any, ...]
 def expire_leases() -> int:
     """Expire Execution Leases past their expiry; returns how many were expired now."""
     now = timezone.now()
-    due = ExecutionLease.objects.filter(status="active", expires_at__lte=now).select_related("workitem")[:BATCH]
+    due = ExecutionLease.objects.filter(status="active", expires_at__lte=now).select_related(
+        "workitem", "workitem__group"
+    )[:BATCH]
     return sum(
-        _issue("work.expire_lease", lease.workitem.group_id,
-               {"workitem": str(lease.workitem_id), "ownership_epoch": lease.ownership_epoch,
-                "lease_id": str(lease.id)},
-               (lease.id, lease.expires_at.isoformat()), lease.expires_at)
+        issue_expiry(
+            lease.workitem, "execution", str(lease.id), (lease.id, lease.expires_at.isoformat()), lease.expires_at
+        )
         for lease in due
-    )  # fmt: skip
+    )
 
 
-def _fence_lapsed(state: str, type_: str) -> int:
-    """Issue ``type_`` for every ``state`` WorkItem whose owner's lease (start-by
-    or blocked lease) has run out."""
+def _fence_lapsed(state: str, lease_type: str) -> int:
+    """Expire the ownership lease (start-by) or blocked lease of every ``state``
+    WorkItem whose owner's deadline has passed."""
     now = timezone.now()
-    due = WorkItem.objects.filter(state=state, owner__isnull=False, owner_expires_at__lt=now)[:BATCH]
+    due = WorkItem.objects.filter(state=state, owner__isnull=False, owner_expires_at__lt=now).select_related("group")[
+        :BATCH
+    ]
     return sum(
-        _issue(type_, item.group_id, {"workitem": str(item.id), "ownership_epoch": item.ownership_epoch},
-               (item.id, item.ownership_epoch, item.owner_expires_at.isoformat()), item.owner_expires_at)
-        for item in due if item.owner_expires_at is not None
-    )  # fmt: skip
+        issue_expiry(
+            item,
+            lease_type,
+            None,
+            (item.id, item.ownership_epoch, item.owner_expires_at.isoformat()),
+            item.owner_expires_at,
+        )
+        for item in due
+        if item.owner_expires_at is not None
+    )
 
 
 @shared_task(name="workitems.expire_start_by")
 def expire_start_by() -> int:
     """Fence owners of queued WorkItems whose start-by deadline passed."""
-    return _fence_lapsed("queued", "work.expire_start_by")
+    return _fence_lapsed("queued", "ownership")
 
 
 @shared_task(name="workitems.expire_blocked_leases")
 def expire_blocked_leases() -> int:
     """End the bounded blocked lease of blocked WorkItems past it."""
-    return _fence_lapsed("blocked", "work.expire_blocked_lease")
+    return _fence_lapsed("blocked", "blocked")

@@ -1,15 +1,15 @@
-"""``GET /api/v1/schema/work-contract.json``: the Work Contract JSON Schema."""
+"""The Work Contract's JSON Schema (``work-contract.schema.json``, the kernel's), served as is."""
 
 from __future__ import annotations
 
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 
-from .contract import CONTRACT_SCHEMA
+from .contract import contract_schema
 
 
 @require_GET
 def work_contract_schema(request: HttpRequest) -> JsonResponse:
-    response = JsonResponse(CONTRACT_SCHEMA)
+    response = JsonResponse(contract_schema())
     response["Content-Type"] = "application/schema+json"
     return response

@@ -1,4 +1,5 @@
-"""Handlers of the WorkItem commands (spec 10, 11.3-11.5; DESIGN §4a), one room per concern.
+"""Handlers of the WorkItem Commands (PROTOCOL §10-§14), one room per concern, keyed by
+the catalogue's Command kinds (``mwportal.protocol.catalogue``).
 
 Importing the package registers every kind: each submodule's ``@command``
 decorators and hooks run on import (``WorkitemsConfig.ready`` imports this).
@@ -7,13 +8,14 @@ re-exported here.
 """
 
 from . import execution, expiry, offers, outcomes, results
-from .common import check_lease, item_ref, load_item, token_digest
+from .common import check_lease, item_ref, lease_document, load_item, token_digest
 
 __all__ = [
     "check_lease",
     "execution",
     "expiry",
     "item_ref",
+    "lease_document",
     "load_item",
     "offers",
     "outcomes",

@@ -1,87 +1,99 @@
-"""What every WorkItem handler shares (spec 10, 11.3-11.5; DESIGN §4a).
+"""What every WorkItem handler shares (PROTOCOL §10, §11.3-§11.5, §12).
 
 Every handler runs inside ``accept()`` with the Group row locked, then locks
 the WorkItem row (Group first, then the aggregate: the one lock order of the
 write path). Each begins with ``check_transition()`` against the table in
-``state_machine.py`` (then lease-bound Commands check their fencing), then its
-``check_*`` guards, then writes the rows and returns the Events.
+``state_machine.py``, then the fences the Command carries in its payload
+(``ownershipEpoch``, ``executionLeaseId``: the catalogue's ``LEASED``), then its
+other rules, then writes the rows and returns the Events, whose payloads are the
+catalogue's.
 
 Timing (DESIGN §6 settings): an owner must start within
 ``MWP_START_BY_SECONDS`` of acceptance or of a checkpoint; an Execution Lease
-lasts ``MWP_LEASE_SECONDS`` unless renewed; a blocked owner keeps ownership
-for ``MWP_BLOCKED_LEASE_SECONDS``.
+lasts ``MWP_LEASE_SECONDS`` unless the Command asks for less; a blocked owner
+keeps ownership for ``MWP_BLOCKED_LEASE_SECONDS``.
 
-Here: loading and saving the WorkItem, lease fencing, usage charges and
-dependencies.
+Identifiers: the rows keep bare UUIDs, every payload carries ``urn:uuid:`` IDs.
 """
 
 from __future__ import annotations
 
 import hashlib
+import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 
-from missions.authority import (
-    AggregateRef,
-    HandlerContext,
-    check_revision,
-    check_target_kind,
-)
-from missions.guards import refuse
+from missions.authority import AggregateRef, Emit, HandlerContext, check_revision
 from missions.models import Mission
-from mwportal.protocol import ErrorCode, format_time, malformed, parse_time
+from mwportal.protocol import ErrorCode
+from mwportal.protocol.ids import bare, urn
 
 from .. import state_machine as sm
-from ..contract import criteria_ids
-from ..models import BUDGET_DIMENSIONS, ExecutionLease, Offer, WorkDependency, WorkItem
+from ..contract import LIMITS, MICRO, dependency_policy
+from ..models import ExecutionLease, Offer, WorkDependency, WorkItem
+from ..wire import moment, refuse, when
 
-COORDINATING = ("coordinator", "owner")
+COORDINATING = ("coordinator",)
 # Who executes under offers and leases: workers, and reviewers for the review
-# WorkItems the review pipeline offers them (spec 13.2). The offer is the gate.
+# WorkItems the review pipeline offers them (§13.2). The offer is the gate.
 EXECUTING = ("worker", "reviewer")
+# work.fail: the Coordinator, or the lease holder (§10.2, §11.3).
+AUTHORS_OF_RESULTS = ("coordinator", *EXECUTING)
+# The UUID namespace of ownership lease IDs: one per (WorkItem, Ownership Epoch).
+_OWNERSHIP_LEASES = uuid.UUID("6f1d3c52-7a55-4f0e-9b61-2d0c8e4f7a10")
 
 
-# --- shared pieces -------------------------------------------------------------
-
-
-def seconds(name: str) -> timedelta:
-    return timedelta(seconds=getattr(settings, name))
+def seconds(name: str, asked: int | None = None) -> timedelta:
+    """A setting's duration, or the shorter one a Command asked for."""
+    default = int(getattr(settings, name))
+    return timedelta(seconds=min(default, asked) if asked else default)
 
 
 def item_ref(item: WorkItem) -> AggregateRef:
-    return AggregateRef("workitem", str(item.id), item.revision)
+    return AggregateRef("work_item", str(item.id), item.revision)
+
+
+def emit(kind: str, item: WorkItem, payload: dict[str, Any]) -> Emit:
+    """An Event about ``item``; its envelope names the WorkItem (§15.2 ``workItemId``)."""
+    return Emit(kind, item_ref(item), payload, work_item_id=str(item.id))
+
+
+def work_item_id(ctx: HandlerContext) -> str:
+    """The payload's ``workItemId`` (bare); the envelope's, when present, must be the same."""
+    target = bare(ctx.payload["workItemId"], "/payload/workItemId")
+    if ctx.command.work_item_id is not None and ctx.command.work_item_id != target:
+        raise refuse(
+            ErrorCode.INVALID_COMMAND,
+            "workItemId: the envelope names another WorkItem than the payload",
+            field="/workItemId",
+        )
+    return target
 
 
 def load_item(ctx: HandlerContext) -> WorkItem:
-    """The target WorkItem, locked (after the Group row: the write path's lock order)."""
-    env = ctx.envelope
-    if env.target is None:
-        raise malformed("target", f"{env.type} needs a workitem target")
-    check_target_kind(env, "workitem")
-    assert env.target is not None
-    try:
-        item = WorkItem.objects.select_for_update().get(id=env.target.id, group_id=ctx.group.id)
-    except WorkItem.DoesNotExist:
-        item = None
+    """The WorkItem the payload names, locked, its revision compared (§15.3)."""
+    target = work_item_id(ctx)
+    item = WorkItem.objects.select_for_update().filter(id=target, group_id=ctx.group.id).first()
     if item is None:
         raise refuse(
             ErrorCode.INVALID_COMMAND,
-            f"no WorkItem {env.target.id} in this Group",
-            workitem=env.target.id,
+            "/payload/workItemId: no such WorkItem in this Group",
+            field="/payload/workItemId",
             reason="not_found",
         )
-    check_revision(env, item.revision)
+    check_revision(ctx.command, item.revision)
     return item
 
 
 # Every column a handler may change, except the contract: the Work Contract
-# is the largest value of the row and changes only in work.offer.
+# is the largest value of the row and changes only with a new contract version.
 _MUTABLE = [
-    f.attname for f in WorkItem._meta.concrete_fields
+    f.attname
+    for f in WorkItem._meta.concrete_fields
     if f.name not in ("id", "group", "mission", "proposal", "contract", "created_at")
-]  # fmt: skip
+]
 
 
 def save(item: WorkItem, now: datetime, *, bump: bool = True, contract: bool = False) -> None:
@@ -110,10 +122,11 @@ def end_lease(lease: ExecutionLease | None, status: str, reason: str, now: datet
 
 
 def withdraw_offers(item: WorkItem, now: datetime, *, except_agent: str | None = None) -> list[str]:
+    """Close the open offers; the withdrawn Agents' IDs (``urn:uuid:``), sorted."""
     offers = Offer.objects.filter(workitem=item, status="open")
     if except_agent is not None:
         offers = offers.exclude(agent_id=except_agent)
-    withdrawn = sorted(str(a) for a in offers.values_list("agent_id", flat=True))
+    withdrawn = sorted(urn(a) for a in offers.values_list("agent_id", flat=True))
     offers.update(status="withdrawn", closed_at=now)
     return withdrawn
 
@@ -125,120 +138,230 @@ def token_digest(token: str) -> str:
 def check_role(ctx: HandlerContext, roles: tuple[str, ...]) -> None:
     held = ctx.actor.membership_roles or frozenset()
     if not held & set(roles):
-        raise refuse(ErrorCode.AUTH_FORBIDDEN, f"{ctx.envelope.type} needs the Group role {' or '.join(roles)}")
+        raise refuse(ErrorCode.AUTH_FORBIDDEN, f"{ctx.command.kind} needs the Group role {' or '.join(roles)}")
+
+
+def check_owner(ctx: HandlerContext, item: WorkItem) -> None:
+    """The actor owns the WorkItem under the payload's Ownership Epoch (§11.3)."""
+    epoch = ctx.payload.get("ownershipEpoch")
+    if epoch != item.ownership_epoch or str(item.owner_id) != ctx.actor.id:
+        raise refuse(
+            ErrorCode.WORK_STALE_OWNERSHIP,
+            f"ownershipEpoch {epoch} of this actor is not the current ownership ({item.ownership_epoch})",
+            currentOwnershipEpoch=item.ownership_epoch,
+        )
 
 
 def check_lease(ctx: HandlerContext, item: WorkItem) -> ExecutionLease:
-    """Fencing of lease-bound Commands (spec 11.3; MWP-WRK-013).
+    """Fencing of lease-bound Commands (§11.3).
 
-    The envelope must name the current Lease ID of an active lease held by the
-    actor; an older Lease ID is WORK_LEASE_EXPIRED (reason ``stale_lease``)
+    The payload names the current Execution Lease of an active lease held by
+    the actor: an older Lease ID is WORK_LEASE_EXPIRED (reason ``stale_lease``)
     even under the same Ownership Epoch, a changed Ownership Epoch is
     WORK_STALE_OWNERSHIP, an elapsed lease is WORK_LEASE_EXPIRED (reason
     ``lease_expired``).
     """
-    env = ctx.envelope
-    if env.lease_id is None:
-        raise malformed("lease_id", f"{env.type} must name the current Execution Lease")
-    if env.ownership_epoch is not None and env.ownership_epoch != item.ownership_epoch:
+    lease_id = bare(ctx.payload["executionLeaseId"], "/payload/executionLeaseId")
+    epoch = ctx.payload.get("ownershipEpoch")
+    if epoch != item.ownership_epoch:
         raise refuse(
             ErrorCode.WORK_STALE_OWNERSHIP,
-            f"ownership_epoch {env.ownership_epoch} is not current ({item.ownership_epoch})",
-            current=item.ownership_epoch,
+            f"ownershipEpoch {epoch} is not current ({item.ownership_epoch})",
+            currentOwnershipEpoch=item.ownership_epoch,
         )
     lease = active_lease(item)
-    if lease is None or str(lease.id) != env.lease_id or str(lease.agent_id) != ctx.actor.id:
+    if lease is None or str(lease.id) != lease_id or str(lease.agent_id) != ctx.actor.id:
         raise refuse(
             ErrorCode.WORK_LEASE_EXPIRED,
-            f"lease {env.lease_id} is not the current Execution Lease",
-            lease_id=env.lease_id,
+            f"{urn(lease_id)} is not the current Execution Lease",
+            executionLeaseId=urn(lease_id),
             reason="stale_lease",
         )
     if lease.expires_at <= ctx.now:
         raise refuse(
             ErrorCode.WORK_LEASE_EXPIRED,
-            f"lease {env.lease_id} expired at {format_time(lease.expires_at)}",
+            f"the Execution Lease expired at {when(lease.expires_at)}",
             reason="lease_expired",
         )
     return lease
 
 
-def charge_usage(ctx: HandlerContext, item: WorkItem, usage: dict[str, float]) -> dict[str, Any]:
-    """Record a usage delta against the WorkItem and its Mission (spec 11.4).
+# --- normative lease documents (lease.schema.json) ------------------------------
 
-    An overflow of either budget is BUDGET_EXCEEDED, raised before anything is
-    written, so the charge and the Command fail together.
+
+def lease_document(item: WorkItem, lease: ExecutionLease) -> dict[str, Any]:
+    """The Execution Lease as ``lease.schema.json`` has it."""
+    doc: dict[str, Any] = {
+        "leaseId": urn(lease.id),
+        "leaseType": "execution",
+        "missionId": urn(item.mission_id),
+        "groupId": urn(item.group_id),
+        "holderAgentId": urn(lease.agent_id),
+        "sessionEpoch": lease.session_epoch,
+        "issuedAt": when(lease.started_at),
+        "startsAt": when(lease.started_at),
+        "expiresAt": when(lease.expires_at),
+        "state": lease.status,
+        "renewalCount": len(lease.renewals),
+        "workItemId": urn(item.id),
+        "ownershipEpoch": lease.ownership_epoch,
+    }
+    if lease.renewals:
+        doc["lastRenewedAt"] = lease.renewals[-1]["at"]
+    if lease.status != "active":
+        doc["closedAt"] = when(lease.ended_at or lease.expires_at)
+        doc["closureReason"] = lease.end_reason or lease.status
+    return doc
+
+
+def ownership_lease_id(item: WorkItem) -> str:
+    """The ownership lease of the current Ownership Epoch: one stable ID per epoch."""
+    return str(uuid.uuid5(_OWNERSHIP_LEASES, f"{item.id}:{item.ownership_epoch}"))
+
+
+def ownership_lease(item: WorkItem, session_epoch: int, now: datetime) -> dict[str, Any]:
+    """The ownership grant with its start-by deadline (§11.3), as ``lease.schema.json`` has it."""
+    assert item.start_by is not None and item.owner_id is not None
+    return {
+        "leaseId": urn(ownership_lease_id(item)),
+        "leaseType": "ownership",
+        "missionId": urn(item.mission_id),
+        "groupId": urn(item.group_id),
+        "holderAgentId": urn(item.owner_id),
+        "sessionEpoch": session_epoch,
+        "issuedAt": when(now),
+        "startsAt": when(now),
+        "expiresAt": when(item.start_by),
+        "state": "active",
+        "renewalCount": 0,
+        "workItemId": urn(item.id),
+        "ownershipEpoch": item.ownership_epoch,
+        "startBy": when(item.start_by),
+    }
+
+
+# --- budgets (§12) ---------------------------------------------------------------
+
+
+def _limits(budget: dict[str, Any]) -> dict[str, float]:
+    """Usage dimension -> hard limit of a normative budget (money in microunits)."""
+    out: dict[str, float] = {}
+    for dim, limit in LIMITS.items():
+        if isinstance(budget.get(limit), int | float) and not isinstance(budget.get(limit), bool):
+            out[dim] = budget[limit] * MICRO if dim == "financialMicrounits" else budget[limit]
+    return out
+
+
+def charge_usage(ctx: HandlerContext, item: WorkItem, delta: dict[str, int] | None) -> dict[str, Any] | None:
+    """Charge a usage delta to the WorkItem and its Mission in one transition (§12).
+
+    A one-dimension overflow of either budget is BUDGET_EXCEEDED, raised
+    before anything is written, so the charge and the Command fail together.
+    Returns the ``cumulativeUsage`` and ``remainingBudget`` of the recorded
+    Event, or None for a zero delta.
     """
-    if not usage:
-        return {}
-    budgets = item.contract["budgets"]
-    new_item = {dim: item.usage.get(dim, 0) + usage.get(dim, 0) for dim in BUDGET_DIMENSIONS if
-                item.usage.get(dim, 0) + usage.get(dim, 0)}  # fmt: skip
-    for dim, total in new_item.items():
-        limit = budgets.get(dim)
-        if limit is not None and total > limit:
+    delta = {dim: value for dim, value in (delta or {}).items() if value}
+    if not delta:
+        return None
+    own = _limits(item.contract["budget"])
+    totals = {
+        dim: item.usage.get(dim, 0) + delta.get(dim, 0) for dim in LIMITS if item.usage.get(dim, 0) + delta.get(dim, 0)
+    }
+    for dim, total in totals.items():
+        if dim in own and total > own[dim]:
             raise refuse(
                 ErrorCode.BUDGET_EXCEEDED,
-                f"WorkItem budget {dim} would reach {total} of {limit}",
+                f"the WorkItem's {dim} would reach {total} of {own[dim]}",
                 dimension=dim,
-                limit=limit,
+                limit=own[dim],
                 total=total,
             )
     mission = Mission.objects.get(id=item.mission_id)  # guarded by the Group lock
-    new_mission = dict(mission.usage)
-    for dim, value in usage.items():
-        new_mission[dim] = new_mission.get(dim, 0) + value
-        limit = mission.budgets.get(dim)
-        if limit is not None and new_mission[dim] > limit:
+    caps = _limits(mission.budgets or {})
+    spent = {
+        dim: mission.usage.get(dim, 0) + delta.get(dim, 0)
+        for dim in LIMITS
+        if mission.usage.get(dim, 0) + delta.get(dim, 0)
+    }
+    for dim, total in spent.items():
+        if dim in caps and total > caps[dim]:
             raise refuse(
                 ErrorCode.BUDGET_EXCEEDED,
-                f"Mission budget {dim} would reach {new_mission[dim]} of {limit}",
+                f"the Mission's {dim} would reach {total} of {caps[dim]}",
                 dimension=dim,
-                limit=limit,
-                total=new_mission[dim],
+                limit=caps[dim],
+                total=total,
             )
-    item.usage = new_item
-    Mission.objects.filter(id=mission.id).update(usage=new_mission)
-    return {"delta": usage, "workitem_total": new_item}
+    item.usage = totals
+    Mission.objects.filter(id=mission.id).update(usage=spent)
+    remaining: dict[str, int] = {}
+    for dim in LIMITS:
+        left = [own[dim] - totals.get(dim, 0)] if dim in own else []
+        left += [caps[dim] - spent.get(dim, 0)] if dim in caps else []
+        if left:
+            remaining[dim] = int(min(left))
+    return {"cumulativeUsage": dict(totals), "remainingBudget": remaining}
+
+
+def usage_recorded(
+    item: WorkItem, lease_id: str, delta: dict[str, int], charged: dict[str, Any], offline: dict[str, Any] | None = None
+) -> Emit:
+    """The ``...resource_usage_recorded`` Event of a charge (``offline``: its reconciliation, §11.5)."""
+    payload = {
+        "workItemId": urn(item.id),
+        "executionLeaseId": urn(lease_id),
+        "ownershipEpoch": item.ownership_epoch,
+        "usageDelta": {dim: value for dim, value in delta.items() if value},
+        **charged,
+    }
+    if offline is not None:
+        payload["offlineReconciliation"] = offline
+    return emit("ext.missionweaveprotocol.core.resource_usage_recorded", item, payload)
+
+
+# --- dependencies (§10.4) ---------------------------------------------------------
+
+
+_SATISFIED = {
+    "verified": {sm.VERIFIED},
+    "submitted": {sm.SUBMITTED, sm.VERIFIED},
+    "terminal": {sm.VERIFIED, sm.FAILED, sm.CANCELLED},
+}
 
 
 def unmet_dependencies(item: WorkItem) -> list[str]:
-    """Dependencies whose policy does not hold yet (spec 10.4)."""
-    if not item.contract["dependencies"]:
+    """Dependencies (``urn:uuid:``) whose policy does not hold yet (§10.4)."""
+    if not item.contract["dependencyWorkItemIds"]:
         return []  # the contract names the edges; none, no query
-    satisfied = {
-        "verified": {sm.VERIFIED},
-        "submitted": {sm.SUBMITTED, sm.VERIFIED},
-        "terminal": {sm.VERIFIED, sm.FAILED, sm.CANCELLED},
-    }
     return [
-        str(dep.depends_on_id)
+        urn(dep.depends_on_id)
         for dep in WorkDependency.objects.filter(workitem=item).select_related("depends_on")
-        if dep.depends_on.state not in satisfied[dep.policy]
+        if dep.depends_on.state not in _SATISFIED[dep.policy]
     ]
 
 
-def set_dependencies(item: WorkItem, contract: dict[str, Any], mission_id: Any) -> None:
+def set_dependencies(
+    item: WorkItem, contract: dict[str, Any], mission_id: Any, field: str = "/payload/contract"
+) -> None:
     """Replace the WorkItem's edges in the Mission DAG; a cycle is
-    INVALID_COMMAND, reason ``dependency_cycle`` (spec 10.4)."""
-    wanted = {d["workitem"]: d["policy"] for d in contract["dependencies"]}
+    INVALID_COMMAND, reason ``dependency_cycle`` (§10.4)."""
+    policy = dependency_policy(contract)
+    wanted = [bare(d, f"{field}/dependencyWorkItemIds/{i}") for i, d in enumerate(contract["dependencyWorkItemIds"])]
     if str(item.id) in wanted:
         raise refuse(
             ErrorCode.INVALID_COMMAND,
             "a WorkItem cannot depend on itself",
-            workitem=str(item.id),
+            workItemId=urn(item.id),
             reason="dependency_cycle",
         )
-    known = set(
-        str(i) for i in WorkItem.objects.filter(mission_id=mission_id, id__in=list(wanted)).values_list("id", flat=True)
-    )
-    for i, dep in enumerate(contract["dependencies"]):
-        if dep["workitem"] not in known:
-            field = f"contract.dependencies.{i}.workitem"
+    known = {str(i) for i in WorkItem.objects.filter(mission_id=mission_id, id__in=wanted).values_list("id", flat=True)}
+    for i, dep in enumerate(wanted):
+        if dep not in known:
+            where = f"{field}/dependencyWorkItemIds/{i}"
             raise refuse(
                 ErrorCode.INVALID_COMMAND,
-                f"{field}: no WorkItem {dep['workitem']} in this Mission",
-                field=field,
+                f"{where}: no WorkItem {urn(dep)} in this Mission",
+                field=where,
                 reason="contract_invalid",
             )
     # Cycle check: walk the existing edges from each new dependency; reaching
@@ -256,7 +379,7 @@ def set_dependencies(item: WorkItem, contract: dict[str, Any], mission_id: Any) 
             raise refuse(
                 ErrorCode.INVALID_COMMAND,
                 "the dependencies would form a cycle",
-                workitem=str(item.id),
+                workItemId=urn(item.id),
                 reason="dependency_cycle",
             )
         if node not in seen:
@@ -264,8 +387,11 @@ def set_dependencies(item: WorkItem, contract: dict[str, Any], mission_id: Any) 
             stack.extend(edges.get(node, ()))
     WorkDependency.objects.filter(workitem=item).delete()
     WorkDependency.objects.bulk_create(
-        [WorkDependency(workitem=item, depends_on_id=dep, policy=policy) for dep, policy in wanted.items()]
+        [WorkDependency(workitem=item, depends_on_id=dep, policy=policy) for dep in dict.fromkeys(wanted)]
     )
+
+
+# --- ending and retrying -------------------------------------------------------------
 
 
 def end_item(item: WorkItem, state: str, now: datetime, reason: str) -> None:
@@ -279,30 +405,39 @@ def end_item(item: WorkItem, state: str, now: datetime, reason: str) -> None:
     item.child_mission = None
 
 
+def _duration(text: str) -> timedelta:
+    """An ISO 8601 duration of the kernel's ``duration`` pattern (days to seconds)."""
+    days, _, clock = text[1:].partition("T")
+    total = float(days[:-1]) * 86400 if days else 0.0
+    number = ""
+    for ch in clock:
+        if ch.isdigit() or ch == ".":
+            number += ch
+            continue
+        total += float(number) * {"H": 3600, "M": 60, "S": 1}[ch]
+        number = ""
+    return timedelta(seconds=total)
+
+
 def backoff(item: WorkItem) -> timedelta:
-    retry = item.contract["retry"]
-    return timedelta(seconds=retry["backoff_seconds"] * retry["backoff_multiplier"] ** max(item.attempt - 1, 0))
+    """The wait before the next attempt (``retryPolicy``): none; fixed at ``maxDelay``;
+    or exponential, doubling each attempt up to ``maxDelay`` at the last retry."""
+    policy = item.contract["retryPolicy"]
+    longest = _duration(policy["maxDelay"])
+    if policy["backoff"] == "none":
+        return timedelta(0)
+    if policy["backoff"] == "fixed":
+        return longest
+    return longest / 2 ** max(policy["maxAttempts"] - 1 - item.attempt, 0)
 
 
 def check_retry_allowed(item: WorkItem, now: datetime) -> None:
-    """A new attempt stays within the contract's attempts, deadline and cost (spec 11.4)."""
-    retry = item.contract["retry"]
-    if item.attempt >= retry["max_attempts"]:
-        raise refuse(ErrorCode.BUDGET_EXCEEDED, f"all {retry['max_attempts']} attempts are used", dimension="attempts")
-    if retry["deadline"] is not None and parse_time(retry["deadline"], "retry.deadline") <= now:
-        raise refuse(ErrorCode.BUDGET_EXCEEDED, "the retry deadline has passed", dimension="retry_deadline")
-    if retry["max_cost"] is not None and item.usage.get("financial", 0) >= retry["max_cost"]:
-        raise refuse(ErrorCode.BUDGET_EXCEEDED, "the retry cost limit is reached", dimension="max_cost")
-
-
-def system_evidence(ctx: HandlerContext, item: WorkItem, summary: str) -> dict[str, Any]:
-    return {
-        "subject": str(item.id),
-        "criteria": criteria_ids(item.contract),
-        "method": "other",
-        "result": "fail",
-        "producer": str(item.owner_id or item.group_id),
-        "timestamp": format_time(ctx.now),
-        "artifacts": [],
-        "summary": summary,
-    }
+    """A new attempt stays within the contract's attempts, deadline and cost (§11.4)."""
+    policy = item.contract["retryPolicy"]
+    if item.attempt >= policy["maxAttempts"]:
+        raise refuse(ErrorCode.BUDGET_EXCEEDED, f"all {policy['maxAttempts']} attempts are used", dimension="attempts")
+    if moment(item.contract["deadline"]) <= now:
+        raise refuse(ErrorCode.BUDGET_EXCEEDED, "the contract's deadline has passed", dimension="deadline")
+    for dim, limit in _limits(item.contract["budget"]).items():
+        if item.usage.get(dim, 0) >= limit:
+            raise refuse(ErrorCode.BUDGET_EXCEEDED, f"the WorkItem's {dim} budget is spent", dimension=dim)

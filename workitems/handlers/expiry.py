@@ -1,5 +1,6 @@
-"""Expiry and fencing: the system Commands of Celery beat (workitems/tasks.py), session
-replacement (MWP-WRK-014) and member removal, which revoke leases and ownership."""
+"""Expiry and fencing (PROTOCOL §11.3-§11.5): the control plane's
+``ext.mwportal.work.lease_expire`` (issued by Celery beat, ``workitems/tasks.py``),
+session replacement and the end of a Membership, which revoke leases and ownership."""
 
 from __future__ import annotations
 
@@ -7,52 +8,77 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from missions.authority import (
-    Decision,
-    Emit,
-    GroupHead,
-    HandlerContext,
-)
-from missions.guards import check_members, refuse
+from missions.authority import Decision, Emit, GroupHead, HandlerContext
 from missions.registry import command, membership_removed_hooks, session_replaced_hooks
-from mwportal.protocol import ErrorCode, ProtocolError, format_time
+from mwportal.protocol import ErrorCode, ProtocolError
+from mwportal.protocol.ids import bare, urn
 
 from .. import state_machine as sm
 from ..content import content
-from ..models import ExecutionLease, WorkItem
+from ..evidence import authority_evidence
+from ..models import ExecutionLease, Offer, WorkItem
+from ..wire import refuse, when
 from .common import (
     active_lease,
     backoff,
     check_retry_allowed,
+    emit,
     end_item,
     end_lease,
     item_ref,
+    ownership_lease_id,
     save,
     seconds,
-    system_evidence,
+    work_item_id,
 )
 
-# --- expiry: system Commands issued by Celery beat (workitems/tasks.py) --------
+LEASE_EXPIRE = "ext.mwportal.work.lease_expire"
+LEASE_EXPIRED = "ext.mwportal.work.lease_expired"
+OWNERSHIP_FENCED = "ext.mwportal.work.ownership_fenced"
+LEASE_REVOKED = "ext.missionweaveprotocol.core.work_execution_lease_revoked"
 
 
-def _system_item(ctx: HandlerContext) -> WorkItem:
-    check_members(ctx.body, ["workitem", "ownership_epoch"], ["lease_id"])
-    item = WorkItem.objects.select_for_update().filter(id=ctx.body["workitem"], group_id=ctx.group.id).first()
+@command(LEASE_EXPIRE, actors=("service",))
+def expire(ctx: HandlerContext) -> Decision:
+    """A timer ran out (§11.3, §11.5): a lapsed Execution Lease, a missed start-by
+    deadline (``ownership``) or the end of the bounded blocked lease (``blocked``).
+
+    The payload names the Ownership Epoch the control plane observed; a
+    WorkItem that moved on since is WORK_STALE_OWNERSHIP, so a late or repeated
+    timer changes nothing.
+    """
+    item = WorkItem.objects.select_for_update().filter(id=work_item_id(ctx), group_id=ctx.group.id).first()
     if item is None:
-        raise refuse(ErrorCode.INVALID_COMMAND, "no such WorkItem", reason="not_found")
-    if item.ownership_epoch != ctx.body["ownership_epoch"]:
+        raise refuse(ErrorCode.INVALID_COMMAND, "/payload/workItemId: no such WorkItem", reason="not_found")
+    if item.ownership_epoch != ctx.payload["ownershipEpoch"]:
         raise refuse(ErrorCode.WORK_STALE_OWNERSHIP, "the WorkItem changed owner since the expiry was observed")
-    return item
+    kind = ctx.payload["leaseType"]
+    if kind == "execution":
+        return _expire_execution(ctx, item)
+    transition = "expire.start_by" if kind == "ownership" else "expire.blocked_lease"
+    sm.check_transition(item.state, transition)
+    if item.owner_id is None or item.owner_expires_at is None or item.owner_expires_at > ctx.now:
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, f"the {kind} lease has not run out")
+    lease_id = ownership_lease_id(item)
+    fenced = _fence_owner(item, "start_by_missed" if kind == "ownership" else "blocked_lease_expired")
+    save(item, ctx.now)
+    expired = {
+        "workItemId": urn(item.id),
+        "ownershipEpoch": item.ownership_epoch,
+        "leaseType": kind,
+        "status": item.state,
+    }
+    if kind == "ownership":
+        expired["leaseId"] = urn(lease_id)
+    return Decision([emit(LEASE_EXPIRED, item, expired), emit(OWNERSHIP_FENCED, item, fenced)], item_ref(item))
 
 
-@command("work.expire_lease", actors=("system",))
-def expire_lease(ctx: HandlerContext) -> Decision:
-    """The Execution Lease timed out (spec 11.3): it expires, and the WorkItem
-    returns to its queue for another attempt within the retry budget, or
-    fails with Evidence when the budget is exhausted (spec 11.4)."""
-    item = _system_item(ctx)
+def _expire_execution(ctx: HandlerContext, item: WorkItem) -> Decision:
+    """The Execution Lease timed out: the WorkItem returns to its queue for another
+    attempt within the retry policy, or fails with Evidence once it is spent (§11.4)."""
     lease = active_lease(item)
-    if lease is None or str(lease.id) != ctx.body.get("lease_id") or lease.expires_at > ctx.now:
+    named = ctx.payload.get("leaseId")
+    if lease is None or named is None or bare(named, "/payload/leaseId") != str(lease.id) or lease.expires_at > ctx.now:
         raise refuse(ErrorCode.INVALID_STATE_TRANSITION, "the lease is no longer active and past its expiry")
     sm.check_transition(item.state, "expire.lease")
     end_lease(lease, "expired", "lease timeout", ctx.now)
@@ -61,90 +87,76 @@ def expire_lease(ctx: HandlerContext) -> Decision:
     except ProtocolError as exhausted:
         end_item(item, sm.FAILED, ctx.now, "lease timeout")
         save(item, ctx.now)
-        evidence = [system_evidence(ctx, item, f"lease expired; {exhausted.message}")]
+        evidence = [authority_evidence(ctx, item, f"The Execution Lease expired; {exhausted.message}.", passed=False)]
         content().record_evidence(ctx, item, evidence, "failure")
-        return Decision(
-            [
-                Emit(
-                    "work.failed",
-                    item_ref(item),
-                    {"evidence": evidence, "attempt": item.attempt, "reason": "retries exhausted"},
-                )
-            ],
-            item_ref(item),
-        )
+        failed = {
+            "workItemId": urn(item.id),
+            "reason": f"retries exhausted: {exhausted.message}",
+            "evidence": evidence,
+            "attempt": max(item.attempt, 1),
+        }
+        return Decision([emit("work.failed", item, failed)], item_ref(item))
     item.state = sm.QUEUED
     item.needs_new_attempt = True
     item.retry_not_before = ctx.now + backoff(item)
     item.start_by = item.retry_not_before + seconds("MWP_START_BY_SECONDS")
     item.owner_expires_at = item.start_by
     save(item, ctx.now)
-    body = {
-        "lease_id": str(lease.id),
-        "ownership_epoch": item.ownership_epoch,
-        "attempt": item.attempt,
-        "start_by": format_time(item.start_by),
-        "retry_not_before": format_time(item.retry_not_before),
+    payload = {
+        "workItemId": urn(item.id),
+        "ownershipEpoch": item.ownership_epoch,
+        "leaseType": "execution",
+        "leaseId": urn(lease.id),
+        "status": item.state,
+        "attempt": max(item.attempt, 1),
+        "retryNotBefore": when(item.retry_not_before),
+        "startBy": when(item.start_by),
     }
-    return Decision([Emit("work.lease_expired", item_ref(item), body)], item_ref(item))
+    return Decision([emit(LEASE_EXPIRED, item, payload)], item_ref(item))
 
 
-def _fence_lapsed_owner(ctx: HandlerContext, transition: str, event: str, what: str) -> Decision:
-    """The owner's bounded ownership lease ran out: fence it (no owner)."""
-    item = _system_item(ctx)
-    sm.check_transition(item.state, transition)
-    if item.owner_id is None or item.owner_expires_at is None or item.owner_expires_at > ctx.now:
-        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, f"the {what} has not passed")
-    body = _fence_owner(item)
-    save(item, ctx.now)
-    return Decision([Emit(event, item_ref(item), body)], item_ref(item))
-
-
-def _fence_owner(item: WorkItem) -> dict[str, Any]:
-    """End the owner's ownership (no owner, no deadlines); the Event body."""
-    body = {"agent": str(item.owner_id), "ownership_epoch": item.ownership_epoch}
+def _fence_owner(item: WorkItem, reason: str) -> dict[str, Any]:
+    """End the owner's ownership (no owner, no deadlines); the ``ownership_fenced`` payload."""
+    payload = {
+        "workItemId": urn(item.id),
+        "ownershipEpoch": item.ownership_epoch,
+        "reason": reason,
+        "agentId": urn(item.owner_id),
+    }
     item.owner, item.owner_expires_at, item.start_by = None, None, None
-    return body
+    return payload
 
 
 def _revoke_lease(item: WorkItem, lease: ExecutionLease, reason: str, now: datetime) -> dict[str, Any]:
-    """Revoke the active lease; the WorkItem waits in its queue for a new
-    attempt (MWP-WRK-014). The ``work.lease_revoked`` body, without timers."""
+    """Revoke the active lease; the WorkItem waits in its queue for a new attempt (§11.3).
+    The ``work_execution_lease_revoked`` payload."""
     sm.check_transition(item.state, "lease.revoke")
     end_lease(lease, "revoked", reason, now)
     item.state = sm.QUEUED
     item.needs_new_attempt = True
-    return {"lease_id": str(lease.id), "agent": str(lease.agent_id), "reason": reason}
+    return {
+        "workItemId": urn(item.id),
+        "executionLeaseId": urn(lease.id),
+        "reason": reason,
+        "status": item.state,
+        "agentId": urn(lease.agent_id),
+    }
 
 
-@command("work.expire_start_by", actors=("system",))
-def expire_start_by(ctx: HandlerContext) -> Decision:
-    """The owner missed its start-by deadline: it is fenced (no owner), and the
-    Coordinator may re-offer under a higher Ownership Epoch (spec 11.5)."""
-    return _fence_lapsed_owner(ctx, "expire.start_by", "work.start_deadline_missed", "start-by deadline")
+# --- session replacement (§11.3) ---------------------------------------------------
 
 
-@command("work.expire_blocked_lease", actors=("system",))
-def expire_blocked_lease(ctx: HandlerContext) -> Decision:
-    """The bounded blocked lease ran out: the owner is fenced; an unblock then
-    re-opens the WorkItem for a new offer (spec 10.2)."""
-    return _fence_lapsed_owner(ctx, "expire.blocked_lease", "work.blocked_lease_expired", "blocked lease")
-
-
-# --- session replacement (MWP-WRK-014) --------------------------------------------
-
-
-def revoke_leases_of_replaced_session(ctx: HandlerContext) -> list[tuple[GroupHead, list[Emit]]]:
+def revoke_leases_of_replaced_session(
+    ctx: HandlerContext, agent_id: str, epoch: int
+) -> list[tuple[GroupHead, list[Emit]]]:
     """A replacement Agent Session revokes the Agent's active leases and returns
     the WorkItems to ``queued`` before the new runtime may start them again.
 
-    Runs inside ``agent.open_session``: other Groups are locked in ascending
-    id order after the administrative Group.
+    Runs inside ``...identity.session_open``: the Groups are locked in
+    ascending id order.
     """
-    leases = list(
-        ExecutionLease.objects.filter(agent_id=ctx.actor.id, status="active").values_list(
-            "workitem__group_id", "workitem_id"
-        )
+    leases = ExecutionLease.objects.filter(agent_id=agent_id, status="active").values_list(
+        "workitem__group_id", "workitem_id"
     )
     by_group: dict[str, list[str]] = {}
     for lease_group, lease_item in leases:
@@ -158,12 +170,12 @@ def revoke_leases_of_replaced_session(ctx: HandlerContext) -> list[tuple[GroupHe
             lease = active_lease(item)
             if lease is None or item.state != sm.ACTIVE:
                 continue
-            body = _revoke_lease(item, lease, "session replaced", ctx.now)
+            payload = _revoke_lease(item, lease, "session_replaced", ctx.now)
+            payload["sessionEpoch"] = epoch
             item.start_by = ctx.now + seconds("MWP_START_BY_SECONDS")
             item.owner_expires_at = item.start_by
             save(item, ctx.now)
-            body["start_by"] = format_time(item.start_by)
-            events.append(Emit("work.lease_revoked", item_ref(item), body))
+            events.append(emit(LEASE_REVOKED, item, payload))
         out.append((head, events))
     return out
 
@@ -172,11 +184,11 @@ session_replaced_hooks.append(revoke_leases_of_replaced_session)
 
 
 def fence_removed_member(ctx: HandlerContext, agent_id: str) -> list[Emit]:
-    """``membership.remove``: the removed member's active leases in this Group
-    are revoked (the WorkItem returns to ``queued``) and its ownership of
-    queued, active and blocked WorkItems ends, as when an ownership lease runs
-    out, so the Coordinator may re-offer under a higher Ownership Epoch.
-    Open offers to it are withdrawn."""
+    """``membership.end``: the member's active leases in this Group are revoked (the
+    WorkItem returns to ``queued``) and its ownership of queued, active and
+    blocked WorkItems ends, as when an ownership lease runs out, so the
+    Coordinator may re-offer under a higher Ownership Epoch (§11.5). Open offers
+    to it are withdrawn."""
     events: list[Emit] = []
     # Locked after the Group row, per the write path's lock order, in id order.
     owned = WorkItem.objects.select_for_update().filter(
@@ -184,13 +196,16 @@ def fence_removed_member(ctx: HandlerContext, agent_id: str) -> list[Emit]:
     )
     for item in owned.order_by("id"):
         lease = active_lease(item) if item.state == sm.ACTIVE else None
-        revoked = _revoke_lease(item, lease, "membership removed", ctx.now) if lease is not None else None
+        revoked = _revoke_lease(item, lease, "membership_ended", ctx.now) if lease is not None else None
         sm.check_transition(item.state, "expire.blocked_lease" if item.state == sm.BLOCKED else "expire.start_by")
-        fenced = _fence_owner(item)
+        fenced = _fence_owner(item, "membership_ended")
         save(item, ctx.now)
         if revoked is not None:
-            events.append(Emit("work.lease_revoked", item_ref(item), {**revoked, "start_by": None}))
-        events.append(Emit("work.owner_fenced", item_ref(item), fenced))
+            events.append(emit(LEASE_REVOKED, item, revoked))
+        events.append(emit(OWNERSHIP_FENCED, item, fenced))
+    Offer.objects.filter(workitem__group_id=ctx.group.id, agent_id=agent_id, status="open").update(
+        status="withdrawn", closed_at=ctx.now
+    )
     return events
 
 

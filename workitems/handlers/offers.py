@@ -1,293 +1,451 @@
-"""Proposal, authorization, offers, ownership and execution approval (spec 10.1-10.3)."""
+"""Proposal, authorization, dependencies, offers, ownership and execution approval (PROTOCOL §10.1-§10.4, §12)."""
 
 from __future__ import annotations
 
+import uuid
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 
-from missions.authority import (
-    AggregateRef,
-    Decision,
-    Emit,
-    HandlerContext,
-)
-from missions.guards import check_members, check_uuid, refuse
-from missions.models import Approval, Membership, Mission
+from missions.authority import AggregateRef, Decision, Emit, HandlerContext
+from missions.models import AgentCard, Approval, Membership, Mission
 from missions.registry import command
-from mwportal.protocol import ErrorCode, format_time, malformed, parse_time
+from mwportal.protocol import ErrorCode
+from mwportal.protocol.ids import bare, urn
 
 from .. import state_machine as sm
 from ..contract import check_contract, is_material_change, requires_approval
-from ..guards import (
-    DECLINE_REASONS,
-    check_selection_basis,
-)
+from ..documents import POLICY_VERSION, actor_of, authority_signed, work_item_document
 from ..models import Offer, WorkItem
 from ..models import WorkProposal as Proposal
+from ..wire import moment, refuse, when
 from .common import (
     COORDINATING,
     EXECUTING,
     active_lease,
+    emit,
     end_lease,
     item_ref,
     load_item,
     owner_is_live,
+    ownership_lease,
     save,
     seconds,
     set_dependencies,
     withdraw_offers,
+    work_item_id,
 )
+
+AUTHORS = ("coordinator", "work_delegate", "mission_owner")
+PEOPLE = ("agent", "human")
+
+
+def _mission(ctx: HandlerContext) -> Mission:
+    mission = Mission.objects.get(group_id=ctx.group.id)
+    if mission.status != "active":
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, f"the Mission is {mission.status}")
+    return mission
+
+
+def _first_version(contract: dict[str, Any]) -> None:
+    if contract["contractVersion"] != 1:
+        raise refuse(
+            ErrorCode.INVALID_COMMAND,
+            "/payload/contract/contractVersion: a new Work Contract is version 1",
+            field="/payload/contract/contractVersion",
+            reason="contract_invalid",
+        )
+
 
 # --- proposal and authorization --------------------------------------------------
 
 
-@command("work.propose")
+@command(
+    "work.propose",
+    group_roles=("mission_owner", "coordinator", "worker", "reviewer", "observer", "work_delegate"),
+    actors=PEOPLE,
+)
 def propose(ctx: HandlerContext) -> Decision:
-    """Any member proposes work; no WorkItem exists yet (spec 10.2)."""
-    check_members(ctx.body, ["proposal", "contract"])
-    proposal_id = check_uuid(ctx.body, "proposal")
-    contract = check_contract(ctx.body["contract"])
+    """Any member proposes work; no WorkItem exists yet (§10.2 first row)."""
+    p = ctx.payload
+    proposal_id = bare(p["proposalId"], "/payload/proposalId")
+    contract = check_contract(p["contract"], now=ctx.now)
+    _first_version(contract)
     if Proposal.objects.filter(id=proposal_id).exists():
-        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, f"proposal {proposal_id} exists")
+        raise refuse(
+            ErrorCode.INVALID_STATE_TRANSITION,
+            "/payload/proposalId: this ID cannot be used",
+            field="/payload/proposalId",
+        )
+    mission = _mission(ctx)
     Proposal.objects.create(
         id=proposal_id, group_id=ctx.group.id, proposer_id=ctx.actor.id, contract=contract, created_at=ctx.now
     )
-    ref = AggregateRef("proposal", proposal_id, 1)
-    return Decision([Emit("work.proposed", ref, {"proposal": proposal_id, "contract": contract})], ref)
+    proposal: dict[str, Any] = {
+        "id": urn(proposal_id),
+        "missionId": urn(mission.id),
+        "groupId": urn(ctx.group.id),
+        "proposedBy": actor_of(ctx),
+        "contract": contract,
+        "dependencyIds": list(p.get("dependencyIds") or []),
+        "status": "open",
+        "createdAt": when(ctx.now),
+        "updatedAt": when(ctx.now),
+    }
+    if p.get("parentWorkItemId") is not None:
+        proposal["parentWorkItemId"] = p["parentWorkItemId"]
+    ref = AggregateRef("work_proposal", proposal_id, 1)
+    return Decision([Emit("work.proposed", ref, {"proposal": proposal})], ref)
 
 
-@command("work.authorize", group_roles=COORDINATING)
+@command("work.authorize", group_roles=AUTHORS, actors=PEOPLE)
 def authorize(ctx: HandlerContext) -> Decision:
-    """A Coordinator creates the WorkItem with its Work Contract (state ``open``)."""
-    check_members(ctx.body, ["workitem", "contract"], ["proposal"])
+    """The Coordinator (or a scoped delegate) creates the WorkItem under its Work Contract (state ``open``)."""
+    p = ctx.payload
     sm.check_transition(None, "work.authorize")
-    item_id = check_uuid(ctx.body, "workitem")
-    contract = check_contract(ctx.body["contract"])
+    item_id = work_item_id(ctx)
+    mission = _mission(ctx)
+    contract = check_contract(p["contract"], now=ctx.now, mission_budget=mission.budgets)
+    _first_version(contract)
+    if p.get("dependencyIds") is not None and sorted(p["dependencyIds"]) != sorted(contract["dependencyWorkItemIds"]):
+        raise refuse(
+            ErrorCode.INVALID_COMMAND,
+            "/payload/dependencyIds: must be the contract's dependencyWorkItemIds",
+            field="/payload/dependencyIds",
+        )
     proposal = None
-    if ctx.body.get("proposal") is not None:
-        proposal_id = check_uuid(ctx.body, "proposal")
+    if p.get("proposalId") is not None:
+        proposal_id = bare(p["proposalId"], "/payload/proposalId")
         proposal = Proposal.objects.select_for_update().filter(id=proposal_id, group_id=ctx.group.id).first()
         if proposal is None:
-            raise refuse(ErrorCode.INVALID_COMMAND, f"no proposal {proposal_id} in this Group", reason="not_found")
+            raise refuse(
+                ErrorCode.INVALID_COMMAND,
+                "/payload/proposalId: no such Work Proposal in this Group",
+                field="/payload/proposalId",
+                reason="not_found",
+            )
         if proposal.status != "open":
-            raise refuse(ErrorCode.INVALID_STATE_TRANSITION, f"proposal {proposal_id} is already authorized")
+            raise refuse(ErrorCode.INVALID_STATE_TRANSITION, "the Work Proposal is already authorized")
     if WorkItem.objects.filter(id=item_id).exists():
-        # WorkItem IDs are global, so a taken one must be refused wherever it
-        # was taken; the answer is the same for one in this Group and one in a
-        # Group the Coordinator cannot see, and names neither (issue 16 item 8:
-        # "WorkItem ... exists" was an oracle on other Groups' items).
+        # WorkItem IDs are global, so a taken one is refused wherever it was
+        # taken, in words that name neither (issue 16 item 8).
         raise refuse(
             ErrorCode.INVALID_STATE_TRANSITION,
-            "body.workitem: this ID cannot be used; authorize with a new UUID",
-            field="body.workitem",
+            "/payload/workItemId: this ID cannot be used; authorize with a new UUID",
+            field="/payload/workItemId",
         )
-    mission = Mission.objects.get(group_id=ctx.group.id)
-    if mission.status != "active":
-        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, f"the Mission is {mission.status}")
-    contract = {**contract, "revision": 1}
     item = WorkItem.objects.create(
-        id=item_id, group_id=ctx.group.id, mission=mission, proposal=proposal, state=sm.OPEN, contract=contract,
-        created_at=ctx.now, updated_at=ctx.now,
-    )  # fmt: skip
-    if contract["dependencies"]:  # a new WorkItem has no edges to replace
+        id=item_id,
+        group_id=ctx.group.id,
+        mission=mission,
+        proposal=proposal,
+        state=sm.OPEN,
+        contract=contract,
+        contract_revision=1,
+        created_at=ctx.now,
+        updated_at=ctx.now,
+    )
+    if contract["dependencyWorkItemIds"]:  # a new WorkItem has no edges to replace
         set_dependencies(item, contract, mission.id)
     if proposal is not None:
         proposal.status = "authorized"
         proposal.save(update_fields=["status"])
-    body = {"workitem": item_id, "contract": contract, "proposal": str(proposal.id) if proposal else None}
-    return Decision([Emit("work.authorized", item_ref(item), body)], item_ref(item))
+    payload: dict[str, Any] = {"workItem": work_item_document(item, actor_of(ctx))}
+    for member in ("proposalId", "delegationGrantId"):
+        if p.get(member) is not None:
+            payload[member] = p[member]
+    return Decision([emit("work.authorized", item, payload)], item_ref(item))
 
 
-# --- offers and ownership (spec 10.3) -------------------------------------------
+@command("ext.missionweaveprotocol.core.work_dependency_add", group_roles=COORDINATING)
+def add_dependency(ctx: HandlerContext) -> Decision:
+    """A new edge of the Mission's DAG revises the Work Contract (§10.4); a cycle is refused.
+    An owner must accept the revised contract again before it starts (§10.1)."""
+    item = load_item(ctx)
+    sm.check_transition(item.state, sm.DEPENDENCY_ADD)
+    dependency = ctx.payload["dependencyId"]
+    bare(dependency, "/payload/dependencyId")
+    if dependency in item.contract["dependencyWorkItemIds"]:
+        raise refuse(
+            ErrorCode.INVALID_COMMAND, "/payload/dependencyId: already a dependency", field="/payload/dependencyId"
+        )
+    revised = {
+        **item.contract,
+        "contractVersion": item.contract_revision + 1,
+        "dependencyWorkItemIds": [*item.contract["dependencyWorkItemIds"], dependency],
+    }
+    set_dependencies(item, revised, item.mission_id, field="/payload")
+    item.contract, item.contract_revision = revised, revised["contractVersion"]
+    save(item, ctx.now, contract=True)
+    payload = {
+        "workItemId": urn(item.id),
+        "revision": item.contract_revision,
+        "dependencyId": dependency,
+        "contract": revised,
+    }
+    return Decision([emit("work.contract.revised", item, payload)], item_ref(item))
 
 
-@command("work.offer", group_roles=COORDINATING, cas=True)
+# --- offers and ownership (§10.3) -------------------------------------------------
+
+
+def _offer_expiry(ctx: HandlerContext) -> Any:
+    p = ctx.payload
+    at, within = p.get("offerExpiresAt"), p.get("offerExpiresInSeconds")
+    if (at is None) == (within is None):
+        raise refuse(
+            ErrorCode.INVALID_COMMAND,
+            "/payload/offerExpiresInSeconds: name exactly one of offerExpiresAt, offerExpiresInSeconds",
+            field="/payload/offerExpiresInSeconds",
+        )
+    expires = moment(at) if at is not None else ctx.now + timedelta(seconds=within)
+    if expires <= ctx.now:
+        raise refuse(
+            ErrorCode.INVALID_COMMAND, "/payload/offerExpiresAt: must be in the future", field="/payload/offerExpiresAt"
+        )
+    return expires
+
+
+def _candidates(ctx: HandlerContext) -> list[str]:
+    agents = [bare(a, f"/payload/candidateAgentIds/{i}") for i, a in enumerate(ctx.payload["candidateAgentIds"])]
+    limit = settings.MWP_MAX_OFFER_CANDIDATES
+    if len(agents) > limit:
+        raise refuse(
+            ErrorCode.INVALID_COMMAND,
+            f"/payload/candidateAgentIds: at most {limit}",
+            field="/payload/candidateAgentIds",
+        )
+    roles = {
+        str(m.agent_id): m.roles
+        for m in Membership.objects.filter(group_id=ctx.group.id, agent_id__in=agents, active=True)
+    }
+    for i, agent in enumerate(agents):
+        if not set(roles.get(agent, [])) & set(EXECUTING):
+            raise refuse(
+                ErrorCode.INVALID_COMMAND,
+                f"/payload/candidateAgentIds/{i}: not a worker or reviewer of this Group",
+                field=f"/payload/candidateAgentIds/{i}",
+            )
+    return agents
+
+
+@command("work.offer", group_roles=AUTHORS, actors=PEOPLE)
 def offer(ctx: HandlerContext) -> Decision:
-    """Create or replace durable offers; they reserve nothing until accepted.
+    """Create or replace durable offers; they reserve nothing until accepted (§10.3).
 
-    One agent is a sequential offer; several form a bounded candidate set
+    One candidate is a sequential offer; several form a bounded candidate set
     whose first valid acceptance wins. An expired owner is fenced first; a
     live one makes the offer INVALID_STATE_TRANSITION. A ``contract`` with a
-    material change increments the contract revision (spec 10.1).
+    material change carries the next contract version and needs renewed
+    acceptance (§10.1); an unchanged one keeps its version.
     """
-    body = ctx.body
-    check_members(body, ["agents", "expires_at", "selection_basis"], ["contract"])
+    p = ctx.payload
     item = load_item(ctx)
     sm.check_transition(item.state, "work.offer")
     if owner_is_live(item, ctx.now):
         raise refuse(
             ErrorCode.INVALID_STATE_TRANSITION,
             "the WorkItem has a live owner; it cannot be offered",
-            owner=str(item.owner_id),
+            ownerId=urn(item.owner_id),
         )
-    agents = body["agents"]
-    limit = settings.MWP_MAX_OFFER_CANDIDATES
-    if not isinstance(agents, list) or not 1 <= len(agents) <= limit or len(set(map(str, agents))) != len(agents):
-        raise malformed("body.agents", f"must list 1 to {limit} distinct agents")
-    agents = [check_uuid({"a": a}, "a") for a in agents]
-    members = {
-        str(m.agent_id): m.roles
-        for m in Membership.objects.filter(group_id=ctx.group.id, agent_id__in=agents, active=True)
-    }
-    for i, agent in enumerate(agents):
-        if "worker" not in members.get(agent, []):
-            raise malformed(f"body.agents.{i}", f"agent {agent} is not a worker member of this Group")
-    expires_at = parse_time(body["expires_at"], "body.expires_at")
-    if expires_at <= ctx.now:
-        raise malformed("body.expires_at", "must be in the future")
-    basis = check_selection_basis(body["selection_basis"])
+    agents = _candidates(ctx)
+    expires_at = _offer_expiry(ctx)
     events: list[Emit] = []
-    # Fence an expired owner before the new offer (spec 10.2, work.offer row).
+    # Fence an expired owner before the new offer (§10.2, work.offer row).
     if item.owner_id is not None:
-        fenced = str(item.owner_id)
+        fenced = urn(item.owner_id)
         end_lease(active_lease(item), "expired", "ownership expired", ctx.now)
         item.owner, item.owner_expires_at, item.start_by = None, None, None
         item.revision += 1
         events.append(
-            Emit("work.owner_fenced", item_ref(item), {"agent": fenced, "ownership_epoch": item.ownership_epoch})
+            emit(
+                "ext.mwportal.work.ownership_fenced",
+                item,
+                {
+                    "workItemId": urn(item.id),
+                    "ownershipEpoch": item.ownership_epoch,
+                    "reason": "ownership_expired",
+                    "agentId": fenced,
+                },
+            )
         )
-    contract_changed = False
-    if body.get("contract") is not None:
-        new = check_contract(body["contract"])
-        if is_material_change(item.contract, new):
-            item.contract_revision += 1
-            item.accepted_contract_revision = None
-            contract_changed = True
-        item.contract = {**new, "revision": item.contract_revision}
-        set_dependencies(item, item.contract, item.mission_id)
+    changed = _revise_contract(ctx, item)
     withdraw_offers(item, ctx.now)
-    Offer.objects.bulk_create([
-        Offer(workitem=item, agent_id=a, contract_revision=item.contract_revision, selection_basis=basis,
-              created_at=ctx.now, expires_at=expires_at)
-        for a in agents
-    ])  # fmt: skip
+    basis = p["selectionBasis"]
+    Offer.objects.bulk_create(
+        [
+            Offer(
+                workitem=item,
+                agent_id=a,
+                contract_revision=item.contract_revision,
+                selection_basis=basis,
+                created_at=ctx.now,
+                expires_at=expires_at,
+            )
+            for a in agents
+        ]
+    )
     item.state = sm.OFFERED
-    save(item, ctx.now, contract=True)
+    save(item, ctx.now, contract=changed is not None)
     offered: dict[str, Any] = {
-        "agents": agents,
-        "expires_at": format_time(expires_at),
-        "selection_basis": basis,
-        "contract_revision": item.contract_revision,
+        "workItemId": urn(item.id),
+        "candidateAgentIds": [urn(a) for a in agents],
+        "offerExpiresAt": when(expires_at),
+        "selectionBasis": basis,
+        "contractVersion": item.contract_revision,
     }
-    if body.get("contract") is not None:
-        offered["contract"] = item.contract
-        offered["contract_changed"] = contract_changed
-    events.append(Emit("work.offered", item_ref(item), offered))
+    if changed is not None:
+        offered["contract"], offered["contractChanged"] = item.contract, changed
+    for member in ("contextPackageId", "delegationGrantId"):
+        if p.get(member) is not None:
+            offered[member] = p[member]
+    events.append(emit("work.offer.created", item, offered))
     return Decision(events, item_ref(item))
 
 
+def _revise_contract(ctx: HandlerContext, item: WorkItem) -> bool | None:
+    """Apply the offer's corrected contract; whether it changed materially (None: no contract sent)."""
+    sent = ctx.payload.get("contract")
+    if sent is None:
+        return None
+    mission = Mission.objects.get(id=item.mission_id)
+    new = check_contract(sent, now=ctx.now, mission_budget=mission.budgets)
+    material = is_material_change(item.contract, new)
+    wanted = item.contract_revision + 1 if material else item.contract_revision
+    if new["contractVersion"] != wanted:
+        why = "a material revision increments it" if material else "an unchanged contract keeps it"
+        raise refuse(
+            ErrorCode.INVALID_COMMAND,
+            f"/payload/contract/contractVersion: must be {wanted} ({why}, §10.1)",
+            field="/payload/contract/contractVersion",
+            reason="contract_invalid",
+        )
+    if material:
+        item.contract_revision = wanted
+        item.accepted_contract_revision = None
+    item.contract = new
+    set_dependencies(item, new, item.mission_id)
+    return material
+
+
 def _my_open_offer(ctx: HandlerContext, item: WorkItem) -> Offer:
-    offer_row = Offer.objects.select_for_update().filter(workitem=item, agent_id=ctx.actor.id, status="open").first()
-    if offer_row is None:
+    mine = Offer.objects.select_for_update().filter(workitem=item, agent_id=ctx.actor.id, status="open").first()
+    if mine is None:
         raise refuse(ErrorCode.INVALID_STATE_TRANSITION, "there is no open offer of this WorkItem to you")
-    return offer_row
+    return mine
 
 
-@command("work.accept_offer", group_roles=EXECUTING, cas=True)
+@command("work.accept_offer", group_roles=EXECUTING)
 def accept_offer(ctx: HandlerContext) -> Decision:
-    """The first valid acceptance wins a new Ownership Epoch; every other offer
-    is withdrawn in the same transaction (spec 10.3). Compare-and-set on the
-    WorkItem revision makes concurrent acceptances of a candidate set pick
-    exactly one winner (MWP-EVT-007)."""
-    check_members(ctx.body, [])
+    """The first valid acceptance wins a new Ownership Epoch and start-by deadline;
+    every other offer is withdrawn in the same transaction (§10.3, §11.3).
+    Compare-and-set on the WorkItem revision makes concurrent acceptances of a
+    candidate set pick exactly one winner (§15.3)."""
     item = load_item(ctx)
     sm.check_transition(item.state, "work.accept_offer")
     mine = _my_open_offer(ctx, item)
     if mine.expires_at <= ctx.now:
-        raise refuse(ErrorCode.WORK_OFFER_EXPIRED, f"the offer expired at {format_time(mine.expires_at)}")
+        raise refuse(ErrorCode.WORK_OFFER_EXPIRED, f"the offer expired at {when(mine.expires_at)}")
     if mine.contract_revision != item.contract_revision:
-        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, "the offer is for an older contract revision")
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, "the offer is for an older contract version")
     mine.status, mine.closed_at = "accepted", ctx.now
     mine.save(update_fields=["status", "closed_at"])
     withdrawn = withdraw_offers(item, ctx.now)
     item.ownership_epoch += 1
-    item.owner_id = ctx.actor.id
-    item.start_by = ctx.now + seconds("MWP_START_BY_SECONDS")
+    item.owner_id = uuid.UUID(ctx.actor.id)
+    item.start_by = ctx.now + seconds("MWP_START_BY_SECONDS", ctx.payload.get("ownershipLeaseSeconds"))
     item.owner_expires_at = item.start_by
     item.accepted_contract_revision = item.contract_revision
     item.selection_basis = mine.selection_basis
     item.state = sm.QUEUED
     save(item, ctx.now)
-    body = {
-        "agent": ctx.actor.id,
-        "ownership_epoch": item.ownership_epoch,
-        "start_by": format_time(item.start_by),
-        "contract_revision": item.contract_revision,
-        "selection_basis": mine.selection_basis,
-        "withdrawn": withdrawn,
+    payload: dict[str, Any] = {
+        "workItemId": urn(item.id),
+        "assigneeId": urn(ctx.actor.id),
+        "ownershipEpoch": item.ownership_epoch,
+        "ownershipLeaseExpiresAt": when(item.start_by),
+        "agentCardVersion": _card_version(ctx.actor.id),
+        "ownershipLease": ownership_lease(item, ctx.actor.session_epoch or 1, ctx.now),
+        "contractVersion": item.contract_revision,
+        "selectionBasis": mine.selection_basis,
+        "withdrawnAgentIds": withdrawn,
     }
-    return Decision([Emit("work.offer_accepted", item_ref(item), body)], item_ref(item))
+    return Decision([emit("work.offer.accepted", item, payload)], item_ref(item))
 
 
-@command("work.decline_offer", group_roles=EXECUTING)
+def _card_version(agent_id: str) -> int:
+    """The Agent Card version the winner holds (1 before it published one)."""
+    version = AgentCard.objects.filter(agent_id=agent_id).order_by("-version").values_list("version", flat=True).first()
+    return int(version or 1)
+
+
+@command("ext.mwportal.work.offer_decline", group_roles=EXECUTING)
 def decline_offer(ctx: HandlerContext) -> Decision:
-    """A structured decline (spec 10.3). It changes only the offer, so the
-    WorkItem revision stays and other candidates' compare-and-set still holds."""
-    check_members(ctx.body, ["reason"], ["detail"])
+    """A structured decline (§10.3). It changes only the offer, so the WorkItem
+    revision stays and other candidates' compare-and-set still holds."""
     item = load_item(ctx)
-    sm.check_transition(item.state, "work.decline_offer")
-    if ctx.body["reason"] not in DECLINE_REASONS:
-        raise malformed("body.reason", f"must be one of {', '.join(DECLINE_REASONS)}")
-    detail = ctx.body.get("detail") or ""
-    if not isinstance(detail, str) or len(detail) > 2000:
-        raise malformed("body.detail", "must be a string of at most 2000 characters")
+    sm.check_transition(item.state, sm.DECLINE)
     mine = _my_open_offer(ctx, item)
+    detail = ctx.payload.get("detail") or ""
     mine.status, mine.closed_at = "declined", ctx.now
-    mine.decline_reason, mine.decline_detail = ctx.body["reason"], detail
+    mine.decline_reason, mine.decline_detail = ctx.payload["reason"], detail
     mine.save()
-    body = {"agent": ctx.actor.id, "reason": ctx.body["reason"], "detail": detail}
-    return Decision([Emit("work.offer_declined", item_ref(item), body)], item_ref(item))
+    payload = {"workItemId": urn(item.id), "agentId": urn(ctx.actor.id), "reason": ctx.payload["reason"]}
+    if detail:
+        payload["detail"] = detail
+    return Decision([emit("ext.mwportal.work.offer_declined", item, payload)], item_ref(item))
 
 
-@command("work.raise_ambiguity", group_roles=EXECUTING)
+@command("ext.mwportal.work.ambiguity_raise", group_roles=EXECUTING)
 def raise_ambiguity(ctx: HandlerContext) -> Decision:
-    """An offered Worker raises an essential ambiguity in the WorkItem
-    Conversation before acceptance (spec 10.1). Its offer closes, so it
-    cannot accept the WorkItem as it stands; the Coordinator answers with a
-    new ``work.offer`` carrying the corrected contract (a material revision
-    needs renewed acceptance) or authorizes a replacement WorkItem. Like a
-    decline it changes only the offer: the WorkItem revision stays."""
-    check_members(ctx.body, ["questions"], ["fields"])
+    """An offered Worker raises an essential ambiguity before acceptance (§10.1).
+
+    Its offer closes, so it cannot accept the WorkItem as it stands; the
+    Coordinator answers with a new ``work.offer`` carrying the corrected
+    contract or authorizes a replacement WorkItem. Like a decline it changes
+    only the offer: the WorkItem revision stays."""
     item = load_item(ctx)
-    sm.check_transition(item.state, "work.raise_ambiguity")
-    questions = ctx.body["questions"]
-    if (
-        not isinstance(questions, list)
-        or not 1 <= len(questions) <= 20
-        or not all(isinstance(q, str) and 0 < len(q) <= 2000 for q in questions)
-    ):
-        raise malformed("body.questions", "must be 1 to 20 non-empty strings of at most 2000 characters")
-    fields = ctx.body.get("fields") or []
-    known = set(item.contract)
-    if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
-        raise malformed("body.fields", "must be a list of Work Contract member names")
+    sm.check_transition(item.state, sm.AMBIGUITY)
+    fields = list(ctx.payload.get("fields") or [])
     for i, name in enumerate(fields):
-        if name.split(".", 1)[0] not in known:
-            raise malformed(f"body.fields.{i}", f"{name!r} is not a member of the Work Contract")
+        if name.split("/", 1)[0] not in item.contract:
+            raise refuse(
+                ErrorCode.INVALID_COMMAND,
+                f"/payload/fields/{i}: {name!r} is not a member of the Work Contract",
+                field=f"/payload/fields/{i}",
+            )
     mine = _my_open_offer(ctx, item)
+    questions = ctx.payload["questions"]
     mine.status, mine.closed_at = "declined", ctx.now
     mine.decline_reason, mine.decline_detail = "ambiguity", "\n".join(questions)[:2000]
     mine.save()
-    body = {"agent": ctx.actor.id, "contract_revision": item.contract_revision, "questions": questions,
-            "fields": fields}  # fmt: skip
-    return Decision([Emit("work.ambiguity_raised", item_ref(item), body)], item_ref(item))
+    payload: dict[str, Any] = {"workItemId": urn(item.id), "agentId": urn(ctx.actor.id), "questions": questions}
+    if fields:
+        payload["fields"] = fields
+    return Decision([emit("ext.mwportal.work.ambiguity_raised", item, payload)], item_ref(item))
 
 
-@command("approval.grant_execution", group_roles=("owner",), cas=True)
+@command("approval.grant_execution", group_roles=("mission_owner",), actors=PEOPLE)
 def grant_execution(ctx: HandlerContext) -> Decision:
-    """The MissionOwner's execution Approval: satisfies the start gate of a
-    contract whose risk requires it, for the current contract revision."""
-    check_members(ctx.body, [], ["note"])
-    note = ctx.body.get("note") or ""
-    if not isinstance(note, str) or len(note) > 2000:
-        raise malformed("body.note", "must be a string of at most 2000 characters")
+    """The MissionOwner's signed execution Approval (§12): satisfies the start
+    gate of a contract that asks for one, for its current contract version and
+    the current Ownership Epoch."""
+    p = ctx.payload
     item = load_item(ctx)
     sm.check_transition(item.state, "approval.grant_execution")
     if not requires_approval(item.contract):
         raise refuse(ErrorCode.INVALID_STATE_TRANSITION, "this contract requires no execution Approval")
+    if p["ownershipEpoch"] != item.ownership_epoch:
+        raise refuse(
+            ErrorCode.WORK_STALE_OWNERSHIP,
+            f"ownershipEpoch {p['ownershipEpoch']} is not current ({item.ownership_epoch})",
+            currentOwnershipEpoch=item.ownership_epoch,
+        )
     if item.approved_contract_revision == item.contract_revision:
-        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, "execution is already approved for this contract revision")
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, "execution is already approved for this contract version")
+    approval_id = bare(p["approvalId"], "/payload/approvalId")
+    expires_at = ctx.now + seconds("MWP_START_BY_SECONDS", p.get("expiresInSeconds"))
     item.approved_contract_revision = item.contract_revision
     save(item, ctx.now)
     Approval.objects.create(
@@ -297,8 +455,36 @@ def grant_execution(ctx: HandlerContext) -> Decision:
         subject_id=str(item.id),
         subject_revision=item.contract_revision,
         granted_by_id=ctx.actor.id,
-        note=note,
+        note=(p.get("comments") or "")[:2000],
         granted_at=ctx.now,
     )
-    body = {"workitem": str(item.id), "contract_revision": item.contract_revision, "note": note}
-    return Decision([Emit("approval.execution_granted", item_ref(item), body)], item_ref(item))
+    approval = authority_signed(
+        "approval",
+        {
+            "approvalId": urn(approval_id),
+            "kind": "work_execution",
+            "decision": "approved",
+            "missionId": urn(item.mission_id),
+            "groupId": urn(item.group_id),
+            "missionRevision": ctx.group.revision,
+            "artifactHashes": [],
+            "acceptancePolicyVersion": POLICY_VERSION,
+            "approver": actor_of(ctx),
+            "comments": p.get("comments") or "",
+            "conditions": [],
+            "occurredAt": when(ctx.now),
+            "workItemId": urn(item.id),
+        },
+        ctx,
+    )
+    payload: dict[str, Any] = {
+        "approval": approval,
+        "ownershipEpoch": item.ownership_epoch,
+        "operations": p["operations"],
+        "expiresAt": when(expires_at),
+        "contractVersion": item.contract_revision,
+    }
+    for member in ("resources", "budget"):
+        if p.get(member) is not None:
+            payload[member] = p[member]
+    return Decision([emit("approval.execution.granted", item, payload)], item_ref(item))

@@ -1,166 +1,239 @@
-"""Child Missions and Mission outcomes (spec 10.2 last rows), and the WorkItems in a Group snapshot."""
+"""Child Missions and Mission outcomes (PROTOCOL §7.3, §10.2 last rows, §14), and
+the WorkItems in a Group snapshot (§16).
+
+``mission.create_child`` promotes a WorkItem to a linked child Mission in a new
+Group: the WorkItem blocks with its ownership fenced while the child runs. The
+child's final Approval verifies it (the Approval becomes the parent WorkItem's
+Evidence); its termination or cancellation follows the declared
+``failurePolicy``. ``mission.approve``, ``mission.cancel`` and
+``mission.terminate`` end a Mission; a terminal Mission state reaches every
+unfinished WorkItem (§10.2).
+"""
 
 from __future__ import annotations
 
-from datetime import datetime
+import uuid
 from typing import Any
 
 from django.db.models import F, Prefetch
 
-from missions.authority import (
-    AggregateRef,
-    Decision,
-    Emit,
-    GroupHead,
-    HandlerContext,
-)
-from missions.guards import check_members, check_text, check_uuid, refuse
-from missions.handlers import check_mission_budgets, found_mission
-from missions.models import Approval, Mission
+from missions.authority import AggregateRef, Decision, Emit, GroupHead, HandlerContext, check_revision
+from missions.handlers.missions import coordinator_of, found_mission, mission_terms
+from missions.models import Agent, AgentCard, Approval, Mission
 from missions.registry import command, snapshot_contributors
-from mwportal.protocol import GENESIS_HASH, ErrorCode, format_time, malformed
+from mwportal.protocol import GENESIS_HASH, ErrorCode
+from mwportal.protocol.ids import bare, urn
 
 from .. import state_machine as sm
-from ..contract import criteria_ids
+from ..content import content
+from ..documents import POLICY_VERSION, actor_of, authority_signed
+from ..evidence import authority_evidence
 from ..models import Checkpoint, ExecutionLease, Offer, WorkItem
-from .common import (
-    COORDINATING,
-    active_lease,
-    end_item,
-    end_lease,
-    item_ref,
-    load_item,
-    save,
-    system_evidence,
-    withdraw_offers,
-)
+from ..wire import refuse, when
+from .common import active_lease, emit, end_item, end_lease, item_ref, save, withdraw_offers
 
-# --- Missions: child Missions and terminal states (spec 10.2 last rows) ---------
+# The declared child-failure policies (§14) as the WorkItem row keeps them.
+POLICIES = {
+    "block_parent_work_item": "keep_blocked",
+    "fail_parent_work_item": "fail_parent",
+    "fail_parent_mission": "fail_mission",
+}
 
 
-@command("mission.create_child", group_roles=COORDINATING, cas=True)
+def _mission_ref(ctx: HandlerContext) -> AggregateRef:
+    """A Mission status change is a Group revision change."""
+    return AggregateRef("group", ctx.group.id, ctx.group.revision + 1)
+
+
+def _depth(mission: Mission) -> int:
+    depth, parent = 1, mission.parent_group_id
+    while parent is not None:
+        depth += 1
+        parent = Mission.objects.filter(group_id=parent).values_list("parent_group_id", flat=True).first()
+    return depth
+
+
+@command("mission.create_child", group_roles=("coordinator",))
 def create_child(ctx: HandlerContext) -> Decision:
-    """Run a WorkItem as a linked child Mission in a new Group. The WorkItem is
-    ``blocked`` with ownership fenced while the child runs; the child's final
-    Approval verifies it, its failure follows ``failure_policy``
-    (``fail_parent`` or ``keep_blocked``)."""
-    body = ctx.body
-    check_members(body, ["mission", "group", "title", "objective", "failure_policy"], ["budgets"])
-    if body["failure_policy"] not in ("fail_parent", "keep_blocked"):
-        raise malformed("body.failure_policy", "must be fail_parent or keep_blocked")
-    item = load_item(ctx)
+    """Run a WorkItem as a linked child Mission in a new Group (§14). The WorkItem
+    is ``blocked`` with ownership fenced while the child runs; the parent
+    Coordinator is the child's MissionOwner. ``expectedRevision`` is the parent
+    WorkItem's revision."""
+    p = ctx.payload
+    item = (
+        WorkItem.objects.select_for_update()
+        .filter(id=bare(p["parentWorkItemId"], "/payload/parentWorkItemId"), group_id=ctx.group.id)
+        .first()
+    )
+    if item is None:
+        raise refuse(
+            ErrorCode.INVALID_COMMAND,
+            "/payload/parentWorkItemId: no such WorkItem in this Group",
+            field="/payload/parentWorkItemId",
+            reason="not_found",
+        )
+    check_revision(ctx.command, item.revision)
     sm.check_transition(item.state, "mission.create_child")
-    mission_id, group_id = check_uuid(body, "mission"), check_uuid(body, "group")
+    mission_id, group_id = bare(p["missionId"], "/payload/missionId"), bare(p["groupId"], "/payload/groupId")
+    parent_mission = Mission.objects.get(id=item.mission_id)
+    terms = mission_terms(p, ctx.now)
+    owner = Agent.objects.get(id=ctx.actor.id)
+    if p.get("coordinatorAgentId") is None and p.get("coordinatorId") is None:
+        coordinator = owner
+        version = AgentCard.objects.filter(agent=owner).order_by("-version").values_list("version", flat=True).first()
+        card_version = int(version or 1)
+    else:
+        coordinator, card_version = coordinator_of(str(ctx.group.organization_id), p)
     end_lease(active_lease(item), "revoked", "child mission", ctx.now)
     withdraw_offers(item, ctx.now)
     item.owner, item.owner_expires_at, item.start_by = None, None, None
     item.state = sm.BLOCKED
     child_events = found_mission(
-        group_id=group_id, mission_id=mission_id, org_id=ctx.group.organization_id,
-        title=check_text(body, "title", max_length=300), objective=check_text(body, "objective", max_length=20_000),
-        owner_id=ctx.actor.id, now=ctx.now, budgets=check_mission_budgets(body),
-        parent={"group": ctx.group.id, "workitem": str(item.id)},
-    )  # fmt: skip
-    item.child_mission_id = mission_id
-    item.child_failure_policy = body["failure_policy"]
+        group_id=group_id,
+        mission_id=mission_id,
+        organization_id=str(ctx.group.organization_id),
+        owner=owner,
+        coordinator=coordinator,
+        card_version=card_version,
+        terms=terms,
+        now=ctx.now,
+        parent={
+            "missionId": str(parent_mission.id),
+            "workItemId": str(item.id),
+            "depth": _depth(parent_mission),
+            "groupId": ctx.group.id,
+        },
+    )
+    item.child_mission_id = uuid.UUID(mission_id)
+    item.child_failure_policy = POLICIES[p.get("failurePolicy") or "block_parent_work_item"]
     save(item, ctx.now)
-    child_head = GroupHead(group_id, ctx.group.organization_id, "mission", 0, GENESIS_HASH, 1)
-    parent_body = {"child_mission": mission_id, "child_group": group_id, "failure_policy": body["failure_policy"]}
+    child_head = GroupHead(group_id, str(ctx.group.organization_id), "mission", 0, GENESIS_HASH, 1)
+    created = {
+        "parentMissionId": urn(parent_mission.id),
+        "parentWorkItemId": urn(item.id),
+        "childMissionId": urn(mission_id),
+        "childGroupId": urn(group_id),
+    }
+    blocked = {
+        "workItemId": urn(item.id),
+        "reason": f"waits for its child Mission {urn(mission_id)}",
+        "childMissionId": urn(mission_id),
+    }
     return Decision(
-        [Emit("mission.child_created", item_ref(item), parent_body)], item_ref(item), also=[(child_head, child_events)]
+        [emit("mission.child.created", item, created), emit("work.blocked", item, blocked)],
+        item_ref(item),
+        also=[(child_head, child_events)],
     )
 
 
-def _mission_for(ctx: HandlerContext) -> Mission:
+def _active_mission(ctx: HandlerContext) -> Mission:
+    check_revision(ctx.command, ctx.group.revision)
     mission = Mission.objects.get(group_id=ctx.group.id)
     if mission.status != "active":
         raise refuse(ErrorCode.INVALID_STATE_TRANSITION, f"the Mission is already {mission.status}")
     return mission
 
 
-def _propagate_to_items(ctx: HandlerContext, transition: str, state: str, cause: str) -> list[Emit]:
-    """A terminal Mission state reaches every unfinished WorkItem (spec 10.2)."""
+def _propagate(ctx: HandlerContext, transition: str, state: str, cause: str) -> list[Emit]:
+    """A terminal Mission state reaches every unfinished WorkItem (§10.2, last row)."""
     events = []
     for item in WorkItem.objects.select_for_update().filter(group_id=ctx.group.id, state__in=sm.UNFINISHED):
         sm.check_transition(item.state, transition)
         end_item(item, state, ctx.now, cause)
         save(item, ctx.now)
-        kind = "work.failed" if state == sm.FAILED else "work.cancelled"
-        body: dict[str, Any] = {"reason": cause}
+        payload: dict[str, Any] = {"workItemId": urn(item.id), "reason": cause}
         if state == sm.FAILED:
-            body["evidence"] = [system_evidence(ctx, item, cause)]
-        events.append(Emit(kind, item_ref(item), body))
+            payload["evidence"] = [authority_evidence(ctx, item, cause, passed=False)]
+            content().record_evidence(ctx, item, payload["evidence"], "failure", position=len(events))
+        events.append(emit("work.failed" if state == sm.FAILED else "work.cancelled", item, payload))
     return events
 
 
-def _to_parent(ctx: HandlerContext, mission: Mission, outcome: str) -> list[tuple[GroupHead, list[Emit]]]:
-    """Propagate a child Mission's approval or failure to its parent WorkItem."""
+def _to_parent(ctx: HandlerContext, mission: Mission, approved: bool) -> list[tuple[GroupHead, list[Emit]]]:
+    """A child Mission's approval or failure reaches its parent WorkItem (§14)."""
     if mission.parent_group_id is None or mission.parent_workitem_id is None:
         return []
     head = ctx.lock_other_group(str(mission.parent_group_id))
     item = WorkItem.objects.select_for_update().filter(id=mission.parent_workitem_id).first()
     if item is None or item.state != sm.BLOCKED or str(item.child_mission_id) != str(mission.id):
         return [(head, [])]
-    if outcome == "approved":
+    parent_ctx = HandlerContext(
+        command=ctx.command,
+        spec=ctx.spec,
+        actor=ctx.actor,
+        group=head,
+        now=ctx.now,
+        payload=ctx.payload,
+        auth=ctx.auth,
+    )
+    if approved:
         sm.check_transition(item.state, "child.approved", sm.VERIFIED)
         item.state = sm.VERIFIED
-        evidence = [
-            {
-                "subject": str(item.id),
-                "criteria": criteria_ids(item.contract),
-                "method": "human",
-                "result": "pass",
-                "producer": ctx.actor.id,
-                "timestamp": format_time(ctx.now),
-                "artifacts": [],
-                "summary": f"child Mission {mission.id} received final Approval",
-            }
-        ]
+        item.child_mission = None
         save(item, ctx.now)
-        return [
-            (
-                head,
-                [Emit("work.child_approved", item_ref(item), {"child_mission": str(mission.id), "evidence": evidence})],
+        evidence = [
+            authority_evidence(
+                parent_ctx, item, f"child Mission {urn(mission.id)} received its final Approval", passed=True
             )
         ]
-    to = sm.FAILED if item.child_failure_policy == "fail_parent" else sm.BLOCKED
+        content().record_evidence(parent_ctx, item, evidence, "child")
+        return [(head, [emit("work.result.accepted", item, {"workItemId": urn(item.id), "evidence": evidence})])]
+    policy = item.child_failure_policy
+    to = sm.BLOCKED if policy == "keep_blocked" else sm.FAILED
     sm.check_transition(item.state, "child.failed", to)
-    body: dict[str, Any] = {"child_mission": str(mission.id), "outcome": outcome, "state": to}
-    if to == sm.FAILED:
-        end_item(item, sm.FAILED, ctx.now, f"child mission {outcome}")
-        body["evidence"] = [system_evidence(ctx, item, f"child Mission {mission.id} {outcome}")]
-    else:
+    reason = f"child Mission {urn(mission.id)} failed"
+    if to == sm.BLOCKED:
         item.child_mission = None  # the Coordinator may now unblock or reassign
+        save(item, ctx.now)
+        blocked = {"workItemId": urn(item.id), "reason": reason, "childMissionId": urn(mission.id)}
+        return [(head, [emit("work.blocked", item, blocked)])]
+    end_item(item, sm.FAILED, ctx.now, reason)
     save(item, ctx.now)
-    return [(head, [Emit("work.child_failed", item_ref(item), body)])]
+    evidence = [authority_evidence(parent_ctx, item, reason, passed=False)]
+    content().record_evidence(parent_ctx, item, evidence, "failure")
+    failed = {"workItemId": urn(item.id), "reason": reason, "evidence": evidence, "childMissionId": urn(mission.id)}
+    events = [emit("work.failed", item, failed)]
+    if policy == "fail_mission":
+        events += _terminate_parent(parent_ctx, head, reason)
+    return [(head, events)]
 
 
-def _close_mission(
-    ctx: HandlerContext, mission: Mission, status: str, event: str, body: dict[str, Any], item_events: list[Emit]
+def _terminate_parent(ctx: HandlerContext, head: GroupHead, reason: str) -> list[Emit]:
+    """``fail_parent_mission``: the parent Mission terminates with its unfinished WorkItems."""
+    parent = Mission.objects.filter(group_id=head.id, status="active").first()
+    if parent is None:
+        return []
+    Mission.objects.filter(id=parent.id).update(status="failed")
+    items = _propagate(ctx, "parent.failed", sm.FAILED, f"mission terminated: {reason}")
+    ref = AggregateRef("group", head.id, head.revision + 1)
+    return [*items, Emit("mission.terminated", ref, {"missionId": urn(parent.id), "reason": reason[:4000]})]
+
+
+def _close(
+    ctx: HandlerContext, mission: Mission, status: str, kind: str, payload: dict[str, Any], items: list[Emit]
 ) -> Decision:
-    """Set the Mission's terminal status (a Group revision change) and
-    propagate to its parent WorkItem, if it is a child Mission."""
     Mission.objects.filter(id=mission.id).update(status=status)
-    ref = AggregateRef("group", ctx.group.id, ctx.group.revision + 1)
-    outcome = {"completed": "approved", "failed": "failed", "cancelled": "cancelled"}[status]
-    return Decision(
-        [*item_events, Emit(event, ref, {"mission": str(mission.id), **body})],
-        ref,
-        also=_to_parent(ctx, mission, outcome),
-    )
+    ref = _mission_ref(ctx)
+    return Decision([*items, Emit(kind, ref, payload)], ref, also=_to_parent(ctx, mission, status == "completed"))
 
 
-@command("mission.approve", group_roles=("owner",), target="group", cas=True)
+@command("mission.approve", group_roles=("mission_owner",))
 def approve_mission(ctx: HandlerContext) -> Decision:
-    """Final Approval of the Mission by its owner; every WorkItem must be finished."""
-    check_members(ctx.body, [], ["note"])
-    mission = _mission_for(ctx)
+    """The MissionOwner's final Approval (§7.3) of a Mission revision and Artifact set;
+    every WorkItem must be finished. A child Mission's approval verifies its parent WorkItem."""
+    p = ctx.payload
+    mission = _active_mission(ctx)
+    if p["missionRevision"] != ctx.group.revision:
+        raise refuse(
+            ErrorCode.REVISION_CONFLICT,
+            f"/payload/missionRevision: the Mission is at revision {ctx.group.revision}",
+            field="/payload/missionRevision",
+        )
     unfinished = WorkItem.objects.filter(group_id=ctx.group.id, state__in=sm.UNFINISHED).count()
     if unfinished:
         raise refuse(
             ErrorCode.INVALID_STATE_TRANSITION, f"{unfinished} WorkItems are unfinished", unfinished=unfinished
         )
-    note = ctx.body.get("note") or ""
     Approval.objects.create(
         group_id=ctx.group.id,
         kind=Approval.KIND_FINAL,
@@ -168,73 +241,116 @@ def approve_mission(ctx: HandlerContext) -> Decision:
         subject_id=str(mission.id),
         subject_revision=ctx.group.revision,
         granted_by_id=ctx.actor.id,
-        note=str(note)[:2000],
+        note=(p.get("comments") or "")[:2000],
         granted_at=ctx.now,
     )
-    return _close_mission(ctx, mission, "completed", "mission.approved", {"note": str(note)[:2000]}, [])
+    approval = authority_signed(
+        "approval",
+        {
+            "approvalId": p["approvalId"],
+            "kind": "child_mission" if mission.parent_group_id else "mission_final",
+            "decision": "approved",
+            "missionId": urn(mission.id),
+            "groupId": urn(ctx.group.id),
+            "missionRevision": p["missionRevision"],
+            "artifactHashes": p["artifactHashes"],
+            "acceptancePolicyVersion": p["acceptancePolicyVersion"] or POLICY_VERSION,
+            "approver": actor_of(ctx),
+            "comments": p.get("comments") or "",
+            "conditions": list(p.get("conditions") or []),
+            "occurredAt": when(ctx.now),
+        },
+        ctx,
+    )
+    return _close(ctx, mission, "completed", "mission.approved", {"approval": approval}, [])
 
 
-@command("mission.fail", group_roles=("owner",), target="group", cas=True)
-def fail_mission(ctx: HandlerContext) -> Decision:
-    check_members(ctx.body, ["reason"])
-    reason = check_text(ctx.body, "reason", max_length=2000)
-    mission = _mission_for(ctx)
-    events = _propagate_to_items(ctx, "parent.failed", sm.FAILED, f"mission failed: {reason}")
-    return _close_mission(ctx, mission, "failed", "mission.failed", {"reason": reason}, events)
-
-
-@command("mission.cancel", group_roles=("owner",), target="group", cas=True)
+@command("mission.cancel", group_roles=("mission_owner",), actors=("agent", "human", "service"))
 def cancel_mission(ctx: HandlerContext) -> Decision:
-    check_members(ctx.body, ["reason"])
-    reason = check_text(ctx.body, "reason", max_length=2000)
-    mission = _mission_for(ctx)
-    events = _propagate_to_items(ctx, "parent.cancelled", sm.CANCELLED, f"mission cancelled: {reason}")
-    return _close_mission(ctx, mission, "cancelled", "mission.cancelled", {"reason": reason}, events)
+    """Cancellation reaches every unfinished WorkItem (§7.1, §10.2)."""
+    mission = _active_mission(ctx)
+    reason = ctx.payload["reason"]
+    items = _propagate(ctx, "parent.cancelled", sm.CANCELLED, f"mission cancelled: {reason}"[:4000])
+    return _close(
+        ctx, mission, "cancelled", "mission.cancelled", {"missionId": urn(mission.id), "reason": reason}, items
+    )
 
 
-def _when(value: datetime | None) -> str | None:
-    return format_time(value) if value is not None else None
+@command("mission.terminate", group_roles=("coordinator",), actors=("agent", "service"))
+def terminate_mission(ctx: HandlerContext) -> Decision:
+    """The Mission fails (§7.1): its unfinished WorkItems fail with Evidence; a child's
+    failure blocks or fails its parent WorkItem as declared (§14)."""
+    mission = _active_mission(ctx)
+    reason = ctx.payload["reason"]
+    items = _propagate(ctx, "parent.failed", sm.FAILED, f"mission terminated: {reason}"[:4000])
+    return _close(ctx, mission, "failed", "mission.terminated", {"missionId": urn(mission.id), "reason": reason}, items)
+
+
+# --- the WorkItems of a Group snapshot (§16) ----------------------------------------
+
+
+def _when(value: Any) -> str | None:
+    return when(value) if value is not None else None
 
 
 def _item_state(item: WorkItem) -> dict[str, Any]:
-    """One WorkItem as a snapshot carries it: the state, and every timer,
-    lease, open offer and the latest checkpoint a Worker needs to go on from
-    the snapshot alone (a restored owner renews its lease, an offered Worker
-    still sees its offer, a new owner resumes from the checkpoint; spec 16)."""
+    """One WorkItem as a snapshot carries it: the state, and every timer, lease,
+    open offer and the latest checkpoint a Worker needs to go on from the
+    snapshot alone (a restored owner renews its lease, an offered Worker still
+    sees its offer, a new owner resumes from the checkpoint; §16)."""
     # The prefetches of snapshot_workitems hold only the active lease, the
     # open offers and the latest checkpoint.
     lease = next(iter(item.leases.all()), None)
     latest = next(iter(item.checkpoints.all()), None)
     return {
-        "id": str(item.id), "state": item.state, "revision": item.revision, "contract": item.contract,
-        "contract_revision": item.contract_revision, "accepted_contract_revision": item.accepted_contract_revision,
-        "owner": str(item.owner_id) if item.owner_id else None, "ownership_epoch": item.ownership_epoch,
-        "start_by": _when(item.start_by), "owner_expires_at": _when(item.owner_expires_at),
-        "approved_contract_revision": item.approved_contract_revision, "attempt": item.attempt,
-        "needs_new_attempt": item.needs_new_attempt, "retry_not_before": _when(item.retry_not_before),
-        "usage": item.usage, "checkpoint_count": item.checkpoint_count,
+        "workItemId": urn(item.id),
+        "state": item.state,
+        "revision": item.revision,
+        "contract": item.contract,
+        "contractVersion": item.contract_revision,
+        "acceptedContractVersion": item.accepted_contract_revision,
+        "ownerId": urn(item.owner_id) if item.owner_id else None,
+        "ownershipEpoch": item.ownership_epoch,
+        "startBy": _when(item.start_by),
+        "ownershipLeaseExpiresAt": _when(item.owner_expires_at),
+        "approvedContractVersion": item.approved_contract_revision,
+        "attempt": item.attempt,
+        "needsNewAttempt": item.needs_new_attempt,
+        "retryNotBefore": _when(item.retry_not_before),
+        "usage": item.usage,
+        "checkpointCount": item.checkpoint_count,
         "dependencies": sorted(
-            ({"workitem": str(d.depends_on_id), "policy": d.policy} for d in item.dependencies.all()),
-            key=lambda d: d["workitem"],
+            ({"workItemId": urn(d.depends_on_id), "policy": d.policy} for d in item.dependencies.all()),
+            key=lambda d: d["workItemId"],
         ),
         # The Lease ID and its holder are in the work.started Event already;
         # the capability token is never in the log.
-        "lease": {
-            "lease_id": str(lease.id), "agent": str(lease.agent_id), "session_epoch": lease.session_epoch,
-            "ownership_epoch": lease.ownership_epoch, "expires_at": format_time(lease.expires_at),
-        } if lease else None,
+        "executionLease": {
+            "leaseId": urn(lease.id),
+            "holderAgentId": urn(lease.agent_id),
+            "sessionEpoch": lease.session_epoch,
+            "ownershipEpoch": lease.ownership_epoch,
+            "expiresAt": when(lease.expires_at),
+        }
+        if lease
+        else None,
         "offers": sorted(
-            ({"agent": str(o.agent_id), "expires_at": format_time(o.expires_at)}
-             for o in item.offers.all()),
-            key=lambda o: o["agent"],
+            ({"agentId": urn(o.agent_id), "expiresAt": when(o.expires_at)} for o in item.offers.all()),
+            key=lambda o: o["agentId"],
         ),
-        "latest_checkpoint": {
-            "number": latest.number, "ownership_epoch": latest.ownership_epoch, "lease_id": str(latest.lease_id),
-            "state": latest.state, "progress": latest.progress, "created_at": format_time(latest.created_at),
-        } if latest else None,
-        "child_mission": str(item.child_mission_id) if item.child_mission_id else None,
-        "child_failure_policy": item.child_failure_policy or None,
-    }  # fmt: skip
+        "latestCheckpoint": {
+            "number": latest.number,
+            "ownershipEpoch": latest.ownership_epoch,
+            "executionLeaseId": urn(latest.lease_id),
+            "checkpoint": latest.state,
+            "progress": latest.progress,
+            "createdAt": when(latest.created_at),
+        }
+        if latest
+        else None,
+        "childMissionId": urn(item.child_mission_id) if item.child_mission_id else None,
+        "childFailurePolicy": item.child_failure_policy or None,
+    }
 
 
 def snapshot_workitems(group_id: str) -> tuple[str, Any]:

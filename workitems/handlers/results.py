@@ -1,30 +1,23 @@
-"""Results and their review (spec 11.4, 13.2): submission, late results, acceptance, failure, retry, cancellation."""
+"""Results and their review (PROTOCOL §10.2, §11.4, §11.5, §13.2): submission, late
+results, acceptance, failure, retry, cancellation."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from missions.authority import (
-    Decision,
-    Emit,
-    HandlerContext,
-    RefusedWithRecord,
-    system_action_id,
-)
-from missions.guards import check_members, check_text, refuse
+from missions.authority import Decision, Emit, HandlerContext, RefusedWithRecord, system_action_id
+from missions.commands import group_service_command
 from missions.registry import command
-from mwportal.protocol import ErrorCode, ProtocolError, format_time, malformed
+from mwportal.protocol import ErrorCode, ProtocolError
+from mwportal.protocol.ids import bare, is_portal_id, urn
 
 from .. import state_machine as sm
 from ..content import content
-from ..contract import criteria_ids
-from ..guards import (
-    check_evidence_list,
-    check_sha256,
-    check_usage,
-)
+from ..evidence import check_evidence
 from ..models import ExecutionLease, Submission, WorkItem
+from ..wire import refuse, when
 from .common import (
+    AUTHORS_OF_RESULTS,
     COORDINATING,
     EXECUTING,
     active_lease,
@@ -32,40 +25,50 @@ from .common import (
     charge_usage,
     check_lease,
     check_retry_allowed,
-    check_role,
+    emit,
     end_item,
     end_lease,
     item_ref,
     load_item,
     save,
     seconds,
+    usage_recorded,
+    work_item_id,
 )
+
+LATE_RESULT = "ext.mwportal.work.late_result_record"
 
 
 def _late_result_record(ctx: HandlerContext, item: WorkItem, error: ProtocolError) -> RefusedWithRecord | None:
     """A fenced former owner's submission is refused, but kept as
-    non-authoritative Evidence (spec 11.5; MWP-WRK-019)."""
-    env = ctx.envelope
-    if (
-        env.lease_id is None
-        or not ExecutionLease.objects.filter(id=env.lease_id, workitem=item, agent_id=ctx.actor.id).exists()
-    ):
+    non-authoritative Evidence (§11.5: stored for audit, never completing the WorkItem)."""
+    lease_id = ctx.payload.get("executionLeaseId")
+    if not is_portal_id(lease_id):
         return None
-    from missions.commands import system_command
-
-    record = system_command(
-        "work.record_late_result", ctx.group.id,
-        {"workitem": str(item.id), "agent": ctx.actor.id, "lease_id": env.lease_id,
-         "ownership_epoch": env.ownership_epoch, "artifacts": env.body.get("artifacts", []),
-         "evidence": env.body.get("evidence", []), "refused": str(error.code)},
-        action_id=system_action_id("late-result", env.actor, env.action_id), issued_at=env.issued_at,
-    )  # fmt: skip
+    lease = ExecutionLease.objects.filter(
+        id=bare(lease_id, "/payload/executionLeaseId"), workitem=item, agent_id=ctx.actor.id
+    ).first()
+    if lease is None:
+        return None
+    record = group_service_command(
+        LATE_RESULT,
+        ctx.group.id,
+        {
+            "workItemId": urn(item.id),
+            "ownershipEpoch": lease.ownership_epoch,
+            "artifactIds": list(ctx.payload.get("artifactIds") or []),
+            "evidence": [e["evidenceId"] for e in ctx.payload.get("evidence") or []],
+        },
+        action_id=system_action_id("late-result", ctx.command.actor, ctx.command.action_id),
+        issued_at=ctx.command.issued_at,
+        work_item_id=str(item.id),
+    )
     return RefusedWithRecord(error, record)
 
 
 @command("work.submit", group_roles=EXECUTING)
 def submit(ctx: HandlerContext) -> Decision:
-    """Artifacts and Evidence mapped to every acceptance criterion (spec 13.2)."""
+    """Artifacts and Evidence mapped to every acceptance criterion (§10.2, §13.2); the lease is released."""
     item = load_item(ctx)
     try:
         sm.check_transition(item.state, "work.submit")
@@ -75,9 +78,19 @@ def submit(ctx: HandlerContext) -> Decision:
         if late is not None:
             raise late from None
         raise
-    check_members(ctx.body, ["artifacts", "evidence"], ["usage"])
-    artifacts, evidence = check_submission(ctx.body, item)
-    usage = charge_usage(ctx, item, check_usage(ctx.body.get("usage")))
+    artifacts = list(ctx.payload["artifactIds"])
+    absent = content().absent_from_group(str(item.group_id), artifacts)
+    if absent:
+        raise refuse(
+            ErrorCode.INVALID_COMMAND,
+            f"/payload/artifactIds: no Artifacts {', '.join(absent)} in this Group",
+            field="/payload/artifactIds",
+            artifactIds=absent,
+            reason="not_found",
+        )
+    evidence = check_evidence(ctx, item, ctx.payload["evidence"], cover_all=True, generated_by_actor=True)
+    delta = ctx.payload.get("usageDelta") or {}
+    charged = charge_usage(ctx, item, delta)
     end_lease(lease, "released", "submitted", ctx.now)
     submission = Submission.objects.create(
         workitem=item,
@@ -92,153 +105,135 @@ def submit(ctx: HandlerContext) -> Decision:
     item.state = sm.SUBMITTED
     item.owner_expires_at = None
     save(item, ctx.now)
-    content().record_evidence(ctx, item, evidence, "submission", submission=submission)
-    # The review pipeline (spec 13.2) reads the Artifacts' bytes: slow I/O,
-    # so it runs after commit and records its results through accept().
+    events: list[Emit] = [usage_recorded(item, str(lease.id), delta, charged)] if charged is not None else []
+    content().record_evidence(ctx, item, evidence, "submission", submission=submission, position=len(events))
+    # The review pipeline (§13.2) reads the Artifacts' bytes: slow I/O, so it
+    # runs after commit and records its results through accept().
     content().review_after_commit(str(item.id))
-    body = {"lease_id": str(lease.id), "artifacts": artifacts, "evidence": evidence, "usage": usage}
-    return Decision([Emit("work.submitted", item_ref(item), body)], item_ref(item))
+    submitted = {"workItemId": urn(item.id), "artifactIds": artifacts, "evidence": evidence}
+    return Decision([*events, emit("work.submitted", item, submitted)], item_ref(item))
 
 
-def check_submission(body: dict[str, Any], item: WorkItem) -> tuple[list[str], list[dict[str, Any]]]:
-    artifacts = body["artifacts"]
-    if not isinstance(artifacts, list):
-        raise malformed("body.artifacts", "must be a list of SHA-256 hashes")
-    for i, sha in enumerate(artifacts):
-        check_sha256(sha, f"body.artifacts.{i}")
-    evidence = check_evidence_list(body["evidence"], "body.evidence", required=True)
-    known = criteria_ids(item.contract)
-    for i, record in enumerate(evidence):
-        for c in record["criteria"]:
-            if c not in known:
-                raise malformed(f"body.evidence.{i}.criteria", f"{c!r} is not an acceptance criterion of the contract")
-    covered = {c for record in evidence for c in record["criteria"]}
-    missing = [c for c in known if c not in covered]
-    if missing:
-        raise refuse(
-            ErrorCode.INVALID_STATE_TRANSITION,
-            f"no Evidence for acceptance criteria {', '.join(missing)}",
-            criteria=missing,
-            reason="evidence_required",
-        )
-    cited = sorted({sha for record in evidence for sha in record["artifacts"]} | set(artifacts))
-    # In the store, and held by this Group: another Mission's content never
-    # enters this one by default (spec 13.3).
-    absent = content().absent_from_group(str(item.group_id), cited) if cited else []
-    if absent:
-        raise refuse(
-            ErrorCode.INVALID_COMMAND,
-            f"Artifacts not held by this Group: {', '.join(absent)}",
-            artifacts=absent,
-            reason="not_found",
-        )
-    return artifacts, evidence
-
-
-@command("work.record_late_result", actors=("system",))
+@command(LATE_RESULT, actors=("service",))
 def record_late_result(ctx: HandlerContext) -> Decision:
-    """Keep a fenced owner's late result for audit; it never completes the WorkItem."""
-    body = ctx.body
-    item = WorkItem.objects.select_for_update().get(id=body["workitem"], group_id=ctx.group.id)
-    artifacts = [a for a in body.get("artifacts") or [] if isinstance(a, str)]
-    evidence = body.get("evidence") if isinstance(body.get("evidence"), list) else []
+    """Keep a fenced owner's late result for audit; it never completes the WorkItem (§11.5)."""
+    item = WorkItem.objects.select_for_update().get(id=work_item_id(ctx), group_id=ctx.group.id)
+    artifacts, evidence = list(ctx.payload["artifactIds"]), list(ctx.payload["evidence"])
+    lease = (
+        ExecutionLease.objects.filter(workitem=item, ownership_epoch=ctx.payload["ownershipEpoch"])
+        .order_by("-started_at")
+        .first()
+    )
     Submission.objects.create(
         workitem=item,
-        agent_id=body["agent"],
-        ownership_epoch=body.get("ownership_epoch") or 0,
-        lease_id=body["lease_id"],
+        agent_id=lease.agent_id if lease else item.owner_id,
+        ownership_epoch=ctx.payload["ownershipEpoch"],
+        lease_id=lease.id if lease else None,
         artifacts=artifacts,
         evidence=evidence,
         authoritative=False,
         created_at=ctx.now,
     )
-    event = {
-        "agent": body["agent"],
-        "lease_id": body["lease_id"],
-        "artifacts": artifacts,
+    payload = {
+        "workItemId": urn(item.id),
+        "ownershipEpoch": ctx.payload["ownershipEpoch"],
+        "artifactIds": artifacts,
         "evidence": evidence,
-        "refused": body["refused"],
-        "authoritative": False,
     }
-    return Decision([Emit("work.late_result_recorded", item_ref(item), event)], item_ref(item))
+    return Decision([emit("ext.mwportal.work.late_result_recorded", item, payload)], item_ref(item))
 
 
-@command("work.accept_result", group_roles=COORDINATING, cas=True)
+@command("work.accept_result", group_roles=COORDINATING)
 def accept_result(ctx: HandlerContext) -> Decision:
-    """Coordinator review succeeds: ``verified`` (terminal for this revision)."""
-    check_members(ctx.body, ["evidence"])
+    """The Coordinator's review succeeds: ``verified`` (terminal for this revision, §10.2)."""
     item = load_item(ctx)
     sm.check_transition(item.state, "work.accept_result")
-    evidence = check_evidence_list(ctx.body["evidence"], "body.evidence", required=True)
+    evidence = check_evidence(ctx, item, ctx.payload["evidence"])
     item.state = sm.VERIFIED
     save(item, ctx.now)
     content().record_evidence(ctx, item, evidence, "coordinator")
-    return Decision([Emit("work.result_accepted", item_ref(item), {"evidence": evidence})], item_ref(item))
+    payload = {"workItemId": urn(item.id), "evidence": evidence}
+    return Decision([emit("work.result.accepted", item, payload)], item_ref(item))
 
 
-@command("work.fail")
+@command("work.fail", group_roles=AUTHORS_OF_RESULTS)
 def fail(ctx: HandlerContext) -> Decision:
-    """Failure with Evidence: by a Coordinator, or by the lease holder.
+    """Failure with Evidence (§10.2): by the Coordinator, or by the lease holder.
 
-    A lease holder may mark the failure ``retryable``; while the contract's
-    attempts, deadline and cost allow (spec 11.4), the execution ends and the
-    WorkItem waits in its queue for the next attempt after the backoff.
-    Exhaustion ends in ``work.failed`` with the Evidence.
+    A lease holder's failure cites its Ownership Epoch and Execution Lease
+    (§11.3); it may say ``retryable``, and while the contract's attempts,
+    deadline and budget allow (§11.4) the execution ends and the WorkItem waits
+    in its queue for the next attempt after the backoff. Exhaustion ends in
+    ``work.failed`` with the Evidence. The Coordinator's failure is
+    compare-and-set (§15.3).
     """
-    check_members(ctx.body, ["evidence"], ["retryable"])
     item = load_item(ctx)
-    worker = ctx.envelope.lease_id is not None
+    worker = ctx.payload.get("executionLeaseId") is not None
     sm.check_transition(item.state, "work.fail")
     if worker:
         check_lease(ctx, item)
     else:
-        check_role(ctx, COORDINATING)
-        if ctx.envelope.target is None or ctx.envelope.target.revision is None:
-            raise malformed("target.revision", "a Coordinator's work.fail is compare-and-set")
-    evidence = check_evidence_list(ctx.body["evidence"], "body.evidence", required=True)
-    retryable = ctx.body.get("retryable", False)
-    if not isinstance(retryable, bool):
-        raise malformed("body.retryable", "must be true or false")
-    body: dict[str, Any] = {"evidence": evidence, "attempt": item.attempt}
-    if worker and retryable:
+        if "coordinator" not in (ctx.actor.membership_roles or frozenset()):
+            raise refuse(ErrorCode.AUTH_FORBIDDEN, "work.fail without a lease is the Coordinator's")
+        if ctx.command.expected_revision is None:
+            raise refuse(
+                ErrorCode.SCHEMA_VALIDATION_FAILED,
+                "expectedRevision: a Coordinator's work.fail is compare-and-set",
+                field="expectedRevision",
+            )
+    records = ctx.payload.get("evidence")
+    if not records:
+        raise refuse(
+            ErrorCode.INVALID_STATE_TRANSITION,
+            "/payload/evidence: failure Evidence is required (§10.2)",
+            field="/payload/evidence",
+            reason="evidence_required",
+        )
+    evidence = check_evidence(ctx, item, records, generated_by_actor=worker)
+    reason = ctx.payload["reason"]
+    if worker and ctx.payload.get("retryable"):
         try:
             check_retry_allowed(item, ctx.now)
         except ProtocolError as exhausted:
-            body["reason"] = f"retries exhausted: {exhausted.message}"
+            reason = f"retries exhausted: {exhausted.message}"
         else:
-            return _schedule_retry(ctx, item, evidence, "failure reported")
+            return _schedule_retry(ctx, item, evidence, reason)
     end_item(item, sm.FAILED, ctx.now, "failure")
     save(item, ctx.now)
     content().record_evidence(ctx, item, evidence, "failure")
-    return Decision([Emit("work.failed", item_ref(item), body)], item_ref(item))
+    payload: dict[str, Any] = {"workItemId": urn(item.id), "reason": reason, "evidence": evidence}
+    if item.attempt:
+        payload["attempt"] = item.attempt
+    return Decision([emit("work.failed", item, payload)], item_ref(item))
 
 
 def _schedule_retry(ctx: HandlerContext, item: WorkItem, evidence: list[Any], reason: str) -> Decision:
     sm.check_transition(item.state, "work.retry")
-    end_lease(active_lease(item), "revoked", reason, ctx.now)
+    end_lease(active_lease(item), "revoked", "failure reported", ctx.now)
     item.state = sm.QUEUED
     item.needs_new_attempt = True
     item.retry_not_before = ctx.now + backoff(item)
     item.start_by = item.retry_not_before + seconds("MWP_START_BY_SECONDS")
     item.owner_expires_at = item.start_by
     save(item, ctx.now)
-    body = {
-        "evidence": evidence,
-        "attempt": item.attempt,
-        "retry_not_before": format_time(item.retry_not_before),
-        "start_by": format_time(item.start_by),
-        "reason": reason,
-    }
     content().record_evidence(ctx, item, evidence, "failure")
-    return Decision([Emit("work.attempt_failed", item_ref(item), body)], item_ref(item))
+    payload = {
+        "workItemId": urn(item.id),
+        "reason": reason,
+        "attempt": max(item.attempt, 1),
+        "evidence": evidence,
+        "retryNotBefore": when(item.retry_not_before),
+        "startBy": when(item.start_by),
+    }
+    return Decision([emit("ext.mwportal.work.attempt_failed", item, payload)], item_ref(item))
 
 
-@command("work.cancel", group_roles=COORDINATING, cas=True)
+@command("work.cancel", group_roles=("mission_owner", "coordinator"))
 def cancel(ctx: HandlerContext) -> Decision:
-    check_members(ctx.body, ["reason"])
-    reason = check_text(ctx.body, "reason", max_length=2000)
+    """Cancellation revokes the lease and withdraws the offers (§10.2, §12)."""
     item = load_item(ctx)
     sm.check_transition(item.state, "work.cancel")
     end_item(item, sm.CANCELLED, ctx.now, "cancelled")
     save(item, ctx.now)
-    return Decision([Emit("work.cancelled", item_ref(item), {"reason": reason})], item_ref(item))
+    payload = {"workItemId": urn(item.id), "reason": ctx.payload["reason"]}
+    return Decision([emit("work.cancelled", item, payload)], item_ref(item))
