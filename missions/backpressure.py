@@ -6,7 +6,7 @@ their PostgreSQL connections and the latency all grew without bound until
 the server ran out of connections and answered HTML 500s (issue 16 item 9).
 
 This module bounds, per process, how many requests that run
-``accept()`` (``POST /api/v1/commands`` and ``POST /api/v1/sessions``) are in
+``accept()`` (``POST /api/v0.1/commands``, ``POST /api/v0.1/sessions`` and its challenge) are in
 flight at once: at most ``MWP_MAX_INFLIGHT_COMMANDS``, each further one waits
 at most ``MWP_BACKPRESSURE_WAIT_MS`` for a slot, and one that gets none is
 answered at once ``429 BACKPRESSURE`` with ``retryAfterMs`` and
@@ -72,7 +72,9 @@ DEFAULT_RETRY_AFTER_MS = 1000
 # saturation); one warning at most this often says how many were shed.
 LOG_EVERY_S = 1.0
 # The requests that run accept(): (method, path).
-GUARDED = frozenset({("POST", "/api/v1/commands"), ("POST", "/api/v1/sessions")})
+GUARDED = frozenset(
+    {("POST", "/api/v0.1/commands"), ("POST", "/api/v0.1/sessions"), ("POST", "/api/v0.1/sessions/challenge")}
+)
 
 
 log = logging.getLogger(__name__)

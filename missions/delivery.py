@@ -4,7 +4,9 @@ The layer says "head moved" (or "your Membership changed", "your session
 was replaced"). A head notice also carries the Events that the commit
 appended, exactly as its transaction wrote them (``MAX_CARRIED_BYTES`` at
 most; a larger commit sends the head alone). A hub uses them only when they
-continue, by sequence and hash chain, the last Event it holds for that Group;
+continue, by sequence and hash chain, the last Event it holds for that Group
+(each Event as ``carried_event`` puts it: the stored signed document and its
+row's chain links);
 anything else (a notice lost, late, out of order, or without Events) makes it
 read the database after its head. So order and completeness never depend on
 the layer, only latency does; the carried Events spare the live path a
@@ -283,8 +285,18 @@ def notice_bytes(message: dict[str, Any], serialize: Callable[[dict[str, Any]], 
     return data
 
 
-# A Group's new head after a commit, with the Events that commit appended to it.
+# A Group's new head after a commit, with the Events that commit appended to
+# it, each as ``carried_event`` makes it.
 CommittedHead = tuple[str, int, list[dict[str, Any]]]
+
+
+def carried_event(sequence: int, document: str, prev_hash: str, hash_: str) -> dict[str, Any]:
+    """One Event as a head notice carries it: its sequence, its signed
+    document as stored (the JCS text of ``GroupEvent.document``) and its
+    row's chain links, by which a hub checks that it continues its feed
+    (``missions.feed.Feed.head_notice``; the links are not in the document).
+    A notice carrying anything else costs the hub a read, never an Event."""
+    return {"sequence": sequence, "document": document, "prev_hash": prev_hash, "hash": hash_}
 
 
 def head_notice(group_id: str, sequence: int, events: list[dict[str, Any]] | None) -> dict[str, Any]:

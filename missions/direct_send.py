@@ -41,6 +41,16 @@ class DirectSender:
         info = self.server.connections.get(self.protocol)
         return info is not None and "disconnected" not in info and self.protocol.state == WebSocketProtocol.STATE_OPEN
 
+    def buffered(self) -> int:
+        """Bytes written to this connection and not yet taken by its socket
+        (what a slow reader leaves in the server's buffers)."""
+        transport = self.protocol.transport
+        if transport is None:
+            return 0
+        pending = getattr(transport, "_tempDataLen", 0)
+        data = getattr(transport, "dataBuffer", b"")
+        return int(pending) + max(len(data) - int(getattr(transport, "offset", 0)), 0)
+
     def send(self, event: Any) -> bool:
         """Send ``event``'s frame; False when the connection is not open (the
         caller then sends through ASGI, which drops it the same way)."""

@@ -19,7 +19,18 @@ Invariants the feed keeps:
   gapped batch never enters the cache;
 - a subscriber's position moves only by a batch that starts right after it
   (``Cursor.unsent`` trims a batch to what is new), so each subscriber gets
-  every Event once, in order.
+  every Event once, in order;
+- a subscriber with a ``window`` (spec 17.3: bounded buffering per Group) has
+  at most that many Events sent and not yet acknowledged (``Cursor.ack``);
+  at the bound it is paused, only in this Group, until an acknowledgement
+  (or ``Cursor.resume``) makes room, and the feed neither sends to it nor
+  wakes it meanwhile. Events its ``wants`` filter leaves out move its
+  position without taking room (spec 17.2: a filter changes live delivery).
+
+Events are the stored signed Event documents (``WireEvent``, a dict of the
+document) with the hash chain of their rows beside them: the chain is how a
+carried Event is checked to continue the feed, and it is not part of the
+document.
 """
 
 from __future__ import annotations
@@ -27,7 +38,7 @@ from __future__ import annotations
 import enum
 import itertools
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -35,6 +46,28 @@ CACHE_EVENTS = 1000
 REPLAY_BATCH = 500
 
 Event = dict[str, Any]
+
+
+class WireEvent(dict[str, Any]):
+    """A stored Event as the wire carries it: the signed Event document (the
+    dict), the hash chain of its row (``prev_hash``, ``hash``), and its
+    ``EVENT`` frame encoded once (``frame``), so a hundred subscribers of one
+    Group send the same text, not a hundred encodings of it; ``prepared`` is
+    that frame framed once for daphne's connections (``missions.direct_send``)."""
+
+    __slots__ = ("frame", "hash", "prepared", "prev_hash")
+    frame: str
+    hash: str | None
+    prev_hash: str | None
+    prepared: Any
+
+
+def _link(event: Any, name: str) -> Any:
+    """An Event's ``prev_hash`` or ``hash``: beside the document of a
+    ``WireEvent``, a member of a carried notice's entry."""
+    if isinstance(event, WireEvent):
+        return getattr(event, name, None)
+    return event.get(name) if isinstance(event, dict) else None
 
 
 @dataclass(eq=False)
@@ -47,12 +80,31 @@ class Cursor:
     closed: bool = field(default=False, kw_only=True)
     # A batch is on its way to it; the feed does not hand it another meanwhile.
     sending: bool = field(default=False, kw_only=True)
+    # At most this many Events sent and not acknowledged (None: no bound).
+    window: int | None = field(default=None, kw_only=True)
+    # Which Events the subscriber wants sent (None: all); the rest only move its position.
+    wants: Callable[[Event], bool] | None = field(default=None, kw_only=True)
+    # The sequences sent and not yet acknowledged, oldest first.
+    in_flight: deque[int] = field(default_factory=deque, kw_only=True)
+    # At the window's bound: nothing is sent until ``ack`` or ``resume`` makes room.
+    paused: bool = field(default=False, kw_only=True)
 
     def unsent(self, events: list[Event]) -> list[Event]:
-        """``events`` (consecutive) less those already sent."""
-        if not events or events[0]["sequence"] > self.position:
+        """``events`` (consecutive) less those already sent, and, under a
+        window, cut before the first wanted Event there is no room for."""
+        if events and events[0]["sequence"] <= self.position:
+            events = [e for e in events if e["sequence"] > self.position]
+        if self.window is None or not events:
             return events
-        return [e for e in events if e["sequence"] > self.position]
+        room = self.window - len(self.in_flight)
+        if room <= 0:
+            return []
+        for i, event in enumerate(events):
+            if self.wants is None or self.wants(event):
+                if room == 0:
+                    return events[:i]
+                room -= 1
+        return events
 
     def delivered(self, events: list[Event], kept: bool) -> bool:
         """``events`` (from ``unsent``) were sent; ``kept`` False ends the
@@ -62,7 +114,31 @@ class Cursor:
             return False
         if events:
             self.position = events[-1]["sequence"]
+            if self.window is not None:
+                self.in_flight.extend(e["sequence"] for e in events if self.wants is None or self.wants(e))
+                if len(self.in_flight) >= self.window:
+                    self.paused = True
         return True
+
+    def ack(self, sequence: int) -> bool:
+        """The subscriber has processed everything through ``sequence``; True
+        when that ends a pause (at most half the window is left in flight, so
+        a pause is not lifted and taken again at every acknowledgement)."""
+        while self.in_flight and self.in_flight[0] <= sequence:
+            self.in_flight.popleft()
+        if self.paused and self.window is not None and len(self.in_flight) <= self.window // 2:
+            self.paused = False
+            return True
+        return False
+
+    def resume(self) -> bool:
+        """Lift a pause without an acknowledgement (the connection has taken
+        everything sent, the retry time passed): the window starts afresh.
+        True when it was paused."""
+        was = self.paused
+        self.in_flight.clear()
+        self.paused = False
+        return was
 
 
 class Read(NamedTuple):
@@ -131,7 +207,8 @@ class Feed(Generic[C]):
         return not self.cursors
 
     def caught_up(self, cursor: Cursor) -> bool:
-        return cursor.position >= self.head
+        """Nothing for ``cursor`` until the head moves (or its pause ends)."""
+        return cursor.paused or cursor.position >= self.head
 
     def cached_after(self, position: int) -> list[Event] | None:
         """Events after ``position`` from the cache, or None when the cache does not reach back."""
@@ -147,22 +224,22 @@ class Feed(Generic[C]):
         """A subscriber's own next step: None when it is at the head (it
         waits to be woken), its next Events from the cache, or the replay
         read that brings it toward the cache."""
-        if cursor.position >= self.head:
+        if cursor.paused or cursor.position >= self.head:
             return None
         events = self.cached_after(cursor.position)
         if events is None:
             return Read(self.group_id, cursor.position, self.batch)
-        return events
+        return cursor.unsent(events)
 
     def fan_out(self) -> tuple[list[Send[C]], list[C]]:
         """What each subscriber gets after the head moved: the Events to send
         at once to those the cache serves, and the subscribers to wake (one
         that is sending already, or is behind the cache, catches up on its
-        own)."""
+        own). A paused subscriber gets neither."""
         sends: list[Send[C]] = []
         wakes: list[C] = []
         for cursor in list(self.cursors):
-            if cursor.closed:
+            if cursor.closed or cursor.paused:
                 continue
             if cursor.sending:
                 wakes.append(cursor)
@@ -171,7 +248,9 @@ class Feed(Generic[C]):
             if events is None:
                 wakes.append(cursor)
             elif events:
-                sends.append(Send(cursor, events))
+                batch = cursor.unsent(events)
+                if batch:
+                    sends.append(Send(cursor, batch))
         return sends, wakes
 
     # --- head moves ----------------------------------------------------------
@@ -213,7 +292,7 @@ class Feed(Generic[C]):
 
     def _continues(self, events: list[Any]) -> bool:
         expected = self.head + 1
-        prev = self.cache[-1]["hash"] if self.cache else self.head_hash
+        prev = _link(self.cache[-1], "hash") if self.cache else self.head_hash
         if prev is None and self.head > 0:
             # The head's hash is unknown, so the first carried link cannot be
             # checked: read instead (spec 16: never take an altered chain).
@@ -221,9 +300,11 @@ class Feed(Generic[C]):
         for event in events:
             if not isinstance(event, dict) or event.get("sequence") != expected:
                 return False
-            if prev is not None and event.get("prev_hash") != prev:
+            if prev is not None and _link(event, "prev_hash") != prev:
                 return False
-            prev = event.get("hash")
+            prev = _link(event, "hash")
+            if prev is None:
+                return False
             expected += 1
         return True
 

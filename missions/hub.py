@@ -47,7 +47,7 @@ from . import delivery, local_notices
 from .delivery import AGENT_CHANNEL_PREFIX, AGENT_NOTICES, group_channel, register_serving_loop
 from .feed import Cursor, Event, Feed, Notice, Read
 from .local_notices import database_file
-from .readers import LiveReader, read_after, read_head, wire
+from .readers import LiveReader, read_after, read_head, wire_carried
 from .wake_sources import FileChanges, immediate_notices
 
 __all__ = ["Event", "Hub", "Subscription", "get_hub"]
@@ -71,11 +71,15 @@ class Subscription(Cursor):
     ``deliver`` returns False to end the subscription (the subscriber lost its
     Membership, say). ``deliver_now``, when given, sends a batch without
     waiting for anything, or answers None when it cannot (then ``deliver``
-    does it).
+    does it). ``on_pause`` is called when the subscription reaches its
+    window (``Cursor.window``) and is paused: the subscriber says so to its
+    client (BACKPRESSURE, spec 17.3) and later ``Hub.resume``s it, unless an
+    acknowledgement (``Hub.acknowledge``) does first.
     """
 
     deliver: Callable[[list[Event]], Awaitable[bool]] = field(kw_only=True)
     deliver_now: Callable[[list[Event]], bool | None] | None = field(default=None, kw_only=True)
+    on_pause: Callable[[Subscription], None] | None = field(default=None, kw_only=True)
     wake: asyncio.Event = field(default_factory=asyncio.Event, kw_only=True)
     task: asyncio.Task[None] | None = field(default=None, kw_only=True)
     # Held while a batch is delivered, by the subscriber's task or by the
@@ -240,8 +244,13 @@ class Hub:
         after: int,
         deliver: Callable[[list[Event]], Awaitable[bool]],
         deliver_now: Callable[[list[Event]], bool | None] | None = None,
+        *,
+        window: int | None = None,
+        wants: Callable[[Event], bool] | None = None,
+        on_pause: Callable[[Subscription], None] | None = None,
     ) -> Subscription:
-        """Deliver ``group_id``'s Events after ``after``, then follow its head."""
+        """Deliver ``group_id``'s Events after ``after``, then follow its head;
+        ``window``, ``wants`` and ``on_pause`` as ``Cursor`` and ``Subscription`` say."""
         live = self.feeds.get(group_id)
         if live is None:
             live = self.feeds[group_id] = _Live(Feed(group_id))
@@ -264,11 +273,26 @@ class Hub:
         else:
             await live.ready.wait()
             if self.feeds.get(group_id) is not live:
-                return await self.subscribe(group_id, after, deliver, deliver_now)
-        sub = Subscription(group_id, after, deliver=deliver, deliver_now=deliver_now)
+                return await self.subscribe(
+                    group_id, after, deliver, deliver_now, window=window, wants=wants, on_pause=on_pause
+                )
+        sub = Subscription(
+            group_id, after, deliver=deliver, deliver_now=deliver_now, window=window, wants=wants, on_pause=on_pause
+        )
         live.feed.add(sub)
         sub.task = asyncio.create_task(self._run(live.feed, sub))
         return sub
+
+    def acknowledge(self, sub: Subscription, sequence: int) -> None:
+        """The subscriber's client processed ``sub``'s Group through ``sequence``
+        (an ACK): room in its window, and the end of a pause when there is enough."""
+        if sub.ack(sequence):
+            sub.wake.set()
+
+    def resume(self, sub: Subscription) -> None:
+        """End ``sub``'s pause without an acknowledgement (its retry time passed)."""
+        if sub.resume():
+            sub.wake.set()
 
     async def unsubscribe(self, sub: Subscription) -> None:
         sub.closed = True
@@ -326,7 +350,13 @@ class Hub:
         return self._delivered(sub, batch, kept)
 
     def _delivered(self, sub: Subscription, batch: list[Event], kept: bool) -> bool:
+        was_paused = sub.paused
         if sub.delivered(batch, kept):
+            if sub.paused and not was_paused and sub.on_pause is not None:
+                try:
+                    sub.on_pause(sub)
+                except Exception:
+                    log.exception("the pause of a subscriber of %s failed", sub.group_id)
             return True
         self._spawn(self.unsubscribe(sub))
         return False
@@ -377,7 +407,7 @@ class Hub:
         # not wait for the peer): no task switch per subscriber. One that is
         # sending already, or is behind, is woken and catches up on its own.
         for sub in self._fan_out_now(feed):
-            if sub.closed:
+            if sub.closed or sub.paused:
                 continue
             if sub.lock.locked():
                 sub.wake.set()
@@ -388,7 +418,7 @@ class Hub:
                     batch = feed.cached_after(sub.position)
                     if batch is None:
                         sub.wake.set()
-                    elif batch:
+                    elif batch := sub.unsent(batch):
                         await self._deliver(sub, batch)
                 finally:
                     sub.sending = False
@@ -435,7 +465,11 @@ class Hub:
             return False
         if verdict is Notice.CARRIED:
             assert isinstance(carried, list)
-            live.feed.take([wire(event) for event in carried])
+            try:
+                events: list[Event] = [wire_carried(entry) for entry in carried]
+            except (KeyError, TypeError, ValueError):
+                return False  # not the entries delivery.carried_event makes: read instead
+            live.feed.take(events)
             for sub in self._fan_out_now(live.feed):
                 sub.wake.set()
         return True

@@ -4,8 +4,9 @@ Every local subscriber of a Group shares one read per commit (``LiveReader.read`
 and the periodic checks read the heads of all local Groups and the current
 Session Epochs and Memberships of all connected Agents in one or two queries
 (DESIGN §5: delivery reads the database after each subscriber's position;
-notices only say that the head moved). Each Event is put as on the wire
-once, with its ``event`` frame encoded once (``WireEvent``).
+notices only say that the head moved). Each Event is its stored signed
+document (``GroupEvent.document``, PROTOCOL §15.2), put once into its EVENT
+frame (``WireEvent``): the socket carries exactly what was stored and signed.
 """
 
 from __future__ import annotations
@@ -17,42 +18,49 @@ import json
 import logging
 import sqlite3
 import uuid
-from datetime import UTC, datetime
 from typing import Any
 from urllib.request import pathname2url
 
 from channels.db import database_sync_to_async
 from django.db import connection, connections
 
-from mwportal.protocol import format_time
+from mwportal.protocol import canonicalize, frames
 
-from .feed import Event
+from .feed import Event, WireEvent
 from .local_notices import database_file
 from .models import Agent, Group, GroupEvent, Membership
 
 log = logging.getLogger(__name__)
 
 
-class WireEvent(dict[str, Any]):
-    """An Event as on the wire, with its ``event`` frame encoded once: a
-    hundred subscribers of one Group send the same text, not a hundred
-    encodings of it."""
-
-    __slots__ = ("frame", "prepared")
-    frame: str
-    prepared: Any  # the frame framed once for daphne's connections (missions.direct_send), or None
-
-
-def wire(document: dict[str, Any]) -> WireEvent:
-    event = WireEvent(document)
-    event.frame = json.dumps({"op": "event", "event": event}, separators=(",", ":"))
+def wire(document: Any, prev_hash: str | None = None, hash_: str | None = None) -> WireEvent:
+    """A stored Event for the live path: its signed document (the JCS text as
+    stored, or the document itself), its row's chain links, and its EVENT
+    frame (PROTOCOL §17.1, ``websocket-frame.schema.json#/$defs/event``)
+    encoded once around the stored text, so the socket carries exactly the
+    bytes that were signed."""
+    if isinstance(document, bytes | bytearray | memoryview):
+        document = bytes(document).decode("utf-8")
+    if isinstance(document, str):
+        text, value = document, json.loads(document)
+    else:
+        value = document
+        text = canonicalize(document).decode("utf-8")
+    event = WireEvent(value)
+    event.prev_hash, event.hash = prev_hash, hash_
+    event.frame = frames.event_text(text)
     event.prepared = None
     return event
 
 
+def wire_carried(entry: dict[str, Any]) -> WireEvent:
+    """An Event a head notice carried (``missions.delivery.carried_event``)."""
+    return wire(entry["document"], entry.get("prev_hash"), entry.get("hash"))
+
+
 def read_after(group_id: str, after: int, limit: int) -> list[Event]:
     rows = GroupEvent.objects.filter(group_id=group_id, sequence__gt=after).order_by("sequence")[:limit]
-    return [wire(row.as_wire()) for row in rows]
+    return [wire(row.document, row.prev_hash, row.hash) for row in rows]
 
 
 # Off PostgreSQL, the live path's reads run on a small pool of their own
@@ -62,8 +70,7 @@ def read_after(group_id: str, after: int, limit: int) -> list[Event]:
 _read_in_thread = database_sync_to_async(read_after, thread_sensitive=False)
 
 _LIVE_SQL = (
-    "SELECT event_id, group_id, sequence, type, aggregate_kind, aggregate_id, aggregate_revision, actor,"
-    f" action_id, occurred_at, body, prev_hash, hash FROM {GroupEvent._meta.db_table}"
+    f"SELECT document, prev_hash, hash FROM {GroupEvent._meta.db_table}"
     " WHERE group_id = %s AND sequence > %s ORDER BY sequence LIMIT %s"
 )
 
@@ -98,34 +105,9 @@ def _open_lite() -> sqlite3.Connection | None:
         return None
 
 
-def _wire_lite(r: Any) -> WireEvent:
-    """An Event from a row of ``_LIVE_SQL_LITE``: the columns as Django's
-    SQLite backend stores them (UUIDs as 32 hex digits, times as naive UTC
-    text, JSON as text), put as ``GroupEvent.as_wire`` puts them."""
-    occurred_at = datetime.fromisoformat(r[9]).replace(tzinfo=UTC)
-    return _wire_row(
-        (uuid.UUID(r[0]), uuid.UUID(r[1]), *r[2:8], uuid.UUID(r[8]), occurred_at, json.loads(r[10]), r[11], r[12])
-    )
-
-
 def _wire_row(r: Any) -> WireEvent:
-    """An Event from a row of ``_LIVE_SQL``, as ``GroupEvent.as_wire`` puts it."""
-    aggregate = {"kind": r[4], "id": r[5], "revision": r[6]}
-    return wire(
-        {
-            "event_id": str(r[0]),
-            "group": str(r[1]),
-            "sequence": r[2],
-            "type": r[3],
-            "aggregate": aggregate,
-            "actor": r[7],
-            "action_id": str(r[8]),
-            "occurred_at": format_time(r[9]),
-            "body": r[10],
-            "prev_hash": r[11],
-            "hash": r[12],
-        }
-    )
+    """An Event from a row of ``_LIVE_SQL``: the stored document and its chain links."""
+    return wire(r[0], r[1], r[2])
 
 
 class LiveReader:
@@ -157,7 +139,7 @@ class LiveReader:
             return [_wire_row(r) for r in rows]
         rows = self._lite(_LIVE_SQL_LITE, (_lite_id(group_id), after, limit))
         if rows is not None:
-            return [_wire_lite(r) for r in rows]
+            return [_wire_row(r) for r in rows]
         events: list[Event] = await _read_in_thread(group_id, after, limit)
         return events
 

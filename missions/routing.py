@@ -1,28 +1,32 @@
-"""WebSocket URL routes (DESIGN §4).
+"""WebSocket URL routes (PROTOCOL §17, DESIGN §5).
 
-Agents authenticate with a bearer token in ``hello`` and send no ``Origin``;
-browsers authenticate with the Django session cookie, so the UI route
-requires ``Origin`` to be the portal's own, scheme, host and port
-(``missions/ws_limits.py``; cross-site WebSocket hijacking). The Agents'
-route refuses a foreign ``Origin`` too: a page that holds a bearer token in
-JavaScript is as exposed as one that holds a cookie.
+- ``/mwp/0.1``: the Agents' binding (``missions.agent_socket``). Agents
+  authenticate in the HELLO handshake and send no ``Origin``; a foreign
+  ``Origin`` is refused all the same, since a page holding an Agent's key or
+  session token in JavaScript is as exposed as one holding a cookie.
+- ``/ws/ui/groups/{id}``: the browser's live view (``missions.consumers``),
+  by the Django session cookie, so ``Origin`` must be the portal's own,
+  scheme, host and port (``missions/ws_limits.py``; cross-site WebSocket
+  hijacking).
 
-Any other path is refused at the handshake (daphne answers 403), not with
-the 500 that URLRouter's "no route" error gave (issue 16 item 8).
+Any other path, the retired version-1 routes among them, is refused at the
+handshake (daphne answers 403), not with the 500 that URLRouter's "no route"
+error gave (issue 16 item 8).
 """
 
 from channels.auth import AuthMiddlewareStack
 from channels.security.websocket import WebsocketDenier
 from django.urls import path, re_path
 
-from . import consumers
+from .agent_socket import AgentConsumer
+from .consumers import GroupUIConsumer
 from .ws_limits import SameOrigin
 
 websocket_urlpatterns = [
-    path("ws/v1/agent", SameOrigin(consumers.AgentConsumer.as_asgi(), require=False)),
+    path("mwp/0.1", SameOrigin(AgentConsumer.as_asgi(), require=False)),
     path(
-        "ws/v1/ui/groups/<str:group_id>",
-        SameOrigin(AuthMiddlewareStack(consumers.GroupUIConsumer.as_asgi()), require=True),
+        "ws/ui/groups/<str:group_id>",
+        SameOrigin(AuthMiddlewareStack(GroupUIConsumer.as_asgi()), require=True),
     ),
     # Last: whatever the routes above did not match closes before accepting.
     re_path(r"", WebsocketDenier.as_asgi()),

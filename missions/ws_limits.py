@@ -1,4 +1,4 @@
-"""What a WebSocket may do before and after it authenticates (issue 16 item 8).
+"""What a WebSocket may do before and after it authenticates (issue 16 item 8, PROTOCOL §17.3).
 
 - ``SameOrigin``: an ASGI middleware that refuses, at the handshake, a
   browser's cross-site connection. A browser sends ``Origin``; it must be the
@@ -14,18 +14,25 @@
 - ``Limits``: the settings below, read and checked once per connection.
 - ``TokenBucket``: a per-connection rate, with no clock of its own.
 - ``Unauthenticated``: the per-process count of connections that have not
-  said ``hello`` yet, by client address.
+  completed the HELLO handshake yet, by client address.
 
 Settings (``mwportal/settings.py``, from the environment)::
 
     MWP_WS_ALLOWED_ORIGINS                 more origins a browser may open sockets from
-    MWP_WS_HELLO_TIMEOUT_SECONDS           close a connection with no hello after this (10)
-    MWP_WS_MAX_UNAUTHENTICATED_PER_ADDRESS connections before hello, per address and daphne process (32)
+    MWP_WS_HELLO_TIMEOUT_SECONDS           close a connection not past HELLO after this (10)
+    MWP_WS_MAX_UNAUTHENTICATED_PER_ADDRESS connections before HELLO, per address and daphne process (32)
     MWP_WS_MAX_SUBSCRIPTIONS               Groups one connection may follow at once (1024)
-    MWP_WS_SUBSCRIBE_PER_SECOND            subscribe and unsubscribe frames per second (50)
-    MWP_WS_SUBSCRIBE_BURST                 ... of which at once (1024: a reconnect resubscribes all)
-    MWP_WS_PRESENCE_PER_MINUTE             presence frames per minute (300)
+    MWP_WS_SUBSCRIBE_PER_SECOND            SUBSCRIBE frames per second (50)
+    MWP_WS_SUBSCRIBE_BURST                 ... of which at once (1024)
+    MWP_WS_PRESENCE_PER_MINUTE             PING frames per minute (300)
     MWP_WS_PRESENCE_BURST                  ... of which at once (30)
+    MWP_WS_GROUP_WINDOW                    Events of one Group sent and not acknowledged
+                                           before that Group is paused (BACKPRESSURE, §17.3) (1000)
+    MWP_WS_BACKPRESSURE_RETRY_MS           the retryAfterMs of a pause: when it is lifted without
+                                           an ACK if the connection has taken what was sent (500)
+
+Each is read from the settings, else from the environment of that name
+(so a daphne started with it set uses it), else the default.
 
 The address is the one daphne puts in the scope: behind the documented proxy,
 run daphne with ``--proxy-headers`` so it is the client's, not the proxy's.
@@ -34,6 +41,7 @@ run daphne with ``--proxy-headers`` so it is the client's, not the proxy's.
 from __future__ import annotations
 
 import math
+import os
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -137,7 +145,13 @@ class SameOrigin:
 
 
 def _positive(name: str, default: float) -> float:
-    value = getattr(settings, name, default)
+    value: Any = getattr(settings, name, None)
+    if value is None:
+        text = os.environ.get(name)
+        try:
+            value = default if text is None else float(text)
+        except ValueError:
+            value = text
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 or not math.isfinite(value):
         raise ImproperlyConfigured(f"{name}: must be a positive number, not {value!r}")
     return float(value)
@@ -152,6 +166,8 @@ class Limits:
     subscribe_burst: int
     presence_rate: float
     presence_burst: int
+    group_window: int = 1000
+    backpressure_retry_ms: int = 500
 
     @classmethod
     def from_settings(cls) -> Limits:
@@ -163,6 +179,8 @@ class Limits:
             subscribe_burst=int(_positive("MWP_WS_SUBSCRIBE_BURST", 1024)),
             presence_rate=_positive("MWP_WS_PRESENCE_PER_MINUTE", 300) / 60,
             presence_burst=int(_positive("MWP_WS_PRESENCE_BURST", 30)),
+            group_window=int(_positive("MWP_WS_GROUP_WINDOW", 1000)),
+            backpressure_retry_ms=int(_positive("MWP_WS_BACKPRESSURE_RETRY_MS", 500)),
         )
 
 
