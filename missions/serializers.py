@@ -1,7 +1,10 @@
-"""DRF shapes of the REST API, for validation of reads and the OpenAPI schema.
+"""DRF shapes of the REST binding (DESIGN §5), for reading query strings and for OpenAPI.
 
-Command envelopes are validated by the protocol kernel, not here: these
-serializers only describe them to the schema.
+Protocol documents (Commands, Events, HELLO frames, Memberships, errors) are
+validated by the kernel's schemas, not here; OpenAPI refers to those schemas
+by their ``$id`` (``missions/api/openapi.py`` embeds them), so these
+serializers only describe the binding's own wrappers: the receipt, the Event
+page and the key binding.
 """
 
 from rest_framework import serializers
@@ -10,104 +13,60 @@ from mwportal.protocol import ErrorCode
 
 
 class ErrorSerializer(serializers.Serializer):
-    """The normative error document (spec §19, ``error.schema.json``): every
-    REST refusal is one, bare, with no wrapper."""
+    """The normative error document (§19, ``error.schema.json``): every REST
+    refusal is one, bare. OpenAPI replaces this component by a reference to
+    the kernel's error schema; the fields here only name it for DRF."""
 
     code = serializers.ChoiceField(choices=[str(c) for c in ErrorCode])
     message = serializers.CharField(min_length=1, max_length=2000)
-    retryable = serializers.BooleanField(help_text="an unchanged retry is safe (spec §19)")
-    occurredAt = serializers.DateTimeField(help_text="RFC 3339, UTC, ending in Z")  # noqa: N815 (protocol names)
-    fatal = serializers.BooleanField(required=False)
-    relatedFrameId = serializers.CharField(required=False)  # noqa: N815
-    relatedActionId = serializers.CharField(required=False)  # noqa: N815
-    groupId = serializers.CharField(required=False)  # noqa: N815
-    expectedRevision = serializers.IntegerField(required=False, min_value=0)  # noqa: N815
-    currentRevision = serializers.IntegerField(required=False, min_value=0)  # noqa: N815
-    retryAfterMs = serializers.IntegerField(  # noqa: N815
-        required=False, min_value=0, help_text="wait at least this long before retrying (RATE_LIMITED, BACKPRESSURE)"
-    )
-    snapshotArtifactHash = serializers.CharField(required=False)  # noqa: N815
-    details = serializers.DictField(required=False, help_text="what the code alone does not say (details.reason)")
-
-
-class SessionRequestSerializer(serializers.Serializer):
-    agent = serializers.UUIDField()
-    issued_at = serializers.CharField(help_text="RFC 3339 UTC ending in Z, within 5 minutes of the server")
-    nonce = serializers.CharField(min_length=8, max_length=200, help_text="single use")
-    signature = serializers.CharField(help_text="Ed25519 over the canonical JSON of the other three members")
-
-
-class SessionSerializer(serializers.Serializer):
-    agent = serializers.UUIDField()
-    token = serializers.CharField()
-    session_epoch = serializers.IntegerField()
-
-
-class TargetSerializer(serializers.Serializer):
-    kind = serializers.CharField()
-    id = serializers.UUIDField()
-    revision = serializers.IntegerField(required=False, allow_null=True)
-
-
-class EnvelopeSerializer(serializers.Serializer):
-    type = serializers.CharField()
-    action_id = serializers.UUIDField()
-    actor = serializers.UUIDField()
-    group = serializers.UUIDField()
-    target = TargetSerializer(required=False, allow_null=True)
-    session_epoch = serializers.IntegerField()
-    membership_epoch = serializers.IntegerField(required=False, allow_null=True)
-    ownership_epoch = serializers.IntegerField(required=False, allow_null=True)
-    lease_id = serializers.UUIDField(required=False, allow_null=True)
-    issued_at = serializers.CharField()
-    body = serializers.DictField()
-    extensions = serializers.DictField(required=False)
-    signature = serializers.CharField()
+    retryable = serializers.BooleanField()
+    occurredAt = serializers.DateTimeField()  # noqa: N815 (protocol names)
 
 
 class EventRefSerializer(serializers.Serializer):
-    event_id = serializers.UUIDField()
-    sequence = serializers.IntegerField()
-    type = serializers.CharField()
-
-
-class AggregateSerializer(serializers.Serializer):
+    eventId = serializers.CharField(help_text="urn:uuid: of the appended Event")  # noqa: N815
+    sequence = serializers.IntegerField(required=False, help_text="its Group sequence (Group Events only)")
     kind = serializers.CharField()
-    id = serializers.CharField()
-    revision = serializers.IntegerField()
 
 
 class ReceiptSerializer(serializers.Serializer):
-    action_id = serializers.UUIDField()
-    actor = serializers.CharField()
-    group = serializers.UUIDField()
-    status = serializers.CharField()
+    """What ``POST /api/v0.1/commands`` answers for an accepted Command (DESIGN §5)."""
+
+    actionId = serializers.CharField(help_text="the Command's actionId")  # noqa: N815
     events = EventRefSerializer(many=True)
-    aggregate = AggregateSerializer()
-    accepted_at = serializers.CharField()
-    replayed = serializers.BooleanField()
-    grants = serializers.DictField(required=False)
-
-
-class EventSerializer(serializers.Serializer):
-    event_id = serializers.UUIDField()
-    group = serializers.UUIDField()
-    sequence = serializers.IntegerField()
-    type = serializers.CharField()
-    aggregate = AggregateSerializer()
-    actor = serializers.CharField()
-    action_id = serializers.UUIDField()
-    occurred_at = serializers.CharField()
-    body = serializers.DictField()
-    prev_hash = serializers.CharField()
-    hash = serializers.CharField()
+    aggregateRevision = serializers.IntegerField(required=False)  # noqa: N815
+    replayed = serializers.BooleanField(help_text="true: the stored receipt of an unchanged retry (MWP-EVT-003)")
+    grants = serializers.DictField(required=False, help_text="what a handler grants the sender, if anything")
 
 
 class EventPageSerializer(serializers.Serializer):
-    events = EventSerializer(many=True)
-    head = serializers.IntegerField()
+    """``GET /api/v0.1/groups/{groupId}/events``: signed Event documents in sequence order."""
+
+    events = serializers.ListField(child=serializers.DictField(), help_text="event.schema.json documents")
+    headSequence = serializers.IntegerField(help_text="the Group's last sequence when read")  # noqa: N815
 
 
 class EventQuerySerializer(serializers.Serializer):
-    after = serializers.IntegerField(min_value=0, default=0)
+    afterSequence = serializers.IntegerField(min_value=0, max_value=2**53 - 1, default=0)  # noqa: N815
     limit = serializers.IntegerField(min_value=1, max_value=1000, default=100)
+
+
+class PrincipalSerializer(serializers.Serializer):
+    type = serializers.ChoiceField(choices=["agent", "human", "service"])
+    id = serializers.CharField()
+
+
+class KeyBindingSerializer(serializers.Serializer):
+    """``GET /api/v0.1/keys/{keyId}``: a Registry key binding and its effective validity (§6.4)."""
+
+    keyId = serializers.CharField()  # noqa: N815
+    principal = PrincipalSerializer()
+    algorithm = serializers.ChoiceField(choices=["Ed25519"])
+    publicKey = serializers.CharField(help_text="unpadded base64url of the 32 raw bytes")  # noqa: N815
+    validFrom = serializers.CharField()  # noqa: N815
+    validUntil = serializers.CharField(required=False)  # noqa: N815
+    revokedAt = serializers.CharField(required=False)  # noqa: N815
+
+
+class MembershipListSerializer(serializers.Serializer):
+    memberships = serializers.ListField(child=serializers.DictField(), help_text="membership.schema.json documents")

@@ -1,12 +1,16 @@
+"""The REST binding's routes under ``/api/v0.1/`` (DESIGN §5); ``mwportal/urls.py`` mounts them."""
+
 from django.urls import path
 
-from . import views
+from .api import commands, directory, groups, sessions
 
 urlpatterns = [
-    path("sessions", views.SessionsView.as_view(), name="sessions"),
-    path("commands", views.CommandsView.as_view(), name="commands"),
-    path("groups/<str:group_id>/events", views.GroupEventsView.as_view(), name="group-events"),
-    path("groups/<str:group_id>/snapshots/<int:sequence>", views.GroupSnapshotView.as_view(), name="group-snapshot"),
-    path("memberships", views.MembershipsView.as_view(), name="memberships"),
-    path("server-key", views.ServerKeyView.as_view(), name="server-key"),
+    path("sessions/challenge", sessions.SessionChallengeView.as_view(), name="session-challenge"),
+    path("sessions", sessions.SessionsView.as_view(), name="sessions"),
+    path("commands", commands.CommandsView.as_view(), name="commands"),
+    path("groups/<str:groupId>/events", groups.GroupEventsView.as_view(), name="group-events"),
+    path("groups/<str:groupId>/snapshots/<int:sequence>", groups.GroupSnapshotView.as_view(), name="group-snapshot"),
+    path("keys/<str:keyId>", directory.KeyView.as_view(), name="key"),
+    path("memberships", directory.MembershipsView.as_view(), name="memberships"),
+    path("catalogue", directory.CatalogueView.as_view(), name="catalogue"),
 ]

@@ -1,4 +1,6 @@
-"""REST views (DESIGN §4): parse -> build Command -> ``accept()`` -> render."""
+"""The REST binding's plumbing (DESIGN §5): every refusal and failure as the
+normative error document (§19) with its status from ``errors.RULES``, and the
+strict reading of a request body. The endpoints are in ``missions/api/``."""
 
 from __future__ import annotations
 
@@ -12,37 +14,22 @@ from django.db import DatabaseError, InterfaceError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.utils.log import log_response
 from django.views import defaults
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import exceptions as drf_exceptions
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView, set_rollback
+from rest_framework.views import set_rollback
 
-from mwportal.protocol import (
-    HTTP_STATUS,
-    CanonicalizationError,
-    ErrorCode,
-    ProtocolError,
-    loads_strict,
-    malformed,
-    parse_envelope,
-    parse_uuid,
-)
+from mwportal.protocol import HTTP_STATUS, CanonicalizationError, ErrorCode, ProtocolError, loads_strict
 
 from . import serializers as s
-from .access import access_group
-from .auth import request_agent
-from .authority import Auth, Command, accept
-from .models import Agent, AgentSession, Group, GroupEvent, GroupSnapshot, Membership
-from .server_key import server_keypair
-from .snapshots import snapshot_for_cursor
 
 log = logging.getLogger(__name__)
 
 # Every status an error document can come with (the one table in
 # mwportal/protocol/errors.py), for each view's OpenAPI responses.
 ERRORS = {status: s.ErrorSerializer for status in sorted(set(HTTP_STATUS.values()))}
+# A route that reads a JSON body also refuses one too large (413) or not JSON (415).
+BODY_ERRORS = {**ERRORS, 413: s.ErrorSerializer, 415: s.ErrorSerializer}
 
 
 # How long a client waits before retrying after INTERNAL_ERROR: a pool
@@ -165,19 +152,31 @@ def server_error(request: HttpRequest) -> HttpResponse:
     return defaults.server_error(request)
 
 
-def read_json_body(request: Request) -> Any:
-    """The request body as strict JSON, at most 1 MiB, else PROTOCOL_VIOLATION
-    (unreadable) or SCHEMA_VALIDATION_FAILED (a member's value)."""
+def read_body(request: Request) -> bytes:
+    """The request body's bytes, else the binding's refusal: 415 unless it is
+    declared ``application/json`` (UTF-8), 413 over ``MWP_MAX_COMMAND_BYTES``
+    (1 MiB), 400 PROTOCOL_VIOLATION when it is empty. Nothing is parsed yet."""
     django_request: HttpRequest = request._request
+    check_json_media_type(django_request)
     limit = settings.MWP_MAX_COMMAND_BYTES
     declared = django_request.META.get("CONTENT_LENGTH") or "0"
-    if not declared.isdigit() or int(declared) > limit:
-        raise unreadable(f"the request body is over {limit} bytes")
-    raw = django_request.read(limit + 1)
+    if not declared.isdigit():
+        raise unreadable("Content-Length is not a number of bytes")
+    if int(declared) > limit:
+        raise too_large(limit)
+    raw: bytes = django_request.read(limit + 1)
     if len(raw) > limit:
-        raise unreadable(f"the request body is over {limit} bytes")
+        raise too_large(limit)
     if not raw:
         raise unreadable("is empty; expected a JSON object")
+    return raw
+
+
+def read_json_body(request: Request) -> Any:
+    """``read_body`` as one strict JSON value (§17.4, §6.4): 400
+    PROTOCOL_VIOLATION when it is not strict JSON, SCHEMA_VALIDATION_FAILED
+    for a NUL in a member (the project's storage refuses one)."""
+    raw = read_body(request)
     try:
         return loads_strict(raw)
     except CanonicalizationError as exc:
@@ -185,10 +184,37 @@ def read_json_body(request: Request) -> Any:
         # data model (a lone surrogate, an unsafe number) is PROTOCOL_VIOLATION;
         # a NUL is JCS data the project's storage refuses, a member's value.
         if exc.reason == "nul" and exc.field:
-            # The member inside the document (issue 16 item 6: "body.title:
-            # a string holds a NUL character"); the message already names it.
             raise ProtocolError(ErrorCode.SCHEMA_VALIDATION_FAILED, str(exc), details={"field": exc.field}) from None
         raise unreadable(str(exc)) from None
+
+
+def read_json_object(request: Request) -> dict[str, Any]:
+    """``read_json_body`` that must be a JSON object (every document the binding takes is one)."""
+    data = read_json_body(request)
+    if not isinstance(data, dict):
+        raise ProtocolError(
+            ErrorCode.SCHEMA_VALIDATION_FAILED, "body: must be a JSON object", details={"field": "body"}
+        )
+    return data
+
+
+def check_json_media_type(request: HttpRequest) -> None:
+    """415 PROTOCOL_VIOLATION unless the body is declared ``application/json``
+    (a ``charset`` parameter, when given, must be UTF-8: §17.1's UTF-8 JSON)."""
+    declared = request.META.get("CONTENT_TYPE", "")
+    media_type, _, params = declared.partition(";")
+    charset = ""
+    for param in params.split(";"):
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "charset":
+            charset = value.strip().strip('"').lower()
+    if media_type.strip().lower() != "application/json" or charset not in ("", "utf-8", "utf8"):
+        raise ProtocolError(
+            ErrorCode.PROTOCOL_VIOLATION,
+            f"Content-Type: expected application/json, not {declared[:100] or 'none'}",
+            details={"field": "Content-Type", "reason": "unsupported_media_type"},
+            http_status=415,
+        )
 
 
 def unreadable(problem: str) -> ProtocolError:
@@ -196,149 +222,11 @@ def unreadable(problem: str) -> ProtocolError:
     return ProtocolError(ErrorCode.PROTOCOL_VIOLATION, f"body: {problem}", details={"field": "body"})
 
 
-class SessionsView(APIView):
-    """Open an Agent Session with a signed request; the previous one is revoked."""
-
-    authentication_classes: list[Any] = []
-    parser_classes = [JSONParser]  # as CommandsView: strict JSON only
-
-    @extend_schema(request=s.SessionRequestSerializer, responses={201: s.SessionSerializer, **ERRORS})
-    def post(self, request: Request) -> Response:
-        data = read_json_body(request)
-        if not isinstance(data, dict):
-            raise malformed("body", "must be a JSON object")
-        for name in ("agent", "issued_at", "nonce", "signature"):
-            if name not in data:
-                raise malformed(name, "is required")
-        for name in sorted(set(data) - {"agent", "issued_at", "nonce", "signature"}):
-            raise malformed(name, "unknown member")
-        agent_id = parse_uuid(data["agent"], "agent")
-        agent = Agent.objects.filter(id=agent_id).first()
-        if agent is None:
-            raise ProtocolError(ErrorCode.AUTH_INVALID_SIGNATURE, f"unknown agent {agent_id}")
-        admin_group = Group.objects.filter(organization_id=agent.organization_id, kind=Group.KIND_ADMIN).first()
-        if admin_group is None:
-            raise ProtocolError(ErrorCode.GROUP_NOT_FOUND, "the Agent's Organization has no administrative Group")
-        nonce = data["nonce"] if isinstance(data["nonce"], str) else ""
-        if nonce and AgentSession.objects.filter(agent=agent, nonce=nonce).exists():
-            # A replayed or re-signed request with a used nonce (replay protection).
-            raise ProtocolError(ErrorCode.AUTH_INVALID_SIGNATURE, "this session request was already used (replay)")
-        from .authority import system_action_id
-
-        envelope = parse_envelope(
-            {
-                "type": "agent.open_session",
-                # One action per (agent, nonce): a replayed request is a
-                # replayed Command, refused below as a reused nonce.
-                "action_id": system_action_id("session", agent_id, nonce),
-                "actor": agent_id,
-                "group": str(admin_group.id),
-                # Not checked for a self-authenticating Command; fixed so the
-                # same request always has the same canonical content.
-                "session_epoch": 0,
-                "issued_at": data["issued_at"] if isinstance(data["issued_at"], str) else "",
-                "body": {"request": data},
-            },
-            require_signature=False,
-        )
-        receipt = accept(Command(envelope, Auth.SELF))
-        if receipt.get("replayed"):
-            raise ProtocolError(ErrorCode.AUTH_INVALID_SIGNATURE, "this session request was already used (replay)")
-        grants = receipt["grants"]
-        return Response(
-            {"agent": agent_id, "token": grants["token"], "session_epoch": grants["session_epoch"]}, status=201
-        )
-
-
-class CommandsView(APIView):
-    """Submit a signed Command envelope; answers with its receipt."""
-
-    # The envelope's Ed25519 signature is the authentication.
-    authentication_classes: list[Any] = []
-    # The body is read as strict JSON whatever its Content-Type; the schema
-    # then documents only application/json instead of DRF's form parsers.
-    parser_classes = [JSONParser]
-
-    @extend_schema(
-        request=s.EnvelopeSerializer, responses={200: s.ReceiptSerializer, 201: s.ReceiptSerializer, **ERRORS}
+def too_large(limit: int) -> ProtocolError:
+    """A body over the binding's limit: PROTOCOL_VIOLATION with HTTP 413."""
+    return ProtocolError(
+        ErrorCode.PROTOCOL_VIOLATION,
+        f"body: the request body is over {limit} bytes",
+        details={"field": "body", "reason": "too_large"},
+        http_status=413,
     )
-    def post(self, request: Request) -> Response:
-        envelope = parse_envelope(read_json_body(request))
-        receipt = accept(Command(envelope, Auth.SIGNED))
-        return Response(receipt, status=200 if receipt.get("replayed") else 201)
-
-
-class GroupEventsView(APIView):
-    """Events of a Group after a position, in sequence order."""
-
-    @extend_schema(
-        parameters=[
-            OpenApiParameter("after", int, description="return Events with a sequence above this (default 0)"),
-            OpenApiParameter("limit", int, description="at most this many Events (1-1000, default 100)"),
-        ],
-        responses={200: s.EventPageSerializer, **ERRORS},
-    )
-    def get(self, request: Request, group_id: str) -> Response:
-        group_id = parse_uuid(group_id, "group")
-        query = s.EventQuerySerializer(data=request.query_params)
-        if not query.is_valid():
-            field, problems = next(iter(query.errors.items()))
-            raise malformed(field, str(problems[0]))
-        agent = request_agent(request)
-        group = access_group(agent, group_id)
-        after, limit = query.validated_data["after"], query.validated_data["limit"]
-        snapshot = snapshot_for_cursor(group, after)
-        if snapshot is not None:
-            # The cursor is older than the online replay window: restore the
-            # signed snapshot, then replay after its sequence (spec 16).
-            ref = snapshot.reference()
-            err = ProtocolError(
-                ErrorCode.CURSOR_TOO_OLD,
-                f"after {after} is outside the online replay window",
-                details={"snapshot": ref},
-            )
-            # The reference travels in details: the document admits no other
-            # member, and snapshotArtifactHash waits for snapshots stored as
-            # Artifacts (issue 18).
-            return error_response(err)
-        events = GroupEvent.objects.filter(group=group, sequence__gt=after).order_by("sequence")[:limit]
-        return Response({"events": [e.as_wire() for e in events], "head": group.last_sequence})
-
-
-class GroupSnapshotView(APIView):
-    """A signed Group snapshot document (verify it with ``mwportal.protocol.snapshot``)."""
-
-    @extend_schema(responses={200: OpenApiResponse(description="the signed snapshot document"), **ERRORS})
-    def get(self, request: Request, group_id: str, sequence: int) -> Response:
-        group = access_group(request_agent(request), parse_uuid(group_id, "group"))
-        snap = GroupSnapshot.objects.filter(group=group, sequence=sequence).first()
-        if snap is None:
-            raise ProtocolError(ErrorCode.GROUP_NOT_FOUND, f"no snapshot of this Group at {sequence}")
-        return Response(snap.document)
-
-
-class ServerKeyView(APIView):
-    """The server's Ed25519 public key, which signs Group snapshots."""
-
-    authentication_classes: list[Any] = []
-
-    @extend_schema(responses={200: OpenApiResponse(description='{"public_key"}')})
-    def get(self, request: Request) -> Response:
-        return Response({"public_key": server_keypair()[1], "algorithm": "Ed25519"})
-
-
-class MembershipsView(APIView):
-    """The calling Agent's active Memberships, with roles and epochs."""
-
-    @extend_schema(responses={200: OpenApiResponse(description='{"memberships": [...]}'), **ERRORS})
-    def get(self, request: Request) -> Response:
-        agent = request_agent(request)
-        rows = Membership.objects.filter(agent=agent, active=True).select_related("group").order_by("group_id")
-        memberships = [
-            {"group": str(m.group_id), "roles": m.roles, "membership_epoch": m.epoch, "kind": m.group.kind}
-            for m in rows
-        ]
-        admin = Group.objects.filter(organization_id=agent.organization_id, kind=Group.KIND_ADMIN).first()
-        return Response(
-            {"agent": str(agent.id), "memberships": memberships, "admin_group": str(admin.id) if admin else None}
-        )

@@ -1,20 +1,25 @@
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView
 
+from missions.api.openapi import ProtocolSchemaView
 from workitems.views import work_contract_schema
+
+# The REST binding of MWP 0.1 (DESIGN §5), a project extension: one prefix,
+# /api/v0.1/, and no other API version (issue 18 item 8: /api/v1 is gone).
+API = "api/v0.1/"
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/v1/schema/work-contract.json", work_contract_schema, name="work-contract-schema"),
-    path("api/v1/", include("missions.urls")),
-    path("api/v1/", include("artifacts.urls")),
+    path(f"{API}schema/", ProtocolSchemaView.as_view(), name="schema"),
+    path(f"{API}schema/work-contract.json", work_contract_schema, name="work-contract-schema"),
+    path(API, include("missions.urls")),
+    path(API, include("artifacts.urls")),
     path("", include("portal.urls")),
 ]
 
 # An exception that escapes a view: under /api/ the INTERNAL_ERROR document
 # (issue 16 item 10), elsewhere the portal's page (missions/views.py).
 handler500 = "missions.views.server_error"
-# An unknown path under /api/ gets the PROTOCOL_VIOLATION (404) document, elsewhere the portal's 404 page.
+# An unknown path under /api/ (an old /api/v1 one included) gets the
+# PROTOCOL_VIOLATION (404) document, elsewhere the portal's 404 page.
 handler404 = "missions.views.page_not_found"

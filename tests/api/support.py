@@ -1,24 +1,34 @@
-"""Shared helpers of the REST suites: raw HTTP, the error shape, "nothing written"."""
+"""Shared helpers of the REST suites (DESIGN §5): raw HTTP, the HELLO over REST, the error document, "nothing written".
+
+Every body the server sends is checked against the bundle's normative schema
+where one applies (``error``, ``event``, ``websocket-frame``, ``membership``),
+through ``tests.protocol.normative`` (no check without the bundle).
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from typing import Any
 
 from django.http import HttpResponse
 from django.test import Client
 
-from missions.models import ActionReceipt, AgentSession, Group, GroupEvent
-from mwportal.protocol import format_time, signed
+from missions.models import ActionReceipt, AgentSession, Group, GroupEvent, OrganizationEvent
+from mwportal.protocol import handshake
+from mwportal.protocol.ids import urn
 from tests.conftest import AgentKey
-from tests.protocol.normative import normative_errors
+from tests.protocol.normative import normative_errors, normative_problems
 
-SESSIONS = "/api/v1/sessions"
-COMMANDS = "/api/v1/commands"
-ERROR_STATUSES = {400, 401, 403, 404, 409, 410, 422}
+API = "/api/v0.1"
+CHALLENGE = f"{API}/sessions/challenge"
+SESSIONS = f"{API}/sessions"
+COMMANDS = f"{API}/commands"
+MEMBERSHIPS = f"{API}/memberships"
+CATALOGUE = f"{API}/catalogue"
+SCHEMA = f"{API}/schema/"
+ERROR_STATUSES = {400, 401, 403, 404, 405, 409, 410, 413, 415, 422, 429}
 
 
 def http() -> Client:
@@ -34,8 +44,21 @@ def post_json(client: Client, url: str, value: Any) -> HttpResponse:
     return post_raw(client, url, json.dumps(value))
 
 
+def wire(group: str) -> str:
+    """A Group ID as the wire writes it (tests hold bare UUIDs)."""
+    return group if group.startswith("urn:") else urn(group)
+
+
 def events_url(group: str, query: str = "") -> str:
-    return f"/api/v1/groups/{group}/events" + (f"?{query}" if query else "")
+    return f"{API}/groups/{wire(group)}/events" + (f"?{query}" if query else "")
+
+
+def snapshot_url(group: str, sequence: int) -> str:
+    return f"{API}/groups/{wire(group)}/snapshots/{sequence}"
+
+
+def key_url(key_id: str) -> str:
+    return f"{API}/keys/{key_id}"
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -46,21 +69,11 @@ def show(response: HttpResponse) -> str:
     return f"{response.status_code} {response.content[:500]!r}"
 
 
-def error_of(response: HttpResponse, status: int, code: str) -> dict[str, Any]:
-    """Assert that the body is the bare normative error document (§19; DESIGN
-    v2 §5) with ``status`` and ``code``. Returns the document with ``details``
-    defaulted to ``{}`` when it has none and without ``occurredAt`` (a clock
-    reading, checked here), so that two answers compare by what they say."""
-    assert response.status_code == status, show(response)
-    error = response.json()
-    assert {"code", "message", "retryable", "occurredAt"} <= set(error) <= DOCUMENT_MEMBERS, error
-    assert error["code"] == code, error
-    # spec §19: RATE_LIMITED, BACKPRESSURE and INTERNAL_ERROR may be retried unchanged.
-    assert error["retryable"] is (code in ("RATE_LIMITED", "BACKPRESSURE", "INTERNAL_ERROR")), error
-    assert isinstance(error["message"], str) and error["message"], error
-    assert isinstance(error.get("details", {}), dict), error
-    assert normative_errors(error) == [], error
-    return {"details": {}, **{k: v for k, v in error.items() if k != "occurredAt"}}
+def normative(name: str, document: Any) -> Any:
+    """``document``, after asserting that the bundle's ``name`` schema accepts it."""
+    problems = normative_problems(name, document)
+    assert problems == [], (name, problems, document)
+    return document
 
 
 DOCUMENT_MEMBERS = {
@@ -69,33 +82,64 @@ DOCUMENT_MEMBERS = {
 }
 
 
+def error_of(response: HttpResponse, status: int, code: str) -> dict[str, Any]:
+    """Assert that the body is the bare normative error document (§19; DESIGN
+    §5) with ``status`` and ``code``, as JSON. Returns the document with
+    ``details`` defaulted to ``{}`` and without ``occurredAt`` (a clock
+    reading, checked here), so that two answers compare by what they say."""
+    assert response.status_code == status, show(response)
+    assert response["Content-Type"].startswith("application/json"), response.headers
+    error = response.json()
+    assert {"code", "message", "retryable", "occurredAt"} <= set(error) <= DOCUMENT_MEMBERS, error
+    assert error["code"] == code, error
+    # §19: only RATE_LIMITED, BACKPRESSURE and INTERNAL_ERROR may be retried unchanged.
+    assert error["retryable"] is (code in ("RATE_LIMITED", "BACKPRESSURE", "INTERNAL_ERROR")), error
+    assert isinstance(error["message"], str) and error["message"], error
+    assert "fatal" not in error, error  # REST has no connection to close
+    assert normative_errors(error) == [], error
+    return {"details": {}, **{k: v for k, v in error.items() if k != "occurredAt"}}
+
+
 def malformed_naming(response: HttpResponse, field: str) -> dict[str, Any]:
-    """400 SCHEMA_VALIDATION_FAILED whose message (and details, when it says) names ``field``."""
+    """400 SCHEMA_VALIDATION_FAILED whose details (or message) name ``field``."""
     error = error_of(response, 400, "SCHEMA_VALIDATION_FAILED")
-    assert field in error["message"], error
-    if "field" in error["details"]:
-        assert error["details"]["field"] == field, error
+    assert field in error["message"] or field in str(error["details"].get("field", "")), error
     return error
 
 
-def session_request(
-    agent: AgentKey, *, issued_at: datetime | None = None, nonce: str | None = None, key: str | None = None
-) -> dict[str, Any]:
-    import uuid
+def unreadable_body(response: HttpResponse) -> dict[str, Any]:
+    """400 PROTOCOL_VIOLATION: not one strict JSON value (§17.4, §6.4), before any schema."""
+    return error_of(response, 400, "PROTOCOL_VIOLATION")
 
-    return signed(
-        key or agent.private_key,
-        {
-            "agent": agent.id,
-            "issued_at": format_time(issued_at or datetime.now(UTC)),
-            "nonce": nonce or uuid.uuid4().hex,
-        },
-    )
+
+# --- the HELLO over REST ------------------------------------------------------------------------
+
+
+def challenge(client: Client, agent: AgentKey) -> tuple[handshake.ClientHandshake, dict[str, Any]]:
+    """Phases 1-2: the client's handshake and the server's ``HELLO/server_challenge``."""
+    hc = handshake.ClientHandshake(agent.urn, agent.key)
+    response = post_json(client, CHALLENGE, hc.start())
+    assert response.status_code == 200, show(response)
+    return hc, normative("websocket-frame", response.json())
+
+
+def hello(client: Client, agent: AgentKey) -> dict[str, Any]:
+    """The four phases over REST; the ``HELLO/server_accept`` frame (its token opens REST reads)."""
+    hc, server_challenge = challenge(client, agent)
+    response = post_json(client, SESSIONS, hc.receive_challenge(server_challenge))
+    assert response.status_code == 201, show(response)
+    accepted = normative("websocket-frame", response.json())
+    hc.receive_accept(accepted)
+    return accepted  # type: ignore[no-any-return]
+
+
+# --- nothing written ------------------------------------------------------------------------------
 
 
 def state() -> tuple[Any, ...]:
     return (
         GroupEvent.objects.count(),
+        OrganizationEvent.objects.count(),
         ActionReceipt.objects.count(),
         AgentSession.objects.count(),
         list(Group.objects.order_by("id").values_list("id", "last_sequence", "revision", "head_hash")),
@@ -108,11 +152,3 @@ def nothing_written() -> Iterator[None]:
     before = state()
     yield
     assert state() == before
-
-
-def unreadable_body(response: HttpResponse) -> dict[str, Any]:
-    """400 PROTOCOL_VIOLATION naming ``body``: not one strict JSON value, or
-    too large to read (framing, §17.4), before any schema is consulted."""
-    error = error_of(response, 400, "PROTOCOL_VIOLATION")
-    assert "body" in error["message"] and error["details"] == {"field": "body"}, error
-    return error

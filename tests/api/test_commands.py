@@ -1,15 +1,12 @@
-"""POST /api/v1/commands (DESIGN §3, §4): a signed envelope in, a receipt out.
-
-Every refusal answers in the error shape of DESIGN §4 and writes nothing; no
-input, however broken, answers 500.
-"""
+"""``POST /api/v0.1/commands`` (DESIGN §5, PROTOCOL §15.1): a signed Command document's bytes in, its
+receipt ``{actionId, events: [{eventId, sequence, kind}], aggregateRevision, replayed}`` out (201 when
+accepted now, 200 for an unchanged retry), or the normative error document of the first failing stage
+(§6.4, §19). No bearer token: the signature and epochs authenticate the Command. Every refusal writes
+nothing, and no input answers 500."""
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import json
-import re
 import sys
 import uuid
 from typing import Any
@@ -18,525 +15,310 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from missions.models import ActionReceipt, GroupEvent
-from missions.registry import command_types
-from mwportal.protocol import generate_keypair, signed
+from missions.models import GroupEvent
+from mwportal.protocol.command import Key
+from mwportal.protocol.ids import urn
 from tests.api.support import (
     COMMANDS,
+    bearer,
     error_of,
     http,
-    malformed_naming,
     nothing_written,
     post_json,
     post_raw,
     show,
-    unreadable_body,
 )
 from tests.conftest import AgentKey, group_revision
 
-RECEIPT_MEMBERS = {"action_id", "actor", "group", "status", "events", "aggregate", "accepted_at", "replayed"}
-RFC3339_Z = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$")
 ONE_MIB = 1024 * 1024
+RECEIPT_MEMBERS = {"actionId", "events", "aggregateRevision", "replayed"}
 
 
-def create_mission(owner: AgentKey, **kw: Any) -> dict[str, Any]:
-    """A signed ``mission.create`` (it needs no existing Group state)."""
-    body = {"mission": str(uuid.uuid4()), "title": "Survey", "objective": "Map the coast"}
-    return owner.envelope("mission.create", str(uuid.uuid4()), body, **kw)
+def create_mission(owner: AgentKey, coordinator: AgentKey, **kw: Any) -> dict[str, Any]:
+    """A signed ``mission.create`` of a new Group (it needs no Group state)."""
+    group = str(uuid.uuid4())
+    payload = {
+        "missionId": urn(str(uuid.uuid4())),
+        "groupId": urn(group),
+        "coordinatorId": coordinator.urn,
+        "title": "Survey",
+        "objective": "Map the coast",
+    }
+    return owner.command("mission.create", group, payload, **kw)
 
 
-def add_member(owner: AgentKey, mission: dict[str, str], agent: AgentKey, **kw: Any) -> dict[str, Any]:
+def add_reviewer(owner: AgentKey, mission: dict[str, str], member: AgentKey, **kw: Any) -> dict[str, Any]:
     g = mission["group"]
-    target = {"kind": "group", "id": g, "revision": group_revision(g)}
-    return owner.envelope("membership.add", g, {"agent": agent.id, "roles": ["reviewer"]}, target=target, **kw)
+    kw.setdefault("expected_revision", group_revision(g))
+    return owner.command("membership.change", g, {"principal": member.actor, "roles": ["reviewer"]}, **kw)
 
 
-def counts() -> tuple[int, int]:
-    return GroupEvent.objects.count(), ActionReceipt.objects.count()
+# --- accepted, replayed, collided ----------------------------------------------------------------
 
 
-# --- Accepted, replayed, collided -------------------------------------------
-
-
-def test_a_valid_command_answers_201_with_the_receipt(owner: AgentKey) -> None:
-    raw = create_mission(owner)
-    response = post_json(http(), COMMANDS, raw)
+def test_a_valid_command_answers_201_with_its_receipt_spec_15_1(owner: AgentKey, coordinator: AgentKey) -> None:
+    document = create_mission(owner, coordinator)
+    response = post_json(http(), COMMANDS, document)
     assert response.status_code == 201, show(response)
     receipt = response.json()
-    assert set(receipt) == RECEIPT_MEMBERS
-    assert receipt["action_id"] == raw["action_id"]
-    assert receipt["actor"] == owner.id
-    assert receipt["group"] == raw["group"]
-    assert receipt["status"] == "accepted"
-    assert receipt["replayed"] is False
-    assert RFC3339_Z.match(receipt["accepted_at"])
-    assert receipt["aggregate"] == {"kind": "group", "id": raw["group"], "revision": 1}
-    assert [e["type"] for e in receipt["events"]] == ["mission.created", "membership.added"]
-    assert [e["sequence"] for e in receipt["events"]] == [1, 2]
-    for ref in receipt["events"]:
-        assert set(ref) == {"event_id", "sequence", "type"}
-        uuid.UUID(ref["event_id"])
-    stored = GroupEvent.objects.filter(group_id=raw["group"]).order_by("sequence")
-    assert [str(e.event_id) for e in stored] == [e["event_id"] for e in receipt["events"]]
+    assert set(receipt) == RECEIPT_MEMBERS, receipt
+    assert receipt["actionId"] == document["actionId"] and receipt["replayed"] is False
+    stored = GroupEvent.objects.filter(group_id=document["groupId"].removeprefix("urn:uuid:")).order_by("sequence")
+    assert [{"eventId": urn(str(e.event_id)), "sequence": e.sequence, "kind": e.type} for e in stored] == (
+        receipt["events"]
+    )
+    assert [ref["sequence"] for ref in receipt["events"]] == list(range(1, len(stored) + 1))  # §15.2: from 1
+    assert isinstance(receipt["aggregateRevision"], int)
 
 
-def test_a_command_on_an_existing_aggregate_answers_with_its_new_revision(
+def test_a_command_on_an_existing_group_answers_its_new_revision_spec_15_3(
     mission: dict[str, str], owner: AgentKey, outsider: AgentKey
 ) -> None:
     before = group_revision(mission["group"])
-    response = post_json(http(), COMMANDS, add_member(owner, mission, outsider))
+    response = post_json(http(), COMMANDS, add_reviewer(owner, mission, outsider))
     assert response.status_code == 201, show(response)
     receipt = response.json()
-    assert receipt["aggregate"] == {"kind": "group", "id": mission["group"], "revision": before + 1}
-    assert [e["type"] for e in receipt["events"]] == ["membership.added"]
+    assert receipt["aggregateRevision"] == group_revision(mission["group"]) > before
+    assert [ref["kind"] for ref in receipt["events"]] == ["membership.changed"]
 
 
-def test_the_same_bytes_again_answer_200_replayed_with_the_same_events_MWP_EVT_003(owner: AgentKey) -> None:
+def test_the_same_bytes_again_answer_200_with_the_stored_receipt_spec_15_1(
+    owner: AgentKey, coordinator: AgentKey
+) -> None:
     client = http()
-    text = json.dumps(create_mission(owner))
+    text = json.dumps(create_mission(owner, coordinator))
     first = post_raw(client, COMMANDS, text)
     assert first.status_code == 201, show(first)
     with nothing_written():
         again = post_raw(client, COMMANDS, text)
     assert again.status_code == 200, show(again)
-    replay = again.json()
-    assert replay["replayed"] is True
-    assert replay == {**first.json(), "replayed": True}
+    assert again.json() == {**first.json(), "replayed": True}
 
 
-def test_the_same_content_reordered_is_still_a_replay_MWP_EVT_003(owner: AgentKey) -> None:
+def test_the_same_content_reordered_is_still_a_replay_spec_17_4(owner: AgentKey, coordinator: AgentKey) -> None:
     client = http()
-    raw = create_mission(owner)
-    assert post_json(client, COMMANDS, raw).status_code == 201
-    reordered = dict(reversed(list(raw.items())))
+    document = create_mission(owner, coordinator)
+    assert post_json(client, COMMANDS, document).status_code == 201
     with nothing_written():
-        again = post_json(client, COMMANDS, reordered)
-    assert again.status_code == 200, show(again)
-    assert again.json()["replayed"] is True
+        again = post_json(client, COMMANDS, dict(reversed(list(document.items()))))
+    assert again.status_code == 200 and again.json()["replayed"] is True, show(again)
 
 
-def test_the_same_action_id_with_other_content_is_409_collision_MWP_EVT_003(owner: AgentKey) -> None:
+def test_the_same_action_id_with_other_content_is_409_collision_spec_19(owner: AgentKey, coordinator: AgentKey) -> None:
     client = http()
-    raw = create_mission(owner)
-    assert post_json(client, COMMANDS, raw).status_code == 201
-    other = create_mission(owner, action_id=raw["action_id"])
+    document = create_mission(owner, coordinator)
+    assert post_json(client, COMMANDS, document).status_code == 201
+    other = create_mission(owner, coordinator, action_id=document["actionId"].removeprefix("urn:uuid:"))
     with nothing_written():
         error = error_of(post_json(client, COMMANDS, other), 409, "ACTION_ID_COLLISION")
-    assert error["details"] == {"action_id": raw["action_id"]}
+    assert error["relatedActionId"] == document["actionId"]
 
 
-# --- Authentication and authority refusals ----------------------------------
-
-
-def test_a_bad_signature_is_401_and_writes_nothing(owner: AgentKey, outsider: AgentKey) -> None:
+def test_a_known_command_with_a_bad_signature_is_401_not_its_receipt_spec_6_4(
+    owner: AgentKey, coordinator: AgentKey
+) -> None:
     client = http()
-    raw = create_mission(owner)
-    tampered = {**raw, "body": {**raw["body"], "title": "Forged"}}
-    wrong_key = signed(outsider.private_key, {k: v for k, v in raw.items() if k != "signature"})
-    garbage = {**raw, "signature": "AAAA"}
-    flipped_sig = {**raw, "signature": ("B" if raw["signature"][0] == "A" else "A") + raw["signature"][1:]}
-    for bad in (tampered, wrong_key, garbage, flipped_sig):
-        with nothing_written():
-            error_of(post_json(client, COMMANDS, bad), 401, "AUTH_INVALID_SIGNATURE")
-
-
-def test_an_unknown_actor_is_401(org: dict[str, str]) -> None:
-    private, public = generate_keypair()
-    stranger = AgentKey(str(uuid.uuid4()), private, public, "acme", session_epoch=1)
+    document = create_mission(owner, coordinator)
+    assert post_json(client, COMMANDS, document).status_code == 201
+    forged = json.loads(json.dumps(document))
+    value = forged["signature"]["value"]
+    forged["signature"]["value"] = ("A" if value[0] != "A" else "B") + value[1:]
     with nothing_written():
-        error_of(post_json(http(), COMMANDS, create_mission(stranger)), 401, "AUTH_INVALID_SIGNATURE")
+        error_of(post_json(client, COMMANDS, forged), 401, "AUTH_INVALID_SIGNATURE")
 
 
-def test_a_stale_session_epoch_is_401(owner: AgentKey) -> None:
-    stale = create_mission(owner, session_epoch=owner.session_epoch - 1)
-    with nothing_written():
-        error_of(post_json(http(), COMMANDS, stale), 401, "AUTH_STALE_SESSION")
+# --- authentication and authority ----------------------------------------------------------------
 
 
-def test_a_non_member_gets_the_answer_of_an_absent_group(
-    mission: dict[str, str], outsider: AgentKey, worker2: AgentKey
+def test_a_command_signed_with_another_key_is_401_spec_6_4(
+    owner: AgentKey, coordinator: AgentKey, outsider: AgentKey
 ) -> None:
-    """Issue 16 item 8: a signed Command into a Group the actor is not in is
-    answered exactly as one into a Group that does not exist (status, code,
-    message, details), so a signature proves nothing about which IDs exist."""
-    g = mission["group"]
-    raw = outsider.envelope(
-        "membership.remove", g, {"agent": worker2.id}, target={"kind": "group", "id": g, "revision": group_revision(g)}
-    )
-    absent = str(uuid.uuid4())
-    raw_absent = outsider.envelope(
-        "membership.remove", absent, {"agent": worker2.id}, target={"kind": "group", "id": absent, "revision": 1}
-    )
+    impostor = AgentKey(owner.id, Key(owner.key.key_id, outsider.key.seed), owner.org_slug, owner.kind)
     with nothing_written():
-        seen = error_of(post_json(http(), COMMANDS, raw), 404, "GROUP_NOT_FOUND")
-        unseen = error_of(post_json(http(), COMMANDS, raw_absent), 404, "GROUP_NOT_FOUND")
-    assert seen == unseen
+        error_of(post_json(http(), COMMANDS, create_mission(impostor, coordinator)), 401, "AUTH_INVALID_SIGNATURE")
 
 
-def test_a_member_without_the_role_is_403(mission: dict[str, str], worker: AgentKey, worker2: AgentKey) -> None:
-    g = mission["group"]
-    raw = worker.envelope(
-        "membership.remove", g, {"agent": worker2.id}, target={"kind": "group", "id": g, "revision": group_revision(g)}
+def test_an_unknown_key_is_401_spec_6_4(owner: AgentKey, coordinator: AgentKey) -> None:
+    stranger = AgentKey(owner.id, Key.generate(), owner.org_slug, owner.kind)
+    with nothing_written():
+        error_of(post_json(http(), COMMANDS, create_mission(stranger, coordinator)), 401, "AUTH_INVALID_SIGNATURE")
+
+
+def test_a_stale_session_epoch_is_401_spec_6_3(mission: dict[str, str], worker: AgentKey) -> None:
+    stale = worker.session_epoch
+    worker.open_session()
+    document = worker.command(
+        "message.post",
+        mission["group"],
+        {"messageId": urn(str(uuid.uuid4())), "conversationId": conversation(mission), "content": "hello"},
+        session_epoch=stale,
     )
     with nothing_written():
-        error_of(post_json(http(), COMMANDS, raw), 403, "AUTH_FORBIDDEN")
+        error_of(post_json(http(), COMMANDS, document), 401, "AUTH_STALE_SESSION")
 
 
-def test_an_unknown_group_is_404(owner: AgentKey, worker: AgentKey) -> None:
-    g = str(uuid.uuid4())
-    raw = owner.envelope(
-        "membership.add", g, {"agent": worker.id, "roles": ["worker"]}, target={"kind": "group", "id": g, "revision": 1}
+def conversation(mission: dict[str, str]) -> str:
+    from missions.handlers.common import main_conversation_id
+
+    return urn(main_conversation_id(mission["group"]))
+
+
+def test_a_non_member_gets_the_answer_of_an_absent_group_spec_17_2(mission: dict[str, str], outsider: AgentKey) -> None:
+    def post(group: str) -> dict[str, Any]:
+        payload = {"messageId": urn(str(uuid.uuid4())), "conversationId": conversation(mission), "content": "hi"}
+        document = outsider.command("message.post", group, payload, membership_epoch=1)
+        error = error_of(post_json(http(), COMMANDS, document), 404, "GROUP_NOT_FOUND")
+        error.pop("relatedActionId", None)
+        return error
+
+    with nothing_written():
+        assert post(mission["group"]) == post(str(uuid.uuid4()))
+
+
+def test_no_bearer_token_is_needed_and_a_bad_one_is_not_consulted(owner: AgentKey, coordinator: AgentKey) -> None:
+    response = http().post(
+        COMMANDS, json.dumps(create_mission(owner, coordinator)), content_type="application/json", **bearer("x" * 43)
     )
-    with nothing_written():
-        error_of(post_json(http(), COMMANDS, raw), 404, "GROUP_NOT_FOUND")
+    assert response.status_code == 201, show(response)
 
 
-def test_a_stale_revision_is_409(mission: dict[str, str], owner: AgentKey, outsider: AgentKey) -> None:
-    g = mission["group"]
-    raw = owner.envelope(
-        "membership.add",
-        g,
-        {"agent": outsider.id, "roles": ["worker"]},
-        target={"kind": "group", "id": g, "revision": group_revision(g) - 1},
-    )
-    with nothing_written():
-        error_of(post_json(http(), COMMANDS, raw), 409, "REVISION_CONFLICT")
-
-
-# --- Malformed envelopes: 400 naming the field, nothing written -------------
-
-REQUIRED = ["type", "action_id", "actor", "group", "session_epoch", "issued_at", "body", "signature"]
-
-
-@pytest.mark.parametrize("member", REQUIRED)
-def test_a_missing_member_is_malformed_naming_it(owner: AgentKey, member: str) -> None:
-    raw = create_mission(owner)
-    del raw[member]
-    with nothing_written():
-        malformed_naming(post_json(http(), COMMANDS, raw), member)
-
-
-@pytest.mark.parametrize("member", ["note", "Type", "token", "grants"])
-def test_an_extra_member_is_malformed_naming_it(owner: AgentKey, member: str) -> None:
-    # Signed with the extra member in place, so only the shape is at fault.
-    raw = create_mission(owner)
-    unsigned = {k: v for k, v in raw.items() if k != "signature"}
-    with nothing_written():
-        malformed_naming(post_json(http(), COMMANDS, signed(owner.private_key, {**unsigned, member: 1})), member)
-
-
-WRONG = [
-    ("type", "create", "type"),
-    ("type", "Mission.Create", "type"),
-    ("type", 5, "type"),
-    ("type", "mission.fly", "type"),
-    ("type", "mission.create\n", "type"),
-    ("action_id", "not-a-uuid", "action_id"),
-    ("action_id", 7, "action_id"),
-    ("action_id", "{6f1c2a3b-4d5e-4f60-8172-839405a6b7c8}", "action_id"),
-    ("actor", "not-a-uuid", "actor"),
-    ("actor", None, "actor"),
-    ("group", "6f1c2a3b4d5e4f608172839405a6b7c8", "group"),
-    ("group", ["x"], "group"),
-    ("lease_id", "lease-1", "lease_id"),
-    ("lease_id", 1, "lease_id"),
-    ("session_epoch", "1", "session_epoch"),
-    ("session_epoch", True, "session_epoch"),
-    ("session_epoch", -1, "session_epoch"),
-    ("session_epoch", 1.5, "session_epoch"),
-    ("membership_epoch", "2", "membership_epoch"),
-    ("ownership_epoch", False, "ownership_epoch"),
-    ("issued_at", "2026-11-29T10:00:00", "issued_at"),
-    ("issued_at", "2026-11-29T10:00:00+00:00", "issued_at"),
-    ("issued_at", 1764410400, "issued_at"),
-    ("body", [], "body"),
-    ("body", "{}", "body"),
-    ("body", None, "body"),
-    ("target", [], "target"),
-    ("target", "group", "target"),
-    ("target", {"kind": "group", "id": "not-a-uuid"}, "target.id"),
-    ("target", {"kind": "group", "id": "5f0c3a52-8d1e-4b7a-9c3e-2a6f1d4b8e90", "rev": 1}, "target.rev"),
-    ("target", {"kind": "", "id": "5f0c3a52-8d1e-4b7a-9c3e-2a6f1d4b8e91"}, "target.kind"),
-    ("target", {"kind": "group"}, "target.id"),
-    ("target", {"kind": "group", "id": "5f0c3a52-8d1e-4b7a-9c3e-2a6f1d4b8e92", "revision": "1"}, "target.revision"),
-    ("extensions", "x", "extensions"),
-    ("extensions", [], "extensions"),
-    ("signature", "", "signature"),
-    ("signature", 12, "signature"),
-]
-
-
-@pytest.mark.parametrize(("member", "value", "field"), WRONG, ids=[f"{m}={v!r}" for m, v, _ in WRONG])
-def test_a_member_of_the_wrong_type_is_malformed_naming_it(
-    owner: AgentKey, member: str, value: Any, field: str
-) -> None:
-    # Re-signed after the change, so the answer cannot be a signature refusal.
-    raw = create_mission(owner)
-    unsigned = {k: v for k, v in raw.items() if k != "signature"}
-    unsigned[member] = value
-    body = signed(owner.private_key, unsigned) if member != "signature" else {**unsigned}
-    with nothing_written():
-        malformed_naming(post_json(http(), COMMANDS, body), field)
+# --- framing: before any schema (§6.4 stage 1, §17.4) -------------------------------------------
 
 
 @pytest.mark.parametrize(
     "raw",
-    [
-        "",
-        " ",
-        "not json",
-        "{",
-        '{"type": "mission.create",}',
-        "{'type': 1}",
-        b"\xff\xfe\x00",
-        b"\x80abc",
-        "NaN",
-        '{"body": Infinity}',
-    ],
+    [" ", "not json", "{", '{"kind": "mission.create",}', "{'kind': 1}", b"\xff\xfe\x00", b"\x80abc", "NaN"],
     ids=repr,
 )
-def test_a_body_that_is_not_json_is_malformed(owner: AgentKey, raw: str | bytes) -> None:
+def test_a_body_that_is_not_json_is_a_protocol_violation_spec_6_4(org: dict[str, str], raw: str | bytes) -> None:
     with nothing_written():
-        unreadable_body(post_raw(http(), COMMANDS, raw))
+        error_of(post_raw(http(), COMMANDS, raw), 400, "PROTOCOL_VIOLATION")
 
 
-@pytest.mark.parametrize("value", [[], [{}], "envelope", 1, 1.5, None, True], ids=repr)
-def test_json_that_is_not_an_object_is_malformed(org: dict[str, str], value: Any) -> None:
-    with nothing_written():
-        malformed_naming(post_json(http(), COMMANDS, value), "envelope")
+def test_an_empty_body_is_a_protocol_violation(org: dict[str, str]) -> None:
+    error_of(post_raw(http(), COMMANDS, b""), 400, "PROTOCOL_VIOLATION")
 
 
-@pytest.mark.parametrize("member", ["type", "action_id", "body", "signature"])
-def test_duplicate_members_are_malformed(owner: AgentKey, member: str) -> None:
-    raw = create_mission(owner)
-    text = json.dumps(raw)[:-1] + f", {json.dumps(member)}: {json.dumps(raw[member])}}}"
-    with nothing_written():
-        error = unreadable_body(post_raw(http(), COMMANDS, text))
-    assert member in error["message"]
-
-
-def test_nested_duplicate_members_are_malformed(owner: AgentKey) -> None:
-    raw = create_mission(owner)
-    text = json.dumps(raw).replace('"title": "Survey"', '"title": "Survey", "title": "Other"')
-    assert text.count('"title"') == 2
-    with nothing_written():
-        unreadable_body(post_raw(http(), COMMANDS, text))
-
-
-def test_an_empty_body_is_malformed(org: dict[str, str]) -> None:
-    with nothing_written():
-        unreadable_body(post_raw(http(), COMMANDS, b""))
-
-
-@pytest.mark.parametrize(
-    ("number", "code"),
-    [
-        # A binary64 value, but not a session epoch: the member's schema.
-        ("9007199254740992", "SCHEMA_VALIDATION_FAILED"),
-        # §6.4: not JSON, or a value outside the JCS data model.
-        ("-9007199254740993", "PROTOCOL_VIOLATION"),
-        ("1e400", "PROTOCOL_VIOLATION"),
-        ("NaN", "PROTOCOL_VIOLATION"),
-        ("-Infinity", "PROTOCOL_VIOLATION"),
-    ],
-)
-def test_numbers_without_a_canonical_form_are_malformed(owner: AgentKey, number: str, code: str) -> None:
-    raw = create_mission(owner)
-    text = json.dumps(raw).replace(f'"session_epoch": {raw["session_epoch"]}', f'"session_epoch": {number}')
-    assert number in text
-    with nothing_written():
-        error_of(post_raw(http(), COMMANDS, text), 400, code)
-
-
-def padded_command(owner: AgentKey, size: int) -> bytes:
-    """A validly signed ``mission.create`` of exactly ``size`` bytes (padded in ``extensions``)."""
-    raw = create_mission(owner)
-    unsigned = {k: v for k, v in raw.items() if k != "signature"}
-    unsigned["extensions"] = {"pad": ""}
-    overhead = len(json.dumps(signed(owner.private_key, unsigned)).encode())
-    unsigned["extensions"] = {"pad": "x" * (size - overhead)}
-    data = json.dumps(signed(owner.private_key, unsigned)).encode()
-    assert len(data) == size
-    return data
-
-
-def test_a_command_of_exactly_one_mebibyte_is_accepted(owner: AgentKey) -> None:
-    response = post_raw(http(), COMMANDS, padded_command(owner, ONE_MIB))
-    assert response.status_code == 201, show(response)
-
-
-def test_a_command_one_byte_over_one_mebibyte_is_malformed(owner: AgentKey) -> None:
-    data = padded_command(owner, ONE_MIB + 1)
-    with nothing_written():
-        unreadable_body(post_raw(http(), COMMANDS, data))
-
-
-def test_a_huge_body_is_malformed(org: dict[str, str]) -> None:
-    data = b'{"pad": "' + b"x" * (4 * ONE_MIB) + b'"}'
-    with nothing_written():
-        unreadable_body(post_raw(http(), COMMANDS, data))
-
-
-@pytest.mark.parametrize(
-    ("where", "escape"),
-    [("body value", '"\\ud800"'), ("body key", None), ("title", '"a\\udfffb"')],
-)
-def test_escaped_lone_surrogates_are_malformed_not_500(owner: AgentKey, where: str, escape: str | None) -> None:
-    raw = create_mission(owner)
-    text = json.dumps(raw)
-    if where == "body key":
-        text = text.replace('"title":', '"\\udc00": 1, "title":')
-    elif where == "title":
-        text = text.replace('"title": "Survey"', f'"title": {escape}')
-    else:
-        text = text.replace('"title": "Survey"', f'"title": "Survey", "note": {escape}')
-    with nothing_written():
-        # §6.4: a lone surrogate is outside the JCS data model.
-        error_of(post_raw(http(), COMMANDS, text), 400, "PROTOCOL_VIOLATION")
-
-
-def test_an_unknown_member_named_with_a_lone_surrogate_is_malformed_not_500(owner: AgentKey) -> None:
-    # The refusal names the member; naming it must not break the JSON answer.
-    text = json.dumps(create_mission(owner))[:-1] + ', "\\ud800": 1}'
+@pytest.mark.parametrize("member", ["kind", "actionId", "payload", "signature"])
+def test_a_duplicate_member_is_a_protocol_violation_spec_17_4(
+    owner: AgentKey, coordinator: AgentKey, member: str
+) -> None:
+    document = create_mission(owner, coordinator)
+    text = json.dumps(document)[:-1] + f", {json.dumps(member)}: {json.dumps(document[member])}}}"
     with nothing_written():
         error_of(post_raw(http(), COMMANDS, text), 400, "PROTOCOL_VIOLATION")
 
 
-def test_utf8_encoded_surrogates_are_malformed_not_500(owner: AgentKey) -> None:
-    data = json.dumps(create_mission(owner)).encode().replace(b'"Survey"', b'"Sur\xed\xa0\x80vey"')
+@pytest.mark.parametrize("value", [[], "command", 1, None], ids=repr)
+def test_json_that_is_not_a_command_object_is_refused_before_any_lookup(org: dict[str, str], value: Any) -> None:
     with nothing_written():
-        error_of(post_raw(http(), COMMANDS, data), 400, "PROTOCOL_VIOLATION")
+        response = post_json(http(), COMMANDS, value)
+    assert response.status_code == 400, show(response)
+    error_of(response, 400, response.json()["code"])
 
 
-def test_deeply_nested_bodies_never_answer_500(owner: AgentKey) -> None:
-    # Nesting near the interpreter's recursion limit: the parser may take a
-    # depth that a later, deeper canonicalisation (signature check, content
-    # hash) cannot; every depth must still be answered 400 or 401.
+@pytest.mark.parametrize("member", ["actionId", "actor", "kind", "issuedAt", "payload", "signature"])
+def test_a_missing_member_is_refused_before_the_signature_spec_6_4(
+    owner: AgentKey, coordinator: AgentKey, member: str
+) -> None:
+    document = create_mission(owner, coordinator)
+    del document[member]
+    with nothing_written():
+        response = post_json(http(), COMMANDS, document)
+    assert response.status_code == 400, show(response)
+    assert response.json()["code"] in ("SCHEMA_VALIDATION_FAILED", "PROTOCOL_VIOLATION"), show(response)
+    error_of(response, 400, response.json()["code"])
+
+
+@pytest.mark.parametrize(
+    "media_type", ["text/plain", "application/x-www-form-urlencoded", "application/json; charset=utf-16"]
+)
+def test_a_body_not_declared_json_is_415(owner: AgentKey, coordinator: AgentKey, media_type: str) -> None:
+    with nothing_written():
+        response = post_raw(http(), COMMANDS, json.dumps(create_mission(owner, coordinator)), media_type)
+        error_of(response, 415, "PROTOCOL_VIOLATION")
+
+
+def padded(owner: AgentKey, coordinator: AgentKey, size: int) -> bytes:
+    """A validly signed ``mission.create`` of exactly ``size`` bytes (padded in its objective)."""
+    document = create_mission(owner, coordinator)
+    data = json.dumps(document).encode()
+    return data.replace(b'"Map the coast"', b'"Map the coast"' + b" " * (size - len(data)))
+
+
+def test_a_command_of_exactly_one_mebibyte_is_read(owner: AgentKey, coordinator: AgentKey) -> None:
+    data = padded(owner, coordinator, ONE_MIB)
+    assert len(data) == ONE_MIB
+    assert post_raw(http(), COMMANDS, data).status_code == 201
+
+
+def test_a_body_one_byte_over_one_mebibyte_is_413(owner: AgentKey, coordinator: AgentKey) -> None:
+    data = padded(owner, coordinator, ONE_MIB + 1)
+    with nothing_written():
+        error_of(post_raw(http(), COMMANDS, data), 413, "PROTOCOL_VIOLATION")
+
+
+def test_a_huge_body_is_413_without_being_read(org: dict[str, str]) -> None:
+    error_of(post_raw(http(), COMMANDS, b'{"pad": "' + b"x" * (4 * ONE_MIB) + b'"}'), 413, "PROTOCOL_VIOLATION")
+
+
+def test_escaped_lone_surrogates_are_a_protocol_violation_spec_2(owner: AgentKey, coordinator: AgentKey) -> None:
+    text = json.dumps(create_mission(owner, coordinator)).replace('"Survey"', '"Sur\\ud800vey"')
+    with nothing_written():
+        error_of(post_raw(http(), COMMANDS, text), 400, "PROTOCOL_VIOLATION")
+
+
+def test_deeply_nested_bodies_never_answer_500(owner: AgentKey, coordinator: AgentKey) -> None:
     client = http()
-    text = json.dumps(create_mission(owner)).replace('"Survey"', "PLACEHOLDER")
+    text = json.dumps(create_mission(owner, coordinator)).replace('"Survey"', "PLACEHOLDER")
     limit = sys.getrecursionlimit()
-    answers: dict[int, int] = {}
     with nothing_written():
-        for depth in range(limit - 200, limit + 10):
-            response = post_raw(client, COMMANDS, text.replace("PLACEHOLDER", "[" * depth + "]" * depth))
-            answers[depth] = response.status_code
-    crashed = sorted(d for d, status in answers.items() if status not in (400, 401))
-    assert not crashed, {d: answers[d] for d in crashed}
+        answers = {
+            depth: post_raw(client, COMMANDS, text.replace("PLACEHOLDER", "[" * depth + "]" * depth)).status_code
+            for depth in range(limit - 100, limit + 10, 7)
+        }
+    assert {status for status in answers.values()} <= {400, 401}, answers
 
 
-# --- No input answers 500 ---------------------------------------------------
+@pytest.mark.parametrize("method", ["get", "put", "patch", "delete"])
+def test_other_methods_are_405_in_the_error_document(org: dict[str, str], method: str) -> None:
+    error_of(getattr(http(), method)(COMMANDS), 405, "PROTOCOL_VIOLATION")
+
+
+# --- no input answers 500 (issue 16 item 6) ------------------------------------------------------
 
 any_text = st.text(alphabet=st.characters() | st.characters(categories=["Cs"]), max_size=10)
-plausible_text = (
-    st.sampled_from(["system", "group", "workitem", "owner", "worker", "coordinator", "2026-11-29T10:00:00Z", ""])
-    | st.sampled_from(command_types())  # reach every registered handler with odd bodies
-    | st.uuids().map(str)
-    | st.just("x" * 300)
-)
-scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**64), max_value=2**64)
-    | st.floats()
-    | any_text
-    | plausible_text
-)
+scalars = st.none() | st.booleans() | st.integers(-(2**64), 2**64) | st.floats() | any_text | st.uuids().map(urn)
 json_values = st.recursive(
-    scalars,
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(any_text | plausible_text, children, max_size=4),
-    max_leaves=10,
+    scalars, lambda children: st.lists(children, max_size=4) | st.dictionaries(any_text, children, max_size=4), 10
 )
-MEMBERS = [*REQUIRED, "target", "membership_epoch", "ownership_epoch", "lease_id", "extensions"]
-
-
-@st.composite
-def mutations(draw: st.DrawFn, bases: list[dict[str, Any]]) -> tuple[Any, bool]:
-    """A base envelope mutated 1-3 times, then re-signed or not."""
-    raw: Any = copy.deepcopy(draw(st.sampled_from(bases)))
-    for _ in range(draw(st.integers(min_value=1, max_value=3))):
-        op = draw(st.sampled_from(["delete", "set", "set_body_member", "set_target_member", "whole"]))
-        if not isinstance(raw, dict):
-            break
-        if op == "delete" and raw:
-            del raw[draw(st.sampled_from(sorted(raw)))]
-        elif op == "set":
-            raw[draw(st.sampled_from(MEMBERS) | any_text)] = draw(json_values)
-        elif op == "set_body_member" and isinstance(raw.get("body"), dict):
-            raw["body"][draw(st.sampled_from(sorted(raw["body"]) or ["x"]) | any_text)] = draw(json_values)
-        elif op == "set_target_member":
-            target = raw["target"] if isinstance(raw.get("target"), dict) else {}
-            target[draw(st.sampled_from(["kind", "id", "revision"]) | any_text)] = draw(json_values)
-            raw["target"] = target
-        elif op == "whole":
-            raw = draw(json_values)
-    resign = draw(st.booleans())
-    return raw, resign
+MEMBERS = ["protocolVersion", "actionId", "actor", "kind", "groupId", "correlationId", "issuedAt", "payload",
+           "sessionEpoch", "membershipEpoch", "expectedRevision", "signature", "extensions"]  # fmt: skip
 
 
 def as_bytes(value: Any) -> bytes:
     try:
-        return json.dumps(value).encode("utf-8")  # ensure_ascii: surrogates travel as \udXXX escapes
-    except ValueError:  # NaN and friends are still JSON to json.dumps
+        return json.dumps(value).encode()
+    except ValueError:
         return b"null"
 
 
-@pytest.fixture
-def bases(mission: dict[str, str], owner: AgentKey, worker: AgentKey, outsider: AgentKey) -> list[dict[str, Any]]:
-    g = mission["group"]
-    target = {"kind": "group", "id": g, "revision": group_revision(g)}
-    return [
-        create_mission(owner),
-        owner.envelope("membership.add", g, {"agent": outsider.id, "roles": ["worker"]}, target=target),
-        owner.envelope("membership.set_roles", g, {"agent": worker.id, "roles": ["worker", "reviewer"]}, target=target),
-        worker.envelope("work.propose", g, {"proposal": str(uuid.uuid4()), "contract": {"goal": "x"}}),
-        owner.envelope("mission.cancel", g, {"reason": "done"}, target=target),
-    ]
-
-
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
-@given(data=st.data())
-def test_no_mutated_envelope_answers_500(
-    data: st.DataObject, bases: list[dict[str, Any]], owner: AgentKey, worker: AgentKey
-) -> None:
-    raw, resign = data.draw(mutations(bases))
-    if resign and isinstance(raw, dict):
-        key = worker.private_key if raw.get("actor") == worker.id else owner.private_key
-        with contextlib.suppress(ValueError):  # no canonical form: send it unsigned
-            raw = signed(key, raw)
-    response = post_raw(http(), COMMANDS, as_bytes(raw))
-    # Accepted only when re-signed; a replay of content an earlier example
-    # had accepted answers 200 before any signature check (DESIGN §3 step 1).
-    # A mutation that happens to leave the signed content as it was (a member
-    # set to its own value) is the base envelope itself, validly signed.
-    unchanged = isinstance(raw, dict) and any(
-        {k: v for k, v in raw.items() if k != "signature"} == {k: v for k, v in b.items() if k != "signature"}
-        and raw.get("signature") == b["signature"]
-        for b in bases
-    )
-    allowed = {400, 401, 403, 404, 409, 422, 200} | ({201} if resign or unchanged else set())
-    assert response.status_code in allowed, show(response)
-    if response.status_code == 200:
-        assert response.json()["replayed"] is True
-    if response.status_code >= 400:
-        error_of(response, response.status_code, response.json()["code"])
-
-
-@settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
-)
-@given(value=json_values)
-def test_no_json_value_answers_500(org: dict[str, str], value: Any) -> None:
+@given(member=st.sampled_from(MEMBERS) | any_text, value=json_values)
+def test_no_changed_member_answers_500(owner: AgentKey, coordinator: AgentKey, member: str, value: Any) -> None:
+    document = {**create_mission(owner, coordinator), member: value}
     with nothing_written():
-        response = post_raw(http(), COMMANDS, as_bytes(value))
-    assert response.status_code in {400, 401, 403, 404, 409, 422}, show(response)
+        response = post_raw(http(), COMMANDS, as_bytes(document))
+    assert 400 <= response.status_code < 500, show(response)
     error_of(response, response.status_code, response.json()["code"])
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.binary(max_size=200))
 def test_no_byte_string_answers_500(org: dict[str, str], data: bytes) -> None:
     with nothing_written():
         response = post_raw(http(), COMMANDS, data)
-    assert response.status_code in {400, 401, 403, 404, 409, 422}, show(response)
+    assert 400 <= response.status_code < 500, show(response)
+    error_of(response, response.status_code, response.json()["code"])

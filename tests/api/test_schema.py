@@ -1,19 +1,31 @@
-"""GET /api/v1/schema/ (DESIGN §4): a valid OpenAPI 3 document of the REST API."""
+"""``GET /api/v0.1/schema/`` (DESIGN §5): the REST binding as an OpenAPI 3.1 document that embeds the
+kernel's JSON Schemas and every catalogue payload schema under their ``$id``, so that any client can
+build and check what it sends (§15.1), and names the normative error document for every refusal (§19)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import yaml
-from openapi_spec_validator import validate
+from jsonschema_path import SchemaPath
+from openapi_spec_validator.validation import OpenAPIV31SpecValidator
 
-from tests.api.support import http, show
+from mwportal.protocol import catalogue, schemas
+from tests.api.support import SCHEMA, http, show
 
-SCHEMA = "/api/v1/schema/"
-SESSIONS = "/api/v1/sessions"
-COMMANDS = "/api/v1/commands"
-EVENTS = "/api/v1/groups/{group_id}/events"
+API = "/api/v0.1"
+ROUTES = {
+    f"{API}/sessions/challenge": "post",
+    f"{API}/sessions": "post",
+    f"{API}/commands": "post",
+    f"{API}/groups/{{groupId}}/events": "get",
+    f"{API}/groups/{{groupId}}/snapshots/{{sequence}}": "get",
+    f"{API}/keys/{{keyId}}": "get",
+    f"{API}/memberships": "get",
+    f"{API}/catalogue": "get",
+}
 
 
 @pytest.fixture
@@ -23,141 +35,137 @@ def spec(db: None) -> dict[str, Any]:
     return response.json()  # type: ignore[no-any-return]
 
 
-def resolve(spec: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
-    while "$ref" in node:
-        name = node["$ref"].rsplit("/", 1)[-1]
-        node = spec["components"]["schemas"][name]
+def components(spec: dict[str, Any]) -> dict[str, Any]:
+    return spec["components"]["schemas"]  # type: ignore[no-any-return]
+
+
+def by_id(spec: dict[str, Any]) -> dict[str, Any]:
+    return {c["$id"]: c for c in components(spec).values() if isinstance(c, dict) and "$id" in c}
+
+
+def refs(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "$ref" and isinstance(value, str):
+                yield value
+            else:
+                yield from refs(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from refs(value)
+
+
+def pointer(spec: dict[str, Any], ref: str) -> Any:
+    node: Any = spec
+    for part in ref.removeprefix("#/").split("/"):
+        node = node[part.replace("~1", "/").replace("~0", "~")]
     return node
 
 
-def body_schema(spec: dict[str, Any], operation: dict[str, Any], status: str) -> dict[str, Any]:
-    content = operation["responses"][status]["content"]
-    return resolve(spec, content["application/json"]["schema"])
+def test_it_is_a_valid_openapi_3_1_document_resolving_by_id(spec: dict[str, Any]) -> None:
+    assert spec["openapi"] == "3.1.0"
+    embedded = by_id(spec)
+    # References between the embedded schemas are by $id; the validator is
+    # given the document's own copies instead of fetching those URIs.
+    OpenAPIV31SpecValidator(SchemaPath.from_dict(spec, handlers={"https": embedded.__getitem__})).validate()
 
 
-def test_it_is_a_valid_openapi_3_document(spec: dict[str, Any]) -> None:
-    assert spec["openapi"].startswith("3.")
-    validate(spec)
+def test_every_reference_resolves_inside_the_document(spec: dict[str, Any]) -> None:
+    embedded = by_id(spec)
+    for ref in set(refs(spec)):
+        if ref.startswith("#/"):
+            pointer(spec, ref)
+            continue
+        base, _, fragment = ref.partition("#")
+        assert base in embedded, ref
+        if fragment:
+            pointer(embedded[base], "#" + fragment)
 
 
-def test_it_answers_the_openapi_json_media_type(db: None) -> None:
+def test_it_answers_the_openapi_json_media_type_and_the_same_yaml(db: None, spec: dict[str, Any]) -> None:
     response = http().get(SCHEMA, HTTP_ACCEPT="application/vnd.oai.openapi+json")
-    assert response.status_code == 200, show(response)
     assert response["Content-Type"].startswith("application/vnd.oai.openapi+json")
-    validate(response.json())
+    assert yaml.safe_load(http().get(SCHEMA).content) == spec == response.json()
 
 
-def test_its_default_yaml_form_is_the_same_document(spec: dict[str, Any]) -> None:
-    response = http().get(SCHEMA)
-    assert response.status_code == 200, show(response)
-    assert yaml.safe_load(response.content) == spec
+def test_it_documents_every_route_of_the_binding(spec: dict[str, Any]) -> None:
+    for path, method in ROUTES.items():
+        assert method in spec["paths"].get(path, {}), path
+    assert not [path for path in spec["paths"] if not path.startswith(f"{API}/")]
 
 
-def test_it_documents_the_three_endpoints(spec: dict[str, Any]) -> None:
-    paths = spec["paths"]
-    assert "post" in paths[SESSIONS]
-    assert "post" in paths[COMMANDS]
-    assert "get" in paths[EVENTS]
+def test_it_embeds_every_kernel_schema_under_its_id(spec: dict[str, Any]) -> None:
+    embedded = by_id(spec)
+    for name in (schemas.COMMON, *schemas.NAMES):
+        assert schemas.json_schema(name)["$id"] in embedded, name
 
 
-def test_it_documents_the_session_request_and_answer(spec: dict[str, Any]) -> None:
-    operation = spec["paths"][SESSIONS]["post"]
-    request = resolve(spec, operation["requestBody"]["content"]["application/json"]["schema"])
-    assert set(request["properties"]) == {"agent", "issued_at", "nonce", "signature"}
-    assert set(request["required"]) == {"agent", "issued_at", "nonce", "signature"}
-    assert set(body_schema(spec, operation, "201")["properties"]) == {"agent", "token", "session_epoch"}
-    assert {"400", "401"} <= set(operation["responses"])
+def test_every_command_kinds_payload_schema_is_in_the_document_spec_15_1(spec: dict[str, Any]) -> None:
+    embedded = by_id(spec)
+    data = catalogue.as_data()
+    for kind in catalogue.COMMAND_KINDS:
+        schema = data["commands"][kind]["payloadSchema"]
+        served = embedded[schema["$id"]]
+        assert served["properties"].keys() == schema["properties"].keys(), kind
+        assert served.get("required") == schema.get("required"), kind
+    # CommandDocument ties each kind to its payload schema.
+    document = components(spec)["CommandDocument"]
+    kinds = {option["properties"]["kind"]["const"]: option["properties"]["payload"] for option in document["oneOf"]}
+    assert set(kinds) == set(catalogue.COMMAND_KINDS)
+    for kind, payload in kinds.items():
+        assert pointer(spec, payload["$ref"])["$id"] == data["commands"][kind]["payloadSchema"]["$id"]
+    request = spec["paths"][f"{API}/commands"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert request == {"$ref": "#/components/schemas/CommandDocument"}
 
 
-def test_it_documents_the_envelope_and_the_receipt(spec: dict[str, Any]) -> None:
-    operation = spec["paths"][COMMANDS]["post"]
-    envelope = resolve(spec, operation["requestBody"]["content"]["application/json"]["schema"])
-    assert set(envelope["properties"]) == {
-        "type",
-        "action_id",
-        "actor",
-        "group",
-        "target",
-        "session_epoch",
-        "membership_epoch",
-        "ownership_epoch",
-        "lease_id",
-        "issued_at",
-        "body",
-        "extensions",
-        "signature",
+def test_every_event_kinds_payload_schema_is_in_the_document_spec_15_2(spec: dict[str, Any]) -> None:
+    embedded = by_id(spec)
+    data = catalogue.as_data()
+    for kind in catalogue.EVENT_KINDS:
+        assert data["events"][kind]["payloadSchema"]["$id"] in embedded, kind
+
+
+def body(spec: dict[str, Any], path: str, method: str, status: str) -> Any:
+    return spec["paths"][path][method]["responses"][status]["content"]["application/json"]["schema"]
+
+
+def test_the_hello_routes_take_and_answer_the_hello_frames_spec_6_3(spec: dict[str, Any]) -> None:
+    frame = "#/components/schemas/mwp.websocket-frame/$defs/"
+    challenge, sessions = f"{API}/sessions/challenge", f"{API}/sessions"
+    assert spec["paths"][challenge]["post"]["requestBody"]["content"]["application/json"]["schema"] == {
+        "$ref": frame + "helloClientInit"
     }
-    assert set(envelope["required"]) == {
-        "type",
-        "action_id",
-        "actor",
-        "group",
-        "session_epoch",
-        "issued_at",
-        "body",
-        "signature",
+    assert body(spec, challenge, "post", "200") == {"$ref": frame + "helloServerChallenge"}
+    assert spec["paths"][sessions]["post"]["requestBody"]["content"]["application/json"]["schema"] == {
+        "$ref": frame + "helloClientResponse"
     }
-    for status in ("200", "201"):
-        receipt = body_schema(spec, operation, status)
-        assert {"action_id", "actor", "group", "status", "events", "aggregate", "accepted_at", "replayed"} <= set(
-            receipt["properties"]
-        )
-    assert {"400", "401", "403", "404", "409", "422"} <= set(operation["responses"])
+    assert body(spec, sessions, "post", "201") == {"$ref": frame + "helloServerAccept"}
 
 
-def test_it_documents_the_event_page(spec: dict[str, Any]) -> None:
-    operation = spec["paths"][EVENTS]["get"]
-    parameters = {p["name"]: p for p in operation["parameters"]}
-    assert parameters["group_id"]["in"] == "path"
-    for name in ("after", "limit"):
-        assert parameters[name]["in"] == "query"
-        assert parameters[name]["schema"]["type"] == "integer"
-    page = body_schema(spec, operation, "200")
-    assert set(page["properties"]) == {"events", "head"}
-    event = resolve(spec, page["properties"]["events"]["items"])
-    assert set(event["properties"]) == {
-        "event_id",
-        "group",
-        "sequence",
-        "type",
-        "aggregate",
-        "actor",
-        "action_id",
-        "occurred_at",
-        "body",
-        "prev_hash",
-        "hash",
-    }
-    assert set(resolve(spec, event["properties"]["aggregate"])["properties"]) == {"kind", "id", "revision"}
-    assert {"400", "401", "403", "404"} <= set(operation["responses"])
+def test_the_event_page_holds_event_documents_spec_15_2(spec: dict[str, Any]) -> None:
+    page = body(spec, f"{API}/groups/{{groupId}}/events", "get", "200")
+    assert set(page["properties"]) == {"events", "headSequence"}
+    assert page["properties"]["events"]["items"] == {"$ref": "#/components/schemas/mwp.event"}
+    parameters = {p["name"]: p for p in spec["paths"][f"{API}/groups/{{groupId}}/events"]["get"]["parameters"]}
+    assert parameters["groupId"]["in"] == "path"
+    assert {parameters[n]["in"] for n in ("afterSequence", "limit")} == {"query"}
 
 
-def test_it_documents_the_error_shape(spec: dict[str, Any]) -> None:
-    # The bare normative error document (§19), every member of it, no wrapper.
-    error = body_schema(spec, spec["paths"][COMMANDS]["post"], "400")
-    assert set(error["properties"]) == {
-        *("code", "message", "retryable", "occurredAt", "fatal", "relatedFrameId", "relatedActionId", "groupId"),
-        *("expectedRevision", "currentRevision", "retryAfterMs", "snapshotArtifactHash", "details"),
-    }
-    assert set(error["required"]) == {"code", "message", "retryable", "occurredAt"}
-    assert set(resolve(spec, error["properties"]["code"])["enum"]) == {
-        *("UNSUPPORTED_VERSION", "AUTH_REQUIRED", "AUTH_INVALID_SIGNATURE", "AUTH_STALE_SESSION"),
-        *("AUTH_STALE_COORDINATOR", "AUTH_FORBIDDEN", "GROUP_NOT_FOUND", "MEMBERSHIP_REQUIRED", "MEMBERSHIP_STALE"),
-        *("SCHEMA_VALIDATION_FAILED", "INVALID_COMMAND", "INVALID_STATE_TRANSITION", "REVISION_CONFLICT"),
-        *("ACTION_ID_COLLISION", "UNKNOWN_CRITICAL_EXTENSION", "WORK_CONTRACT_INCOMPLETE", "WORK_OFFER_EXPIRED"),
-        *("WORK_ALREADY_OWNED", "WORK_LEASE_EXPIRED", "WORK_STALE_OWNERSHIP", "APPROVAL_REQUIRED", "BUDGET_EXCEEDED"),
-        *("RATE_LIMITED", "BACKPRESSURE", "CURSOR_TOO_OLD", "PROTOCOL_VIOLATION", "INTERNAL_ERROR"),
-    }
+def test_every_refusal_is_the_normative_error_document_spec_19(spec: dict[str, Any]) -> None:
+    assert components(spec)["Error"] == {"$ref": "#/components/schemas/mwp.error"}
+    for path, method in ROUTES.items():
+        responses = spec["paths"][path][method]["responses"]
+        errors = {status for status in responses if status.startswith(("4", "5"))}
+        assert {"400", "401", "404", "500"} <= errors, path
+        for status in errors:
+            assert body(spec, path, method, status) == {"$ref": "#/components/schemas/Error"}, (path, status)
+        if method == "post":
+            assert {"413", "415"} <= errors, path
 
 
-def test_it_documents_bearer_authentication_for_reading_events(spec: dict[str, Any]) -> None:
-    # DESIGN §4: reads take "Authorization: Bearer <token>". Without an
-    # OpenApiAuthenticationExtension for BearerTokenAuthentication the schema
-    # lists only the Django session cookie.
-    schemes = spec.get("components", {}).get("securitySchemes", {})
-    bearer_names = {
-        name for name, s in schemes.items() if s.get("type") == "http" and s.get("scheme", "").lower() == "bearer"
-    }
-    assert bearer_names, schemes
-    security = spec["paths"][EVENTS]["get"].get("security", [])
-    assert any(set(requirement) & bearer_names for requirement in security), security
+def test_it_documents_bearer_authentication_for_the_reads(spec: dict[str, Any]) -> None:
+    schemes = spec["components"]["securitySchemes"]
+    bearer = {name for name, s in schemes.items() if s.get("type") == "http" and s.get("scheme") == "bearer"}
+    assert bearer, schemes
+    for path in (f"{API}/groups/{{groupId}}/events", f"{API}/memberships"):
+        assert any(set(requirement) & bearer for requirement in spec["paths"][path]["get"]["security"]), path
