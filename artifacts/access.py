@@ -8,8 +8,8 @@ existence (issue 16 item 8).
 
 Holding bytes is proven only by sending them (issue 16 item 1): a Group holds
 a blob when bytes were uploaded into it (``BlobGroup``, written by
-``artifact.upload``, which only the upload views issue after storing and
-hashing the bytes); an Agent reads a blob only through an *active* Membership
+``ext.mwportal.artifact.content_store``, which only the upload views issue, as
+the control plane, after storing and hashing the bytes); an Agent reads a blob only through an *active* Membership
 of such a Group. A hash learned anywhere else (a forwarded Context Package, an
 Event seen before a removal) opens nothing.
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 from missions.access import access_group
 from missions.models import Agent, Group, Membership
 from mwportal.protocol import ErrorCode, ProtocolError
+from mwportal.protocol.ids import urn
 from workitems.models import WorkItem
 
 from .models import Blob, BlobGroup, ContextPackage
@@ -31,7 +32,8 @@ def member_groups(agent: Agent) -> set[str]:
 
 def blob_not_found(sha256: str) -> ProtocolError:
     """The one answer for a blob that is absent *or* not readable by the caller."""
-    return ProtocolError(ErrorCode.GROUP_NOT_FOUND, f"no Artifact {sha256}", details={"sha256": sha256})
+    shown = f"sha256:{sha256}"
+    return ProtocolError(ErrorCode.GROUP_NOT_FOUND, f"no Artifact {shown}", details={"contentHash": shown})
 
 
 def access_blob(agent: Agent, sha256: str) -> Blob:
@@ -65,7 +67,7 @@ def access_upload_group(agent: Agent, group_id: str) -> Group:
         raise ProtocolError(
             ErrorCode.AUTH_FORBIDDEN,
             "Artifacts are uploaded into a Mission Group, never the Organization's administrative Group",
-            details={"group": str(group.id)},
+            details={"groupId": urn(group.id)},
         )
     return group
 
@@ -73,7 +75,8 @@ def access_upload_group(agent: Agent, group_id: str) -> Group:
 def workitem_not_found(workitem_id: str) -> ProtocolError:
     """The one answer for a WorkItem the caller may not read, absent or in a
     Group it is not in (issue 16 item 8: no existence oracle)."""
-    return ProtocolError(ErrorCode.GROUP_NOT_FOUND, f"no WorkItem {workitem_id}", details={"workitem": workitem_id})
+    shown = urn(workitem_id)
+    return ProtocolError(ErrorCode.GROUP_NOT_FOUND, f"no WorkItem {shown}", details={"workItemId": shown})
 
 
 def access_workitem(agent: Agent, workitem_id: str) -> WorkItem:
@@ -88,17 +91,15 @@ def access_workitem(agent: Agent, workitem_id: str) -> WorkItem:
     return item
 
 
-def access_context_package(group: Group, package_id: str, version: int | None) -> tuple[ContextPackage, bool]:
+def access_context_package(group: Group, package_id: str) -> tuple[ContextPackage, bool]:
     """The package version readable through ``group`` (already gated by
-    ``access_group``): its own, or one forwarded to it (spec 13.3);
+    ``access_group``): its own, or one forwarded to it (§13.3);
     ``(package, forwarded)``. A package of another Group that was not
     forwarded here is GROUP_NOT_FOUND, whatever the Agent's other Memberships."""
-    rows = ContextPackage.objects.filter(package=package_id)
-    own = rows.filter(group=group)
-    forwarded = rows.filter(forwards__to_group=group)
-    for query, is_forwarded in ((own, False), (forwarded, True)):
-        chosen = query.filter(version=version) if version is not None else query
-        found = chosen.order_by("-version").first()
-        if found is not None:
-            return found, is_forwarded
-    raise ProtocolError(ErrorCode.GROUP_NOT_FOUND, f"no Context Package {package_id} readable in this Group")
+    found = ContextPackage.objects.filter(package=package_id).first()
+    if found is not None:
+        if found.group_id == group.id:
+            return found, False
+        if found.forwards.filter(to_group=group).exists():
+            return found, True
+    raise ProtocolError(ErrorCode.GROUP_NOT_FOUND, f"no Context Package {urn(package_id)} readable in this Group")

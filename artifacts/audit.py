@@ -4,7 +4,9 @@ verifier: ``mwportal/protocol/audit.py``).
 Reads only. Events are read in keyset pages and every file is spooled to a
 temporary file before it enters the tar, so memory stays flat for any log;
 Artifact bytes are streamed from the store after their hash was checked
-(a blob that no longer matches is listed by hash only and reported).
+(a blob that no longer matches is listed by hash only and reported). The
+index is signed by the Organization's Group Authority, whose key (with every
+other key of the Organization's Registry) travels in ``keys.json``.
 """
 
 from __future__ import annotations
@@ -16,18 +18,23 @@ import tarfile
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC
 from pathlib import Path
 from typing import IO, Any
 
 from django.utils import timezone
 
-from missions.models import Agent, Group, GroupEvent, GroupSnapshot
-from missions.server_key import server_keypair
-from mwportal.protocol import SYSTEM_ACTOR, canonicalize, format_time, sign
-from mwportal.protocol.audit import BUNDLE_SCHEMA
+from missions.api.directory import key_binding
+from missions.keyregistry import organization_uri
+from missions.models import Group, GroupEvent, GroupSnapshot, SigningKey
+from missions.service_keys import group_authority
+from mwportal.protocol import ed25519, jcs
+from mwportal.protocol.audit import BUNDLE_FORMAT, PUBLISHED, STORED
+from mwportal.protocol.ids import urn
+from mwportal.protocol.values import b64url_encode
 
 from .models import Artifact, Blob, BlobGroup, ContextPackage, Evidence
-from .store import blob_integrity, blob_name, storage
+from .store import blob_integrity, blob_name, storage, wire_hash
 
 
 @dataclass
@@ -62,7 +69,7 @@ class _Spool:
         self.size += len(data)
 
     def line(self, value: Any) -> None:
-        self.write(canonicalize(value) + b"\n")
+        self.write(jcs.canonicalize(value) + b"\n")
 
 
 def _add(tar: tarfile.TarFile, name: str, fileobj: IO[bytes], size: int) -> None:
@@ -74,52 +81,49 @@ def _add(tar: tarfile.TarFile, name: str, fileobj: IO[bytes], size: int) -> None
     tar.addfile(info, fileobj)
 
 
+def _hex(value: Any) -> str | None:
+    return value.removeprefix("sha256:") if isinstance(value, str) and value.startswith("sha256:") else None
+
+
 def export_audit(group_id: str, out: Path, *, include_bytes: bool = True) -> ExportSummary:
     """Write the audit bundle of ``group_id`` to ``out``."""
-    group = Group.objects.get(id=group_id)
+    group = Group.objects.select_related("organization").get(id=group_id)
     summary = ExportSummary()
     spools = {name: _Spool() for name in ("events", "snapshots", "manifests", "evidence", "context_packages")}
-    actors: set[str] = set()
-    head = {"sequence": 0, "hash": group.head_hash if group.last_sequence == 0 else ""}
     hashes: set[str] = set()
+    head = 0
     for event in _events(group):
-        wire = event.as_wire()
-        spools["events"].line(wire)
-        if event.actor != SYSTEM_ACTOR:
-            actors.add(event.actor)
-        head = {"sequence": event.sequence, "hash": event.hash}
-        body = event.body if isinstance(event.body, dict) else {}
-        hashes.update(h for h in body.get("artifacts", []) if isinstance(h, str))
-        if event.type == "artifact.uploaded" and isinstance(body.get("sha256"), str):
-            hashes.add(body["sha256"])
+        document = event.as_wire()
+        spools["events"].line(document)
+        head = event.sequence
+        payload = document["payload"]
+        if document["kind"] == STORED and (sha := _hex(payload.get("contentHash"))):
+            hashes.add(sha)
+        if document["kind"] == PUBLISHED and (sha := _hex(payload["artifact"].get("contentHash"))):
+            hashes.add(sha)
         summary.events += 1
     for snap in GroupSnapshot.objects.filter(group=group).order_by("sequence"):
         spools["snapshots"].line(snap.document)
     for artifact in Artifact.objects.filter(group=group).order_by("id"):
         spools["manifests"].line(artifact.manifest)
-        actors.add(str(artifact.producer_id))
         hashes.add(artifact.sha256)
         hashes.update(artifact.sources)
     for ev in Evidence.objects.filter(group=group).order_by("sequence", "id"):
         spools["evidence"].line(
-            {"sequence": ev.sequence, "origin": ev.origin, "stage": ev.stage, "record": ev.record,
-             "details": ev.details}
-        )  # fmt: skip
+            {"sequence": ev.sequence, "origin": ev.origin, "stage": ev.stage, "evidence": ev.record}
+        )
         hashes.update(ev.artifacts)
-    for package in ContextPackage.objects.filter(group=group).order_by("package", "version"):
+    for package in ContextPackage.objects.filter(group=group).order_by("lineage", "version"):
         spools["context_packages"].line(package.document)
-        actors.add(str(package.generator_id))
-        hashes.update(package.document["artifacts"])
+        hashes.update(h.removeprefix("sha256:") for h in package.document["artifactHashes"])
     hashes.update(BlobGroup.objects.filter(group=group).values_list("blob_id", flat=True))
 
-    private_key, public_key = server_keypair()
+    organization = group.organization
     keys = {
-        "server": public_key,
-        "agents": dict(
-            sorted((str(a), k) for a, k in Agent.objects.filter(id__in=actors).values_list("id", "public_key"))
-        ),
+        "organizationId": organization_uri(organization),
+        "keys": [key_binding(row) for row in SigningKey.objects.filter(organization=organization).order_by("id")],
     }
-    keys_bytes = canonicalize(keys)
+    keys_bytes = jcs.canonicalize(keys)
     sizes = dict(Blob.objects.filter(sha256__in=hashes).values_list("sha256", "size"))
     listed: dict[str, dict[str, Any]] = {}
     with tarfile.open(out, "w") as tar:
@@ -139,21 +143,35 @@ def export_audit(group_id: str, out: Path, *, include_bytes: bool = True) -> Exp
                     summary.unavailable.append(sha)
             if not included:
                 summary.artifacts_hash_only.append(sha)
-            listed[sha] = {"size": size, "included": included}
-        files = {f"{name}.jsonl": spool.digest.hexdigest() for name, spool in spools.items()}
-        files["keys.json"] = hashlib.sha256(keys_bytes).hexdigest()
-        index: dict[str, Any] = {
-            "schema": BUNDLE_SCHEMA,
-            "organization": str(group.organization_id),
-            "group": str(group.id),
-            "exported_at": format_time(timezone.now()),
-            "head": head,
-            "files": files,
-            "artifacts": listed,
-        }
-        index["signature"] = sign(private_key, index)
+            entry: dict[str, Any] = {"included": included}
+            if size is not None:
+                entry["sizeBytes"] = size
+            listed[wire_hash(sha)] = entry
+        files = {f"{name}.jsonl": "sha256:" + spool.digest.hexdigest() for name, spool in spools.items()}
+        files["keys.json"] = jcs.sha256_hash(keys_bytes)
+        index = _signed_index(group, head, files, listed)
         raw = json.dumps(index, indent=1, sort_keys=True).encode()
         _add(tar, "index.json", io.BytesIO(raw), len(raw))
     for spool in spools.values():
         spool.file.close()
     return summary
+
+
+def _signed_index(group: Group, head: int, files: dict[str, str], listed: dict[str, Any]) -> dict[str, Any]:
+    """The index, signed by the Group Authority: Ed25519 over its JCS bytes without ``signature``."""
+    key = group_authority(str(group.organization_id))
+    assert key.principal is not None
+    now = timezone.now().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    index: dict[str, Any] = {
+        "format": BUNDLE_FORMAT,
+        "organizationId": organization_uri(group.organization),
+        "groupId": urn(group.id),
+        "exportedAt": now,
+        "headSequence": head,
+        "files": files,
+        "artifacts": listed,
+        "signedBy": {"type": "service", "id": urn(key.principal[1])},
+    }
+    value = ed25519.sign(key.seed, jcs.signing_bytes(index))
+    index["signature"] = {"algorithm": "Ed25519", "keyId": key.key_id, "createdAt": now, "value": b64url_encode(value)}
+    return index

@@ -20,7 +20,7 @@ from missions.models import Agent, Group, Mission
 from workitems.models import Submission, WorkItem
 
 INTEGRITY = ("unchecked", "verified", "mismatch", "missing")
-EVIDENCE_RESULTS = ("pass", "fail", "inconclusive")
+EVIDENCE_RESULTS = ("passed", "failed", "inconclusive")
 CLASSIFICATIONS = ("public", "internal", "confidential", "restricted")
 
 
@@ -60,13 +60,19 @@ class BlobGroup(models.Model):
 
 
 class Artifact(models.Model):
-    """A published Artifact: the producer's signed manifest (spec 13.1).
+    """A published Artifact: the producer's signed manifest (spec 13.1, ``artifact.schema.json``).
 
-    ``manifest`` is the document exactly as signed; the other columns repeat
-    its fields for queries. One manifest per content hash and WorkItem.
+    ``manifest`` is the normative document exactly as signed; the other
+    columns repeat its members for queries, in the database's forms (bare
+    UUIDs, hashes as 64 hex digits): ``artifact_id`` is ``artifactId``,
+    ``content_schema`` ``schemaUri``, ``retrieval_uri`` ``uri``, ``versions``
+    ``{"toolVersions", "modelVersions", "capabilities"}``, ``lease_id`` the
+    Execution Lease it was published under. One manifest per content hash and
+    WorkItem.
     """
 
     id = models.BigAutoField(primary_key=True)
+    artifact_id = models.UUIDField(unique=True)
     sha256 = models.CharField(max_length=64)
     group = models.ForeignKey(Group, on_delete=models.PROTECT, related_name="artifacts")
     mission = models.ForeignKey(Mission, on_delete=models.PROTECT, related_name="artifacts")
@@ -116,7 +122,13 @@ class ArtifactSource(models.Model):
 
 
 class Evidence(models.Model):
-    """One Evidence record (spec 13.2; DESIGN §4a) and where it came from.
+    """One Evidence record (spec 13.2, ``evidence.schema.json``) and where it came from.
+
+    ``record`` is the normative signed document; the columns repeat its
+    members for queries: ``evidence_id`` (``evidenceId``), ``type``,
+    ``subject`` (``subject.id``), ``criteria`` (``criterionIds``), ``method``,
+    ``result`` (passed, failed, inconclusive), ``producer`` (``generatedBy.id``),
+    ``timestamp`` (``createdAt``), ``artifacts`` (``artifactHashes``).
 
     ``origin``: ``submission`` (the Worker's), ``review`` (the pipeline's
     integrity, schema and deterministic checks, and the combined
@@ -135,16 +147,18 @@ class Evidence(models.Model):
     submission = models.ForeignKey(Submission, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     origin = models.CharField(max_length=12)
     stage = models.CharField(max_length=14, blank=True)
-    subject = models.CharField(max_length=200)
+    evidence_id = models.CharField(max_length=512, blank=True)
+    type = models.CharField(max_length=30, blank=True)
+    subject = models.CharField(max_length=600)
     criteria = models.JSONField(default=list)
-    method = models.CharField(max_length=30)
+    method = models.TextField()
     result = models.CharField(max_length=12)
-    producer = models.CharField(max_length=64)
+    producer = models.CharField(max_length=600)
     timestamp = models.DateTimeField()
     artifacts = models.JSONField(default=list)
     summary = models.TextField(blank=True)
     details = models.JSONField(default=dict)
-    # The record exactly as the Event carried it (DESIGN §4a form).
+    # The normative record exactly as the Event carried it.
     record = models.JSONField(default=dict)
     # The Event that carried this record (its Group sequence).
     sequence = models.BigIntegerField()
@@ -163,7 +177,7 @@ class Evidence(models.Model):
         return f"{self.method} {self.result} for {self.workitem_id}"
 
     def as_record(self) -> dict[str, object]:
-        """The DESIGN §4a form, exactly as its Event carried it."""
+        """The normative Evidence document, exactly as its Event carried it."""
         return dict(self.record)
 
 
@@ -181,10 +195,18 @@ class ReviewRequest(models.Model):
 
 
 class ContextPackage(models.Model):
-    """One version of a signed Context Package (spec 13.3)."""
+    """One version of a signed Context Package (spec 13.3, ``context-package.schema.json``).
+
+    Each version is its own document with its own ``contextPackageId``
+    (``package``); version n+1 names version n in ``previousContextPackageId``
+    (``previous_package``), so every version keeps its provenance. ``lineage``
+    is the first version's ID: one chain of versions, numbered 1, 2, 3...
+    """
 
     id = models.BigAutoField(primary_key=True)
-    package = models.UUIDField()
+    package = models.UUIDField(unique=True)
+    lineage = models.UUIDField()
+    previous_package = models.UUIDField(null=True, blank=True)
     version = models.PositiveIntegerField()
     group = models.ForeignKey(Group, on_delete=models.PROTECT, related_name="context_packages")
     mission = models.ForeignKey(Mission, on_delete=models.PROTECT, related_name="+")
@@ -194,11 +216,10 @@ class ContextPackage(models.Model):
     to_sequence = models.BigIntegerField()
     document = models.JSONField()
     document_hash = models.CharField(max_length=64, unique=True)
-    previous_hash = models.CharField(max_length=64, blank=True)
     published_at = models.DateTimeField()
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["package", "version"], name="contextpackage_version_unique")]
+        constraints = [models.UniqueConstraint(fields=["lineage", "version"], name="contextpackage_lineage_version")]
 
     def __str__(self) -> str:
         return f"context package {self.package} v{self.version}"

@@ -39,13 +39,36 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from missions.models import Agent, Group
-from mwportal.protocol import ErrorCode, ProtocolError, make_envelope, malformed, parse_envelope
+from mwportal.protocol import ErrorCode, ProtocolError, malformed
 from mwportal.security import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, private_dir
-from workitems.guards import check_sha256 as check_sha256  # re-exported; it lives below, in workitems
 
 from .models import Blob, BlobGroup
 
 log = logging.getLogger("missions.artifacts")
+CONTENT_STORE = "ext.mwportal.artifact.content_store"
+_HEX = re.compile(r"^[0-9a-f]{64}$")
+_WIRE = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def check_sha256(value: object, field: str = "contentHash") -> str:
+    """``value`` if it is 64 lower-case hex digits (the store's own form of a hash)."""
+    if not isinstance(value, str) or not _HEX.match(value):
+        raise malformed(field, "must be 64 lower-case hex digits")
+    return value
+
+
+def wire_hash(sha256: str) -> str:
+    """The wire form of a content hash (``common.schema.json#/$defs/sha256``): ``sha256:<hex>``."""
+    return f"sha256:{sha256}"
+
+
+def hex_of(value: object, field: str = "contentHash") -> str:
+    """The 64 hex digits of a wire hash ``sha256:<hex>``; SCHEMA_VALIDATION_FAILED naming ``field`` otherwise."""
+    if not isinstance(value, str) or not _WIRE.match(value):
+        raise malformed(field, "must be a content hash sha256:<64 lower-case hex digits>")
+    return value[len("sha256:") :]
+
+
 CHUNK = 1024 * 1024
 # RFC 6838 section 4.2: type-name "/" subtype-name, each a restricted-name of
 # 1-127 characters starting with a letter or digit. No parameters (the view
@@ -121,7 +144,8 @@ def store_stream(
     ``group`` holds them; storing the same bytes twice is harmless.
 
     The bytes are content (``store_bytes``); that the Group holds them is a
-    fact of its log, accepted as ``artifact.upload`` (``link_to_group``).
+    fact of its log, accepted as ``ext.mwportal.artifact.content_store``
+    (``link_to_group``).
     Publishing the Artifact (its signed manifest) is ``artifact.publish``.
     ``media_type`` is the caller's to check (``check_media_type``: the upload
     views' ``_media_type``, once for both routes).
@@ -203,22 +227,23 @@ def put_staged(tmp_path: str, sha: str, size: int, media_type: str) -> Blob:
 
 
 def link_to_group(blob: Blob, group: Group, agent: Agent) -> None:
-    """Record through ``accept()`` that ``group`` holds ``blob`` (``artifact.upload``),
-    unless it already does. The agent was authenticated by the caller (a
-    bearer token or a portal session), so the Command is a portal one."""
+    """Record through ``accept()`` that ``group`` holds ``blob``, unless it already does.
+
+    The Command is ``ext.mwportal.artifact.content_store``, issued by the
+    Organization's control plane (``Auth.SERVICE``): only the upload path,
+    which has just stored and hashed the bytes, may say a Group holds them
+    (issue 16 item 1). ``agent`` (authenticated by the caller's bearer token
+    or portal session, and an active member of ``group``) is the uploader.
+    """
+    del agent  # the upload views checked the uploader's Membership; the Command is the control plane's
     if BlobGroup.objects.filter(blob=blob, group=group).exists():
         return
-    from missions.authority import Auth, Command, accept
+    from missions.authority import accept
+    from missions.commands import service_command
 
-    envelope = make_envelope(
-        type="artifact.upload",
-        actor=str(agent.id),
-        group=str(group.id),
-        body={"sha256": blob.sha256},
-        session_epoch=agent.session_epoch,
-    )
+    payload = {"contentHash": wire_hash(blob.sha256), "sizeBytes": blob.size, "mediaType": blob.media_type}
     try:
-        accept(Command(parse_envelope(envelope, require_signature=False), Auth.PORTAL))
+        accept(service_command(CONTENT_STORE, str(group.id), payload, organization_id=str(group.organization_id)))
     except ProtocolError:
         # A concurrent upload of the same bytes to the same Group won: fine.
         if not BlobGroup.objects.filter(blob=blob, group=group).exists():

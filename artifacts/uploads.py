@@ -54,7 +54,8 @@ from .store import (
     spool_dir,
 )
 
-UPLOAD_ID_RE = re.compile(r"^[0-9a-f]{32}$")
+# An upload's ID on the wire is a ``urn:uuid:`` URI (DESIGN §4); its files are named by the UUID's hex.
+UPLOAD_ID_RE = re.compile(r"^urn:uuid:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
 def chunk_max() -> int:
@@ -66,12 +67,12 @@ def uploads_dir() -> Path:
 
 
 def _paths(upload_id: str) -> tuple[Path, Path]:
-    base = uploads_dir()
-    return base / f"{upload_id}.part", base / f"{upload_id}.json"
+    base, name = uploads_dir(), uuid.UUID(upload_id.removeprefix("urn:uuid:")).hex
+    return base / f"{name}.part", base / f"{name}.json"
 
 
 def _not_found(upload_id: str) -> ProtocolError:
-    return ProtocolError(ErrorCode.GROUP_NOT_FOUND, f"no upload {upload_id}", details={"upload": upload_id})
+    return ProtocolError(ErrorCode.GROUP_NOT_FOUND, f"no upload {upload_id}", details={"uploadId": upload_id})
 
 
 def _is_stale(meta: dict[str, Any], now: float) -> bool:
@@ -87,10 +88,14 @@ def _delete(upload_id: str) -> None:
 def _metas() -> Iterator[tuple[str, dict[str, Any]]]:
     for meta_path in uploads_dir().glob("*.json"):
         try:
+            upload_id = f"urn:uuid:{uuid.UUID(meta_path.stem)}"
+        except ValueError:
+            continue  # not one of ours
+        try:
             meta = json.loads(meta_path.read_text())
         except (OSError, ValueError):
             meta = {}
-        yield meta_path.stem, meta
+        yield upload_id, meta
 
 
 def _open_metas(now: float) -> list[dict[str, Any]]:
@@ -143,7 +148,7 @@ def check_quota(agent: Agent, length: int, now: float) -> None:
         ErrorCode.RATE_LIMITED,
         f"this Agent has {len(mine)} open uploads reserving {reserved} bytes (at most {max_open} uploads and "
         f"{max_bytes} bytes): complete or DELETE one first",
-        details={"open": len(mine), "max_open": max_open, "reserved_bytes": reserved, "max_reserved_bytes": max_bytes,
+        details={"open": len(mine), "maxOpen": max_open, "reservedBytes": reserved, "maxReservedBytes": max_bytes,
          "length": length},
         retry_after_ms=max(1000, min(60_000, int(expires_in * 1000))),
     )  # fmt: skip
@@ -158,7 +163,7 @@ def create_upload(group: Group, agent: Agent, media_type: str, length: int) -> s
     with _directory_locked():
         now = time.time()
         check_quota(agent, length, now)  # also sweeps the stale uploads
-        upload_id = uuid.uuid4().hex
+        upload_id = f"urn:uuid:{uuid.uuid4()}"
         part, meta_path = _paths(upload_id)
         part.touch(mode=PRIVATE_FILE_MODE, exist_ok=False)
         meta = {"group": str(group.id), "agent": str(agent.id), "media_type": media_type, "length": length,
@@ -266,8 +271,8 @@ def complete_upload(upload_id: str, agent: Agent, group: Group, expected_sha256:
         if received != meta["length"]:
             raise ProtocolError(
                 ErrorCode.SCHEMA_VALIDATION_FAILED,
-                f"upload: {received} of its {meta['length']} bytes received; send the rest first",
-                details={"field": "upload", "offset": received, "length": meta["length"]},
+                f"uploadId: {received} of its {meta['length']} bytes received; send the rest first",
+                details={"field": "uploadId", "offset": received, "length": meta["length"]},
             )
         part, _ = _paths(upload_id)
         sha, size = hash_file(part)
@@ -275,8 +280,12 @@ def complete_upload(upload_id: str, agent: Agent, group: Group, expected_sha256:
             _delete(upload_id)
             raise ProtocolError(
                 ErrorCode.INVALID_COMMAND,
-                f"the uploaded bytes hash to {sha}, not {expected_sha256}; the upload is dropped",
-                details={"sha256": sha, "expected": expected_sha256, "reason": "artifact_hash_mismatch"},
+                f"the uploaded bytes hash to sha256:{sha}, not sha256:{expected_sha256}; the upload is dropped",
+                details={
+                    "contentHash": f"sha256:{sha}",
+                    "expected": f"sha256:{expected_sha256}",
+                    "reason": "artifact_hash_mismatch",
+                },
             )
         blob = put_staged(str(part), sha, size, meta["media_type"])
     _delete(upload_id)

@@ -1,6 +1,7 @@
-"""Artifact uploads and downloads, review and Context Package reads (``artifacts/views.py``).
+"""Artifact uploads and downloads, review results and Context Package reads (``artifacts/views.py``),
+under ``/api/v0.1/`` (``mwportal/urls.py``). Path members are named as on the wire.
 
-The upload routes come before ``artifacts/<sha256>``: ``uploads`` is not a hash."""
+The upload routes come before ``artifacts/<contentHash>``: ``uploads`` is not a hash."""
 
 from django.urls import path
 
@@ -9,23 +10,23 @@ from . import views
 urlpatterns = [
     path("artifacts", views.ArtifactUploadView.as_view(), name="artifact-upload"),
     path("artifacts/uploads", views.ResumableUploadCreateView.as_view(), name="artifact-uploads"),
-    path("artifacts/uploads/<str:upload_id>", views.ResumableUploadView.as_view(), name="artifact-upload-chunk"),
+    path("artifacts/uploads/<str:uploadId>", views.ResumableUploadView.as_view(), name="artifact-upload-chunk"),
     path(
-        "artifacts/uploads/<str:upload_id>/complete",
+        "artifacts/uploads/<str:uploadId>/complete",
         views.ResumableUploadCompleteView.as_view(),
         name="artifact-upload-complete",
     ),
-    path("artifacts/<str:sha256>", views.ArtifactDownloadView.as_view(), name="artifact-download"),
-    path("artifacts/<str:sha256>/provenance", views.ArtifactProvenanceView.as_view(), name="artifact-provenance"),
-    path("workitems/<str:workitem_id>/review", views.WorkItemReviewView.as_view(), name="workitem-review"),
-    path("groups/<str:group_id>/context-packages", views.ContextPackageListView.as_view(), name="context-package-list"),
+    path("artifacts/<str:contentHash>", views.ArtifactDownloadView.as_view(), name="artifact-download"),
+    path("artifacts/<str:contentHash>/provenance", views.ArtifactProvenanceView.as_view(), name="artifact-provenance"),
+    path("work-items/<str:workItemId>/review", views.WorkItemReviewView.as_view(), name="workitem-review"),
+    path("groups/<str:groupId>/context-packages", views.ContextPackageListView.as_view(), name="context-package-list"),
     path(
-        "groups/<str:group_id>/context-packages/<str:package_id>",
+        "groups/<str:groupId>/context-packages/<str:contextPackageId>",
         views.ContextPackageView.as_view(),
         name="context-package",
     ),
     path(
-        "groups/<str:group_id>/context-packages/<str:package_id>/events",
+        "groups/<str:groupId>/context-packages/<str:contextPackageId>/events",
         views.ContextPackageEventsView.as_view(),
         name="context-package-events",
     ),

@@ -1,40 +1,49 @@
-"""REST views of Artifacts, reviews and Context Packages (DESIGN §4; spec 13).
+"""REST views of Artifacts, review results and Context Packages (DESIGN §5; PROTOCOL §13), under ``/api/v0.1/``.
 
-- ``POST /api/v1/artifacts?group=`` stores a blob (streaming);
-- ``GET /api/v1/artifacts/{sha256}`` streams it back after checking its hash;
-- ``GET /api/v1/artifacts/{sha256}/provenance`` the provenance graph around it;
-- ``GET /api/v1/workitems/{id}/review`` the review summary (``artifacts.review``);
-- ``GET /api/v1/groups/{id}/context-packages[/{package}[/events]]``.
+Identifiers are ``urn:uuid:`` URIs and content hashes ``sha256:<hex>``, in
+paths, queries and bodies alike; every refusal is the normative error document.
 
-- ``POST /api/v1/artifacts/uploads?group=`` (``Upload-Length``) starts a
-  resumable upload, ``PATCH /api/v1/artifacts/uploads/{id}``
+- ``POST /api/v0.1/artifacts?groupId=`` stores content (streaming) ->
+  ``{"contentHash", "sizeBytes", "mediaType"}``;
+- ``GET /api/v0.1/artifacts/{contentHash}`` streams it back after checking its hash;
+- ``GET /api/v0.1/artifacts/{contentHash}/provenance`` the provenance graph around it;
+- ``GET /api/v0.1/work-items/{workItemId}/review`` the review results (``artifacts.review``);
+- ``GET /api/v0.1/groups/{groupId}/context-packages[/{contextPackageId}[/events]]``.
+
+- ``POST /api/v0.1/artifacts/uploads?groupId=`` (``Upload-Length``) starts a
+  resumable upload, ``PATCH /api/v0.1/artifacts/uploads/{uploadId}``
   (``Upload-Offset``) appends a chunk of at most ``MWP_ARTIFACT_CHUNK_BYTES``,
   ``HEAD``/``GET`` on it tell the offset to resume from, and
-  ``POST /api/v1/artifacts/uploads/{id}/complete[?sha256=]`` stores the
-  Artifact (``artifacts.uploads``).
+  ``POST /api/v0.1/artifacts/uploads/{uploadId}/complete[?contentHash=]`` stores
+  the content (``artifacts.uploads``).
 
 The upload and download stream in ``CHUNK``-sized pieces under WSGI and
 ASGI alike. Under daphne, though, a request's body is queued whole by daphne
 itself before the view runs (daphne 4.2 has no request backpressure), so
-under ASGI a single-request upload larger than a chunk is refused (SCHEMA_VALIDATION_FAILED,
-naming the resumable endpoint): large Artifacts arrive chunk by chunk, and
-the server never holds more than a chunk of one (bench/artifacts.py).
+under ASGI a single-request upload larger than a chunk is refused
+(SCHEMA_VALIDATION_FAILED, naming the resumable endpoint): large Artifacts
+arrive chunk by chunk, and the server never holds more than a chunk of one
+(bench/artifacts.py).
 
-Reads only: the signed manifest arrives with ``artifact.publish``, Context
-Packages with ``context.publish``/``context.forward``, through
-``POST /api/v1/commands``. Everything is for members of the Group concerned;
-anyone else gets 404 GROUP_NOT_FOUND, the answer for a thing that is not
-there (``access_blob``, ``access_group``; issue 16 item 8; the rule for
-absent things in ``mwportal/protocol/errors.py``).
+Reads only, apart from the bytes: the signed manifest arrives with
+``artifact.publish``, Context Packages with
+``ext.mwportal.context.package_publish``/``package_forward``, through
+``POST /api/v0.1/commands``; that a Group holds stored bytes is the control
+plane's ``ext.mwportal.artifact.content_store``, issued here once the bytes are
+stored. Everything is for members of the Group concerned; anyone else gets 404
+GROUP_NOT_FOUND, the answer for a thing that is not there (``access_blob``,
+``access_group``; issue 16 item 8; the rule for absent things in
+``mwportal/protocol/errors.py``).
 
 The byte routes (uploads and the download) authenticate by bearer token
-only, never by the portal's session cookie (issue 16 item 2): a browser
-that holds the cookie cannot be led into fetching Worker-supplied bytes from
-the API. The download is always an attachment, ``nosniff``, under
-``Content-Security-Policy: sandbox`` (``blob_download``), so HTML or SVG
-a Worker uploaded never runs in the portal's origin. Uploads go into Mission
-Groups only (``access_upload_group``); a resumable upload's reservation
-counts against the Agent's quota (``artifacts.uploads``).
+(the ``sessionToken`` of ``POST /api/v0.1/sessions``) only, never by the
+portal's session cookie (issue 16 item 2): a browser that holds the cookie
+cannot be led into fetching Worker-supplied bytes from the API. The download
+is always an attachment, ``nosniff``, under ``Content-Security-Policy:
+sandbox`` (``blob_download``), so HTML or SVG a Worker uploaded never runs in
+the portal's origin. Uploads go into Mission Groups only
+(``access_upload_group``); a resumable upload's reservation counts against the
+Agent's quota (``artifacts.uploads``).
 """
 
 from __future__ import annotations
@@ -55,16 +64,21 @@ from missions.auth import BearerTokenAuthentication, request_agent
 from missions.models import GroupEvent
 from missions.serializers import ErrorSerializer
 from missions.views import ERRORS
-from mwportal.protocol import ErrorCode, ProtocolError, malformed, parse_uuid
+from mwportal.protocol import ErrorCode, ProtocolError, malformed
+from mwportal.protocol.ids import bare, urn
 
 from .access import access_blob, access_context_package, access_upload_group, access_workitem, member_groups
 from .models import Artifact, ArtifactSource, Blob, ContextForward, ContextPackage
 from .review import review_summary
-from .store import achunks, check_media_type, check_served, check_sha256, open_verified, store_stream
+from .store import achunks, check_media_type, check_served, hex_of, open_verified, store_stream, wire_hash
 from .uploads import append_chunk, cancel_upload, chunk_max, complete_upload, create_upload, load_upload
 
+API = "/api/v0.1"
 # The byte routes: a bearer token only (issue 16 item 2).
 BYTE_ROUTE_AUTHENTICATION = [BearerTokenAuthentication]
+GROUP_PARAMETER = OpenApiParameter(
+    "groupId", str, required=True, description="the Mission Group (urn:uuid:) the content goes into"
+)
 
 
 class _RawParser(BaseParser):
@@ -76,18 +90,26 @@ class _RawParser(BaseParser):
         return stream
 
 
+def _stored(blob: Blob) -> dict[str, Any]:
+    return {"contentHash": wire_hash(blob.sha256), "sizeBytes": blob.size, "mediaType": blob.media_type}
+
+
+def _query_group(request: Request) -> str:
+    return bare(request.query_params.get("groupId"), "groupId")
+
+
 class ArtifactUploadView(APIView):
     authentication_classes = BYTE_ROUTE_AUTHENTICATION
     parser_classes = [_RawParser]
 
     @extend_schema(
-        parameters=[OpenApiParameter("group", str, required=True, description="the Group the Artifact belongs to")],
+        parameters=[GROUP_PARAMETER],
         request={"application/octet-stream": bytes},
-        responses={201: OpenApiResponse(description='{"sha256", "size", "media_type"}'), **ERRORS},
+        responses={201: OpenApiResponse(description='{"contentHash", "sizeBytes", "mediaType"}'), **ERRORS},
     )
     def post(self, request: Request) -> Response:
         agent = request_agent(request)
-        group = access_upload_group(agent, parse_uuid(request.query_params.get("group"), "group"))
+        group = access_upload_group(agent, _query_group(request))
         media_type = _media_type(request)
         declared = request._request.META.get("CONTENT_LENGTH") or ""
         if declared.isdigit() and int(declared) > settings.MWP_ARTIFACT_MAX_BYTES:
@@ -99,7 +121,7 @@ class ArtifactUploadView(APIView):
             raise malformed(
                 "body",
                 f"under ASGI a single-request upload is at most {chunk_max()} bytes; "
-                "use the resumable upload: POST /api/v1/artifacts/uploads?group=",
+                f"use the resumable upload: POST {API}/artifacts/uploads?groupId=",
             )
         # The Django request is a file-like stream of the body: read in
         # chunks, never whole (a 1 GiB Artifact never sits in memory).
@@ -108,7 +130,7 @@ class ArtifactUploadView(APIView):
             stream, media_type, group, agent, settings.MWP_ARTIFACT_MAX_BYTES,
             int(declared) if declared.isdigit() else None,
         )  # fmt: skip
-        return Response({"sha256": blob.sha256, "size": blob.size, "media_type": blob.media_type}, status=201)
+        return Response(_stored(blob), status=201)
 
 
 def _media_type(request: Request) -> str:
@@ -125,8 +147,8 @@ def _header_int(request: Request, name: str) -> int:
 
 
 def _upload_view(upload_id: str, meta: dict[str, Any]) -> dict[str, Any]:
-    return {"upload": upload_id, "offset": meta["offset"], "length": meta["length"],
-            "media_type": meta["media_type"], "group": meta["group"], "chunk_max": chunk_max()}  # fmt: skip
+    return {"uploadId": upload_id, "offset": meta["offset"], "length": meta["length"],
+            "mediaType": meta["media_type"], "groupId": urn(meta["group"]), "chunkMax": chunk_max()}  # fmt: skip
 
 
 UPLOAD_HEADERS = {"Cache-Control": "no-store"}
@@ -140,7 +162,7 @@ class ResumableUploadCreateView(APIView):
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("group", str, required=True, description="the Group the Artifact belongs to"),
+            GROUP_PARAMETER,
             OpenApiParameter(
                 "Upload-Length",
                 int,
@@ -151,7 +173,7 @@ class ResumableUploadCreateView(APIView):
         ],  # fmt: skip
         request=None,
         responses={
-            201: OpenApiResponse(description='{"upload", "offset": 0, "chunk_max"}'),
+            201: OpenApiResponse(description='{"uploadId", "offset": 0, "length", "chunkMax"}'),
             **ERRORS,
             429: OpenApiResponse(
                 response=ErrorSerializer,
@@ -162,14 +184,14 @@ class ResumableUploadCreateView(APIView):
     )
     def post(self, request: Request) -> Response:
         agent = request_agent(request)
-        group = access_upload_group(agent, parse_uuid(request.query_params.get("group"), "group"))
+        group = access_upload_group(agent, _query_group(request))
         media_type = _media_type(request)
         length = _header_int(request, "Upload-Length")
         upload_id = create_upload(group, agent, media_type, length)
         return Response(
-            {"upload": upload_id, "offset": 0, "length": length, "chunk_max": chunk_max()},
+            {"uploadId": upload_id, "offset": 0, "length": length, "chunkMax": chunk_max()},
             status=201,
-            headers={"Location": f"/api/v1/artifacts/uploads/{upload_id}", "Upload-Offset": "0", **UPLOAD_HEADERS},
+            headers={"Location": f"{API}/artifacts/uploads/{upload_id}", "Upload-Offset": "0", **UPLOAD_HEADERS},
         )
 
 
@@ -184,16 +206,16 @@ class ResumableUploadView(APIView):
     @extend_schema(
         responses={
             200: OpenApiResponse(
-                description='{"upload", "offset", "length", "media_type", "group", "chunk_max"}; '
+                description='{"uploadId", "offset", "length", "mediaType", "groupId", "chunkMax"}; '
                 "headers Upload-Offset, Upload-Length (HEAD: the headers alone)"
             ),
             **ERRORS,
         },
     )
-    def get(self, request: Request, upload_id: str) -> Response:
-        meta = load_upload(upload_id, request_agent(request))
+    def get(self, request: Request, uploadId: str) -> Response:  # noqa: N803 (the path's member name)
+        meta = load_upload(uploadId, request_agent(request))
         return Response(
-            _upload_view(upload_id, meta),
+            _upload_view(uploadId, meta),
             headers={"Upload-Offset": str(meta["offset"]), "Upload-Length": str(meta["length"]), **UPLOAD_HEADERS},
         )
 
@@ -218,12 +240,12 @@ class ResumableUploadView(APIView):
             ),
         },  # fmt: skip
     )
-    def patch(self, request: Request, upload_id: str) -> Response:
+    def patch(self, request: Request, uploadId: str) -> Response:  # noqa: N803
         agent = request_agent(request)
         offset = _header_int(request, "Upload-Offset")
         size = _header_int(request, "Content-Length")
         try:
-            new_offset = append_chunk(upload_id, agent, offset, cast(BinaryIO, request._request), size)
+            new_offset = append_chunk(uploadId, agent, offset, cast(BinaryIO, request._request), size)
         except ProtocolError as exc:
             if exc.code != ErrorCode.REVISION_CONFLICT:
                 raise
@@ -233,8 +255,8 @@ class ResumableUploadView(APIView):
     @extend_schema(
         request=None, responses={204: OpenApiResponse(description="the upload and its staged bytes are gone"), **ERRORS}
     )
-    def delete(self, request: Request, upload_id: str) -> Response:
-        cancel_upload(upload_id, request_agent(request))
+    def delete(self, request: Request, uploadId: str) -> Response:  # noqa: N803
+        cancel_upload(uploadId, request_agent(request))
         return Response(status=204, headers=UPLOAD_HEADERS)
 
 
@@ -244,27 +266,28 @@ class ResumableUploadCompleteView(APIView):
     authentication_classes = BYTE_ROUTE_AUTHENTICATION
 
     @extend_schema(
-        parameters=[OpenApiParameter("sha256", str, description="the SHA-256 the client expects the bytes to have")],
+        parameters=[
+            OpenApiParameter("contentHash", str, description="the sha256:<hex> the client expects the bytes to have")
+        ],
         request=None,
         responses={
-            201: OpenApiResponse(description='{"sha256", "size", "media_type"}'),
+            201: OpenApiResponse(description='{"contentHash", "sizeBytes", "mediaType"}'),
             **ERRORS,
             400: OpenApiResponse(
                 response=ErrorSerializer,
                 description="INVALID_COMMAND (details.reason artifact_hash_mismatch): the bytes do not hash to"
-                " ?sha256= (the upload is dropped)",
+                " ?contentHash= (the upload is dropped)",
             ),
         },  # fmt: skip
     )
-    def post(self, request: Request, upload_id: str) -> Response:
+    def post(self, request: Request, uploadId: str) -> Response:  # noqa: N803
         agent = request_agent(request)
-        expected = request.query_params.get("sha256")
-        if expected is not None:
-            check_sha256(expected)
-        meta = load_upload(upload_id, agent)
+        raw = request.query_params.get("contentHash")
+        expected = None if raw is None else hex_of(raw, "contentHash")
+        meta = load_upload(uploadId, agent)
         group = access_upload_group(agent, meta["group"])  # still an active member
-        blob = complete_upload(upload_id, agent, group, expected)
-        return Response({"sha256": blob.sha256, "size": blob.size, "media_type": blob.media_type}, status=201)
+        blob = complete_upload(uploadId, agent, group, expected)
+        return Response(_stored(blob), status=201)
 
 
 def blob_download(request: HttpRequest, blob: Blob) -> StreamingHttpResponse:
@@ -296,7 +319,7 @@ def blob_download(request: HttpRequest, blob: Blob) -> StreamingHttpResponse:
     response["Content-Security-Policy"] = "sandbox; default-src 'none'"
     response["Cache-Control"] = "private"
     response["Content-Length"] = str(blob.size)
-    response["ETag"] = f'"{blob.sha256}"'
+    response["ETag"] = f'"{wire_hash(blob.sha256)}"'
     return response
 
 
@@ -314,36 +337,35 @@ class ArtifactDownloadView(APIView):
             ),
         }
     )
-    def get(self, request: Request, sha256: str) -> StreamingHttpResponse:
+    def get(self, request: Request, contentHash: str) -> StreamingHttpResponse:  # noqa: N803
         agent = request_agent(request)
-        sha256 = check_sha256(sha256)
-        return blob_download(request._request, access_blob(agent, sha256))
+        return blob_download(request._request, access_blob(agent, hex_of(contentHash, "contentHash")))
 
 
 def _node(artifacts: list[Artifact]) -> list[dict[str, Any]]:
     return [
-        {"group": str(a.group_id), "workitem": str(a.workitem_id), "producer": str(a.producer_id),
-         "manifest_hash": a.manifest_hash, "media_type": a.media_type, "size": a.size,
-         "classification": a.classification, "created_at": a.manifest["created_at"], "manifest": a.manifest}
+        {"artifactId": urn(a.artifact_id), "groupId": urn(a.group_id), "workItemId": urn(a.workitem_id),
+         "producerId": urn(a.producer_id), "manifestHash": wire_hash(a.manifest_hash), "manifest": a.manifest}
         for a in artifacts
     ]  # fmt: skip
 
 
 class ArtifactProvenanceView(APIView):
-    """The provenance graph around an Artifact (spec 13.1), within the caller's Groups."""
+    """The provenance graph around an Artifact (§13.1), within the caller's Groups."""
 
     @extend_schema(
         parameters=[OpenApiParameter("depth", int, description="how many derivation steps to walk each way (1-50)")],
         responses={
             200: OpenApiResponse(
-                description='{"artifact", "nodes": [{"sha256", "manifests": [...]}], "edges": [{"source", "derived"}]}'
+                description='{"contentHash", "nodes": [{"contentHash", "manifests": [...]}], '
+                '"edges": [{"source", "derived"}]}'
             ),
             **ERRORS,
         },
     )
-    def get(self, request: Request, sha256: str) -> Response:
+    def get(self, request: Request, contentHash: str) -> Response:  # noqa: N803
         agent = request_agent(request)
-        sha256 = check_sha256(sha256)
+        sha256 = hex_of(contentHash, "contentHash")
         access_blob(agent, sha256)
         raw_depth = request.query_params.get("depth", "10")
         if not raw_depth.isdigit() or not 1 <= int(raw_depth) <= 50:
@@ -378,40 +400,32 @@ class ArtifactProvenanceView(APIView):
             nodes.setdefault(artifact.sha256, []).append(artifact)
         return Response(
             {
-                "artifact": sha256,
-                "nodes": [{"sha256": s, "manifests": _node(nodes.get(s, []))} for s in sorted(seen)],
-                "edges": [{"source": s, "derived": d} for s, d in sorted(edges)],
+                "contentHash": wire_hash(sha256),
+                "nodes": [{"contentHash": wire_hash(s), "manifests": _node(nodes.get(s, []))} for s in sorted(seen)],
+                "edges": [{"source": wire_hash(s), "derived": wire_hash(d)} for s, d in sorted(edges)],
             }
         )
 
 
 class WorkItemReviewView(APIView):
-    """The review of a WorkItem's submission: criteria beside their Evidence,
-    Artifact integrity and the pipeline's check results (spec 13.2)."""
+    """The review results of a WorkItem's submission: criteria beside their
+    Evidence, Artifact integrity and the pipeline's check results (§13.2)."""
 
     @extend_schema(responses={200: OpenApiResponse(description="artifacts.review.review_summary()"), **ERRORS})
-    def get(self, request: Request, workitem_id: str) -> Response:
+    def get(self, request: Request, workItemId: str) -> Response:  # noqa: N803
         agent = request_agent(request)
-        return Response(review_summary(access_workitem(agent, parse_uuid(workitem_id, "workitem"))))
-
-
-def _version(request: Request) -> int | None:
-    raw = request.query_params.get("version")
-    if raw is None:
-        return None
-    if not raw.isdigit() or int(raw) < 1:
-        raise malformed("version", "must be a positive integer")
-    return int(raw)
+        return Response(review_summary(access_workitem(agent, bare(workItemId, "workItemId"))))
 
 
 def _package_view(package: ContextPackage, forwarded: bool) -> dict[str, Any]:
     return {
-        "package": str(package.package),
+        "contextPackageId": urn(package.package),
         "version": package.version,
-        "group": str(package.group_id),
+        "lineageId": urn(package.lineage),
+        "groupId": urn(package.group_id),
         "forwarded": forwarded,
-        "document_hash": package.document_hash,
-        "document": package.document,
+        "documentHash": wire_hash(package.document_hash),
+        "contextPackage": package.document,
     }
 
 
@@ -419,47 +433,48 @@ class ContextPackageListView(APIView):
     @extend_schema(
         # Distinct from the single package's GET, which drf-spectacular names alike (check --deploy warns).
         operation_id="groups_context_packages_list",
-        responses={200: OpenApiResponse(description='{"packages": [...]}'), **ERRORS},
+        responses={200: OpenApiResponse(description='{"contextPackages": [...]}'), **ERRORS},
     )
-    def get(self, request: Request, group_id: str) -> Response:
-        group = access_group(request_agent(request), parse_uuid(group_id, "group"))
-        own = ContextPackage.objects.filter(group=group).order_by("package", "version")
+    def get(self, request: Request, groupId: str) -> Response:  # noqa: N803
+        group = access_group(request_agent(request), bare(groupId, "groupId"))
+        own = ContextPackage.objects.filter(group=group).order_by("lineage", "version")
         forwarded = ContextPackage.objects.filter(
             id__in=ContextForward.objects.filter(to_group=group).values("package_id")
-        ).order_by("package", "version")
+        ).order_by("lineage", "version")
         return Response(
-            {"packages": [_package_view(p, False) for p in own] + [_package_view(p, True) for p in forwarded]}
+            {"contextPackages": [_package_view(p, False) for p in own] + [_package_view(p, True) for p in forwarded]}
         )
 
 
 class ContextPackageView(APIView):
     @extend_schema(
-        parameters=[OpenApiParameter("version", int, description="a version (default: the latest)")],
-        responses={200: OpenApiResponse(description='{"package", "version", "group", "forwarded", "document"}'),
-                   **ERRORS},
-    )  # fmt: skip
-    def get(self, request: Request, group_id: str, package_id: str) -> Response:
-        group = access_group(request_agent(request), parse_uuid(group_id, "group"))
-        package, forwarded = access_context_package(group, parse_uuid(package_id, "package"), _version(request))
+        responses={
+            200: OpenApiResponse(
+                description='{"contextPackageId", "version", "lineageId", "groupId", "forwarded", "documentHash", '
+                '"contextPackage"}'
+            ),
+            **ERRORS,
+        },
+    )
+    def get(self, request: Request, groupId: str, contextPackageId: str) -> Response:  # noqa: N803
+        group = access_group(request_agent(request), bare(groupId, "groupId"))
+        package, forwarded = access_context_package(group, bare(contextPackageId, "contextPackageId"))
         return Response(_package_view(package, forwarded))
 
 
 class ContextPackageEventsView(APIView):
-    """The Events a Context Package cites; only for members of its source Group."""
+    """The Events a Context Package cites (signed Event documents); only for members of its source Group."""
 
-    @extend_schema(
-        parameters=[OpenApiParameter("version", int, description="a version (default: the latest)")],
-        responses={200: OpenApiResponse(description='{"events": [...]}'), **ERRORS},
-    )
-    def get(self, request: Request, group_id: str, package_id: str) -> Response:
+    @extend_schema(responses={200: OpenApiResponse(description='{"groupId", "events": [...]}'), **ERRORS})
+    def get(self, request: Request, groupId: str, contextPackageId: str) -> Response:  # noqa: N803
         agent = request_agent(request)
-        group = access_group(agent, parse_uuid(group_id, "group"))
-        package, _ = access_context_package(group, parse_uuid(package_id, "package"), _version(request))
+        group = access_group(agent, bare(groupId, "groupId"))
+        package, _ = access_context_package(group, bare(contextPackageId, "contextPackageId"))
         # A forwarded package does not open its source Group's log: the
-        # cited Events need a Membership there (spec 13.3).
+        # cited Events need a Membership there (§13.3).
         access_group(agent, str(package.group_id))
         limit = 1000
         events = GroupEvent.objects.filter(
             group_id=package.group_id, sequence__gte=package.from_sequence, sequence__lte=package.to_sequence
         ).order_by("sequence")[:limit]
-        return Response({"group": str(package.group_id), "events": [e.as_wire() for e in events]})
+        return Response({"groupId": urn(package.group_id), "events": [e.as_wire() for e in events]})
