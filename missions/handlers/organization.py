@@ -23,7 +23,7 @@ from ..keyregistry import register_key
 from ..models import ORG_ROLES, Agent, Group, Organization, SigningKey
 from ..policy import DEFAULT_POLICY, check_policy
 from ..registry import command
-from ..service_keys import control_plane, group_authority
+from ..service_keys import CONTROL_PLANE, ROLES, principal_id, service_key
 from .common import MODEL_KIND, WIRE_TYPE, payload_id, stamp
 
 ORGANIZATION_CREATE = "ext.mwportal.admin.organization_create"
@@ -33,11 +33,8 @@ PRIORITY_POLICY_SET = "ext.mwportal.scheduling.priority_policy_set"
 
 _SLUG = re.compile(r"^[-a-zA-Z0-9_]+$")
 
-# The Organization's service Principals (DESIGN §4), created with it.
-SERVICES = (("Group Authority", group_authority), ("Control plane", control_plane))
 
-
-@command(ORGANIZATION_CREATE, scope="admin", creates_group=True, actors=("service",))
+@command(ORGANIZATION_CREATE, scope="admin", creates_group=True, actors=("service",), bootstrap=True)
 def create_organization(ctx: HandlerContext) -> Decision:
     """The Organization, its administrative Group and its service Principals.
 
@@ -47,6 +44,9 @@ def create_organization(ctx: HandlerContext) -> Decision:
     """
     payload = ctx.payload
     org_id = payload_id(payload, "organizationId")
+    if ctx.actor.id != principal_id(org_id, CONTROL_PLANE):
+        # The bootstrap actor exists only once the handler creates it: it must be this Organization's own.
+        raise refuse(ErrorCode.AUTH_FORBIDDEN, "an Organization is created by its own control plane")
     slug, name = payload["slug"], payload["name"]
     if not _SLUG.match(slug):
         raise refuse(
@@ -63,10 +63,11 @@ def create_organization(ctx: HandlerContext) -> Decision:
         id=ctx.group.id, organization=org, kind=Group.KIND_ADMIN, head_hash=GENESIS_HASH, revision=1, created_at=ctx.now
     )
     ctx.group.organization_id = org_id
-    for service_name, provider in SERVICES:
-        principal_urn, key = provider(org_id)
+    for role, service_name in ROLES.items():
+        key = service_key(org_id, role)
+        service_id = principal_id(org_id, role)
         Agent.objects.create(
-            id=bare(principal_urn, "service"),
+            id=service_id,
             organization=org,
             name=service_name,
             kind="service",
@@ -74,7 +75,7 @@ def create_organization(ctx: HandlerContext) -> Decision:
             public_key=key.public_key,
             created_at=ctx.now,
         )
-        bind_key(org, principal=Principal("service", principal_urn), key_id=key.key_id,
+        bind_key(org, principal=Principal("service", urn(service_id)), key_id=key.key_id,
                  public_key=key.public_key, valid_from=stamp(ctx.now), field="service")  # fmt: skip
     ref = AggregateRef("organization", org_id, 1)
     event = {"organizationId": urn(org_id), "slug": slug, "name": name}
@@ -214,6 +215,13 @@ def _enroll(
                 f"/payload/publicKey/{boundary}: a key is enrolled valid; its end is recorded later",
                 field=f"/payload/publicKey/{boundary}",
             )
+    if SigningKey.objects.filter(organization=org, key_id=public_key["keyId"]).exists():
+        raise refuse(
+            ErrorCode.INVALID_STATE_TRANSITION,
+            "/payload/publicKey/keyId: this key ID is bound already; a new key is a new key ID",
+            field="/payload/publicKey/keyId",
+            reason="key-id-rebinding",
+        )
     bind_key(
         org,
         principal=Principal(wire_type, urn(principal_id)),

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from mwportal.protocol import ErrorCode, ProtocolError
 from mwportal.protocol.command import Key
 from mwportal.protocol.ids import urn
-from mwportal.protocol.jcs import canonicalize
+from mwportal.protocol.jcs import canonicalize, sha256_hash
 from mwportal.protocol.registry import KeyResolutionError
 from mwportal.protocol.values import b64url_decode
 from mwportal.protocol.verification import VerificationFailed, sign_document, verify_document
@@ -25,7 +25,7 @@ from ..authority import AggregateRef, Decision, Emit, HandlerContext, check_revi
 from ..delivery import session_notice
 from ..guards import refuse
 from ..keyregistry import DjangoRegistry
-from ..models import Agent, AgentCard, AgentSession, Organization
+from ..models import Agent, AgentCard, AgentSession, Organization, SigningKey
 from ..registry import command, session_replaced_hooks
 from .common import payload_id, principal_in, stamp
 
@@ -205,3 +205,77 @@ def card_document(
         "issuedAt": stamp(issued_at),
     }
     return sign_document(card, key_id=signer.key_id, seed=signer.seed, profile="agent-card")
+
+
+def capability(
+    capability_id: str,
+    version: str,
+    *,
+    verified_evidence: list[str],
+    schema_base: str = "https://schemas.mwportal.local",
+) -> dict[str, Any]:
+    """A card capability (agent-card.schema.json): declared input and output schemas and the
+    Organization's verification Evidence for it (``urn:uuid:`` IDs, at least one, §6.1).
+
+    The schema hashes commit to the schemas' URIs (``sha256:`` of their JCS
+    text), which is all the portal knows of a schema it names but does not host.
+    """
+    input_schema = f"{schema_base}/{capability_id}/{version}/input"
+    output_schema = f"{schema_base}/{capability_id}/{version}/output"
+    return {
+        "id": capability_id,
+        "version": version,
+        "inputSchema": input_schema,
+        "inputSchemaHash": sha256_hash(canonicalize(input_schema)),
+        "outputSchema": output_schema,
+        "outputSchemaHash": sha256_hash(canonicalize(output_schema)),
+        "constraints": {},
+        "verifiedEvidence": verified_evidence,
+    }
+
+
+def issue_agent_card(
+    agent_id: str,
+    capabilities: list[dict[str, Any]],
+    *,
+    max_concurrency: int = 1,
+    endpoint: str = "wss://localhost/mwp/0.1",
+    now: datetime | None = None,
+) -> int:
+    """The Registry service's act (§6.1): sign the Agent's next card with the control plane's key,
+    listing the keys the Registry binds to it, and register it; the new card version.
+
+    What the operator's tools, the demo and the tests use; the card's owner is
+    the control plane (the Organization), its keys every binding of the Agent.
+    """
+    from ..authority import accept
+    from ..commands import service_command
+    from ..service_keys import CONTROL_PLANE, control_plane, principal_id
+
+    agent = Agent.objects.select_related("organization").get(id=agent_id)
+    org_id = str(agent.organization_id)
+    keys = SigningKey.objects.filter(
+        organization_id=org_id, principal_type="agent", principal_id=urn(agent_id)
+    ).order_by("registered_at", "key_id")
+    public_keys = [
+        {"keyId": k.key_id, "algorithm": k.algorithm, "publicKey": k.public_key, "validFrom": k.valid_from}
+        for k in keys
+    ]
+    version = (
+        AgentCard.objects.filter(agent_id=agent_id).order_by("-version").values_list("version", flat=True).first() or 0
+    ) + 1
+    moment = now or datetime.now(UTC)
+    card = card_document(
+        organization_id=org_id,
+        agent=agent,
+        owner={"type": "service", "id": urn(principal_id(org_id, CONTROL_PLANE))},
+        version=version,
+        capabilities=capabilities,
+        max_concurrency=max_concurrency,
+        public_keys=public_keys,
+        endpoint=endpoint,
+        signer=control_plane(org_id),
+        issued_at=moment,
+    )
+    accept(service_command(AGENT_CARD_REGISTER, None, {"card": card}, organization_id=org_id, issued_at=moment))
+    return version

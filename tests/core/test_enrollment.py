@@ -1,58 +1,78 @@
-"""Who may enroll a person (issue 16 item 5).
+"""Registering Principals and enrolling their keys (issue 16 item 5, PROTOCOL §6.3, §6.4, DESIGN §4).
 
-The review's attack: an Organization admin's signed ``agent.register`` bound
-a Django user that had no Agent, one outside the Organization included, to a
-public key whose private half the admin held, and then signed Commands as
-that person. The rule now: a Django user belongs to an Organization through
-its person Agent (``Agent.user``); an admin never links a user who does not
-already belong to the admin's Organization and never supplies a person's
-key; the person enrolls their own key, signed in (``agent.enroll`` as a
-portal Command).
+The review's attack on the private dialect: an Organization admin's signed
+registration bound a Django user outside the Organization to a key whose
+private half the admin held, and then signed Commands as that person. On the
+normative wire:
 
-Personas: Olivia's Organization ``acme`` with its admin Ada (a signed Agent);
-``initech`` with its admin Ian and its person Ivy (user ``ivy``); Vic, a
-Django user with no Agent (in no Organization); Pia, a person of ``acme``
-registered by the operator without a key.
+- only the Organization's services register Principals
+  (``ext.mwportal.registry.principal_register``): an admin Agent's own signed
+  registration is refused whatever it names;
+- every key is bound in the Organization's Registry under a ``urn:uuid:`` key
+  ID, once: the Registry refuses a key ID rebound and a key under two IDs, so a
+  key an admin (or anyone) already holds is never bound to a person;
+- a person enrolls their own key (``ext.mwportal.registry.principal_key_enroll``),
+  only as themselves, and then signs as themselves.
+
+Personas: acme's admin Ada (a signed Agent), Pia (a person of acme registered
+without a key, user ``pia``), Vic (a Django user with no Principal).
 """
 
 from __future__ import annotations
 
-import io
-from pathlib import Path
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.core.management import CommandError, call_command
 
 from missions.authority import accept
-from missions.commands import create_organization, portal_command, register_agent
-from missions.models import Agent, GroupEvent
-from mwportal.protocol import ErrorCode, generate_keypair
-from tests.api.support import COMMANDS, SESSIONS, error_of, http, nothing_written, post_json, session_request
-from tests.conftest import AgentKey, make_agent, refused
+from missions.commands import portal_command, register_principal, service_command
+from missions.keyregistry import DjangoRegistry
+from missions.models import Agent, GroupEvent, Organization, SigningKey
+from mwportal.protocol import ErrorCode, catalogue
+from mwportal.protocol.command import Key, format_timestamp
+from mwportal.protocol.ids import new_urn, urn
+from tests.conftest import AgentKey, Because, make_agent, refused
+
+REGISTER = "ext.mwportal.registry.principal_register"
+ENROLL = "ext.mwportal.registry.principal_key_enroll"
+
+
+def public_key_of(key: Key, key_id: str | None = None) -> dict[str, Any]:
+    """The common ``publicKey`` object a registration or enrolment carries."""
+    return {
+        "keyId": key_id or key.key_id,
+        "algorithm": "Ed25519",
+        "publicKey": key.public_key,
+        "validFrom": format_timestamp(datetime.now(UTC)),
+    }
+
+
+def registration(kind: str = "human", key: Key | None = None, username: str | None = None) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "principal": {"type": kind, "id": new_urn()},
+        "name": "Claimed",
+        "organizationRoles": ["mission_owner"],
+    }
+    if key is not None:
+        payload["publicKey"] = public_key_of(key)
+    if username is not None:
+        payload["username"] = username
+    return payload
+
+
+def as_control_plane(org: dict[str, str], payload: dict[str, Any]) -> dict[str, Any]:
+    return accept(service_command(REGISTER, org["admin_group"], payload, organization_id=org["id"]))
+
+
+def last_event(org: dict[str, str], kind: str) -> GroupEvent:
+    return GroupEvent.objects.filter(group_id=org["admin_group"], type=kind).latest("sequence")
 
 
 @pytest.fixture
 def ada(org: dict[str, str]) -> AgentKey:
     return make_agent("acme", "Ada Admin", ["admin"])
-
-
-@pytest.fixture
-def initech(db: None) -> dict[str, str]:
-    org_id, admin_group = create_organization("initech", "Initech")
-    return {"id": org_id, "admin_group": admin_group}
-
-
-@pytest.fixture
-def ian(initech: dict[str, str]) -> AgentKey:
-    return make_agent("initech", "Ian Admin", ["admin"])
-
-
-@pytest.fixture
-def ivy(initech: dict[str, str]) -> Agent:
-    get_user_model().objects.create_user("ivy", password="pw-ivy")
-    return Agent.objects.get(id=register_agent("initech", "Ivy", "person", ["coordinator"], "", user="ivy"))
 
 
 @pytest.fixture
@@ -63,152 +83,143 @@ def vic(db: None) -> Any:
 @pytest.fixture
 def pia(org: dict[str, str]) -> Agent:
     get_user_model().objects.create_user("pia", password="pw-pia")
-    return Agent.objects.get(id=register_agent("acme", "Pia", "person", ["mission_owner"], "", user="pia"))
+    principal_id, key_id = register_principal("acme", "Pia", "person", ["mission_owner"], None, user="pia")
+    assert key_id is None
+    return Agent.objects.get(id=principal_id)
 
 
-def register_body(user: str | None = None, public_key: str = "", kind: str = "person") -> dict[str, Any]:
-    import uuid
+def test_an_agent_is_registered_with_its_key_bound_in_the_registry_under_a_urn_key_id_PROTOCOL_6_4(
+    org: dict[str, str],
+) -> None:
+    key = Key.generate()
+    payload = registration("agent", key)
+    receipt = as_control_plane(org, payload)
+    assert [e["kind"] for e in receipt["events"]] == ["ext.mwportal.registry.principal_registered"]
+    event = last_event(org, "ext.mwportal.registry.principal_registered")
+    assert event.body == {
+        "principal": payload["principal"],
+        "name": "Claimed",
+        "organizationRoles": ["mission_owner"],
+        "keyId": key.key_id,
+    }
+    catalogue.validate_payload(event.type, event.body)
+    binding = DjangoRegistry(Organization.objects.get(id=org["id"])).resolve(key.key_id)
+    assert (binding.principal.type, binding.principal.id) == ("agent", payload["principal"]["id"])
+    assert key.key_id.startswith("urn:uuid:")
 
-    body: dict[str, Any] = {"agent": str(uuid.uuid4()), "name": "Claimed", "kind": kind, "org_roles": ["admin"]}
-    if user is not None:
-        body["user"] = user
-    if public_key:
-        body["public_key"] = public_key
-    return body
+
+def test_an_agent_without_a_key_and_a_service_principal_are_refused_PROTOCOL_6_3(org: dict[str, str]) -> None:
+    error = refused(ErrorCode.SCHEMA_VALIDATION_FAILED, as_control_plane, org, registration("agent"))
+    assert error.details["field"] == "/payload/publicKey"
+    error = refused(ErrorCode.SCHEMA_VALIDATION_FAILED, as_control_plane, org, registration("service", Key.generate()))
+    assert error.details["field"] == "/payload/principal/type"
 
 
-def test_it_refuses_the_reviewed_attack_an_admin_binding_an_outsider_to_the_admins_key(
+def test_a_key_id_that_is_not_a_urn_uuid_is_refused_DESIGN_4(org: dict[str, str]) -> None:
+    payload = registration("agent", Key.generate())
+    payload["publicKey"]["keyId"] = "https://keys.example.org/k1"
+    error = refused(ErrorCode.SCHEMA_VALIDATION_FAILED, as_control_plane, org, payload)
+    assert error.details == {"field": "/payload/publicKey/keyId", "reason": "not-urn-uuid"}
+
+
+def test_an_admin_agents_own_registration_is_refused_whatever_it_names_issue_16(
     ada: AgentKey, org: dict[str, str], vic: Any
 ) -> None:
-    """The exact Command of the review, over REST: refused, nothing written."""
-    _, held_public_key = generate_keypair()
-    raw = ada.envelope("agent.register", org["admin_group"], register_body("vic", held_public_key))
-    with nothing_written():
-        error = error_of(post_json(http(), COMMANDS, raw), 403, "AUTH_FORBIDDEN")
-    assert "a person's key comes from the person" in error["message"]
+    """The reviewed attack, signed by the admin over the normative wire: refused, nothing written."""
+    held = Key.generate()
+    for payload in (registration("human", held, "vic"), registration("agent", held), registration("human")):
+        refused(ErrorCode.AUTH_FORBIDDEN, ada.send, REGISTER, org["admin_group"], payload)
     assert not Agent.objects.filter(user=vic).exists()
-    # Dressed up as a machine Agent, the user link is refused all the same.
-    raw = ada.envelope("agent.register", org["admin_group"], register_body("vic", held_public_key, "agent"))
-    with nothing_written():
-        error = error_of(post_json(http(), COMMANDS, raw), 400, "SCHEMA_VALIDATION_FAILED")
-    assert error["details"]["field"] == "body.user"
+    assert not SigningKey.objects.filter(public_key=held.public_key).exists()
 
 
-def test_it_refuses_an_admin_linking_a_user_outside_the_organization(
-    ada: AgentKey, org: dict[str, str], vic: Any
-) -> None:
-    """Even without a key: Vic belongs to no Organization, so no admin links him."""
-    raw = ada.envelope("agent.register", org["admin_group"], register_body("vic"))
-    with nothing_written():
-        error = error_of(post_json(http(), COMMANDS, raw), 403, "AUTH_FORBIDDEN")
-    assert "does not belong to this Organization" in error["message"]
-
-
-def test_it_refuses_an_admin_of_another_organization(
-    ada: AgentKey, ian: AgentKey, org: dict[str, str], ivy: Agent, pia: Agent
-) -> None:
-    """Ivy belongs to initech: acme's admin may not claim her, and initech's
-    admin may not claim acme's Pia; an unknown user gets the same answer, so
-    the refusal tells nothing about who exists elsewhere."""
-    answers = [
-        refused(ErrorCode.AUTH_FORBIDDEN, ada.send, "agent.register", org["admin_group"], register_body(name)).message
-        for name in ("ivy", "nobody-at-all")
-    ]
-    assert answers[0].replace("'ivy'", "U") == answers[1].replace("'nobody-at-all'", "U")
-    initech_admin_group = str(Agent.objects.get(id=ian.id).organization.groups.get(kind="admin").id)
-    refused(ErrorCode.AUTH_FORBIDDEN, ian.send, "agent.register", initech_admin_group, register_body("pia"))
-    # And an admin of acme sending into initech's administrative Group finds no such Group.
-    refused(ErrorCode.GROUP_NOT_FOUND, ada.send, "agent.register", initech_admin_group, register_body("ivy"))
-    assert Agent.objects.get(user__username="ivy").id == ivy.id
-
-
-def test_it_refuses_an_admin_supplying_a_key_for_a_person(ada: AgentKey, org: dict[str, str], pia: Agent) -> None:
-    _, held_public_key = generate_keypair()
+def test_a_key_already_bound_is_never_bound_again_to_anyone_PROTOCOL_6_4(ada: AgentKey, org: dict[str, str]) -> None:
+    """Ada's key (or any bound key) under a new key ID for someone else is public-key reuse."""
+    stolen = Key(new_urn(), ada.key.seed)
     error = refused(
-        ErrorCode.AUTH_FORBIDDEN, ada.send, "agent.register", org["admin_group"], register_body(None, held_public_key)
+        Because(ErrorCode.INVALID_STATE_TRANSITION, "public-key-reuse"),
+        as_control_plane,
+        org,
+        registration("human", stolen),
     )
-    assert error.details["field"] == "body.public_key"
-    # A user who does belong to acme already has her Agent: nothing to link.
-    refused(ErrorCode.INVALID_STATE_TRANSITION, ada.send, "agent.register", org["admin_group"], register_body("pia"))
+    assert error.details["field"] == "/payload/publicKey"
+    # And Ada's key ID rebound to another key.
+    rebound = registration("agent", Key.generate())
+    rebound["publicKey"]["keyId"] = ada.key.key_id
+    refused(Because(ErrorCode.INVALID_STATE_TRANSITION, "key-id-rebinding"), as_control_plane, org, rebound)
 
 
-def test_it_still_lets_an_admin_register_a_machine_agent_and_a_keyless_person(
-    ada: AgentKey, org: dict[str, str]
+def test_only_a_person_is_linked_to_a_user_and_only_a_user_without_a_principal(
+    org: dict[str, str], pia: Agent, vic: Any
 ) -> None:
-    _, public_key = generate_keypair()
-    machine = register_body(None, public_key, "agent")
-    ada.send("agent.register", org["admin_group"], machine)
-    assert Agent.objects.get(id=machine["agent"]).public_key == public_key
-    invited = register_body()
-    ada.send("agent.register", org["admin_group"], invited)
-    person = Agent.objects.get(id=invited["agent"])
-    assert (person.kind, person.public_key, person.user_id) == ("person", "", None)
+    error = refused(
+        ErrorCode.SCHEMA_VALIDATION_FAILED, as_control_plane, org, registration("agent", Key.generate(), "vic")
+    )
+    assert error.details["field"] == "/payload/username"
+    refused(ErrorCode.INVALID_STATE_TRANSITION, as_control_plane, org, registration("human", username="pia"))
+    refused(
+        Because(ErrorCode.INVALID_COMMAND, "not_found"), as_control_plane, org, registration("human", username="nobody")
+    )
+    as_control_plane(org, registration("human", username="vic"))
+    person = Agent.objects.get(user=vic)
+    assert (person.kind, person.public_key) == ("person", "")
 
 
-def test_it_lets_a_person_enroll_their_own_key_signed_in(org: dict[str, str], pia: Agent) -> None:
-    """Self-enrollment: a portal Command of Pia's own session with the public
-    key her browser generated; afterwards she signs as herself."""
-    private_key, public_key = generate_keypair()
-    receipt = accept(portal_command(pia, "agent.enroll", org["admin_group"], {"public_key": public_key}))
-    assert [e["type"] for e in receipt["events"]] == ["agent.enrolled"]
-    event = GroupEvent.objects.get(group_id=org["admin_group"], type="agent.enrolled")
-    assert event.body == {"agent": str(pia.id), "public_key": public_key}
-    assert Agent.objects.get(id=pia.id).public_key == public_key
-    key = AgentKey(str(pia.id), private_key, public_key, "acme")
-    response = post_json(http(), SESSIONS, session_request(key))
-    assert response.status_code == 201, response.content
-    # A key is enrolled once; replacing it is not this Command.
-    pia.refresh_from_db()
-    _, other = generate_keypair()
+def test_a_person_enrolls_their_own_key_signed_in_and_then_signs_as_themselves_PROTOCOL_6_4(
+    org: dict[str, str], pia: Agent
+) -> None:
+    key = Key.generate()
+    receipt = accept(portal_command(pia, ENROLL, org["admin_group"], {"publicKey": public_key_of(key)}))
+    assert [e["kind"] for e in receipt["events"]] == ["ext.mwportal.registry.principal_key_enrolled"]
+    event = last_event(org, "ext.mwportal.registry.principal_key_enrolled")
+    assert event.body == {"principal": {"type": "human", "id": urn(str(pia.id))}, "keyId": key.key_id}
+    binding = DjangoRegistry(Organization.objects.get(id=org["id"])).resolve(key.key_id)
+    assert (binding.principal.type, binding.principal.id) == ("human", urn(str(pia.id)))
+    # Pia now signs a Command of her own (a mission_owner may set the priority policy, §11.1).
+    pia_key = AgentKey(str(pia.id), Key(key.key_id, key.seed, ("human", str(pia.id)), org["id"]), "acme", "person")
+    policy = {"classes": {"normal": 1}, "default_class": "normal"}
+    receipt = pia_key.send("ext.mwportal.scheduling.priority_policy_set", org["admin_group"], {"policy": policy})
+    assert receipt["events"][0]["kind"] == "ext.mwportal.scheduling.priority_policy_changed"
+
+
+def test_a_new_device_is_a_new_key_id_and_a_key_is_enrolled_once_DESIGN_4(org: dict[str, str], pia: Agent) -> None:
+    first, second = Key.generate(), Key.generate()
+    accept(portal_command(pia, ENROLL, org["admin_group"], {"publicKey": public_key_of(first)}))
+    accept(portal_command(pia, ENROLL, org["admin_group"], {"publicKey": public_key_of(second)}))
+    keys = SigningKey.objects.filter(principal_type="human", principal_id=urn(str(pia.id)))
+    assert sorted(keys.values_list("key_id", flat=True)) == sorted([first.key_id, second.key_id])
     refused(
         ErrorCode.INVALID_STATE_TRANSITION,
         accept,
-        portal_command(pia, "agent.enroll", org["admin_group"], {"public_key": other}),
+        portal_command(pia, ENROLL, org["admin_group"], {"publicKey": public_key_of(first)}),
     )
 
 
-def test_it_lets_nobody_else_enroll_a_persons_key(
+def test_nobody_else_enrolls_a_persons_key_issue_16(
     ada: AgentKey, org: dict[str, str], pia: Agent, worker: AgentKey
 ) -> None:
-    _, public_key = generate_keypair()
+    key = Key.generate()
     admin_group = org["admin_group"]
-    # Signed in Pia's name by someone else: a keyless Agent verifies no signature.
-    forged = AgentKey(str(pia.id), generate_keypair()[0], public_key, "acme")
-    refused(ErrorCode.AUTH_INVALID_SIGNATURE, forged.send, "agent.enroll", admin_group, {"public_key": public_key})
-    # An admin enrolling "for" her enrolls only itself, and it is no person.
-    refused(ErrorCode.AUTH_FORBIDDEN, ada.send, "agent.enroll", admin_group, {"public_key": public_key})
-    # A key another Agent holds is not Pia's.
+    # Signed in Pia's name by someone who holds no key of hers: no key resolves.
+    forged = AgentKey(str(pia.id), Key(new_urn(), key.seed, ("human", str(pia.id)), org["id"]), "acme", "person")
+    refused(ErrorCode.AUTH_INVALID_SIGNATURE, forged.send, ENROLL, admin_group, {"publicKey": public_key_of(key)})
+    # An admin Agent enrolling "for" her enrolls only itself, and it is no person.
+    refused(ErrorCode.AUTH_FORBIDDEN, ada.send, ENROLL, admin_group, {"publicKey": public_key_of(key)})
+    # A key another Principal holds is not Pia's.
+    taken = {"publicKey": public_key_of(Key(new_urn(), worker.key.seed))}
     refused(
-        ErrorCode.AUTH_FORBIDDEN,
+        Because(ErrorCode.INVALID_STATE_TRANSITION, "public-key-reuse"),
         accept,
-        portal_command(pia, "agent.enroll", admin_group, {"public_key": worker.public_key}),
+        portal_command(pia, ENROLL, admin_group, taken),
     )
-    refused(
-        ErrorCode.SCHEMA_VALIDATION_FAILED,
-        accept,
-        portal_command(pia, "agent.enroll", admin_group, {"public_key": "AAAA"}),
-    )
-    assert Agent.objects.get(id=pia.id).public_key == ""
+    # Not an Ed25519 point.
+    bad = {"publicKey": {**public_key_of(key), "publicKey": "A" * 43}}
+    refused(ErrorCode.SCHEMA_VALIDATION_FAILED, accept, portal_command(pia, ENROLL, admin_group, bad))
+    assert not SigningKey.objects.filter(principal_id=urn(str(pia.id))).exists()
 
 
-def test_it_enrolls_a_person_from_the_cli_without_a_key(org: dict[str, str], tmp_path: Path) -> None:
-    """The operator links a person to their user and never holds their key."""
-    get_user_model().objects.create_user("pat", password="pw-pat")
-    out = io.StringIO()
-    call_command(
-        "mwp", "create-agent", "--org", "acme", "--name", "Pat", "--roles", "mission_owner", "--kind", "person",
-        "--user", "pat", stdout=out, stderr=io.StringIO(),
-    )  # fmt: skip
-    agent = Agent.objects.get(id=out.getvalue().strip())
-    assert (agent.kind, agent.public_key, agent.user.username if agent.user else None) == ("person", "", "pat")
-    with pytest.raises(CommandError, match="no key file"):
-        call_command(
-            "mwp", "create-agent", "--org", "acme", "--name", "Pam", "--roles", "worker", "--kind", "person",
-            "--user", "pam", "--out", str(tmp_path / "pam.json"),
-        )  # fmt: skip
-    assert not (tmp_path / "pam.json").exists()
-    with pytest.raises(CommandError, match="never an agent's key"):
-        call_command(
-            "mwp", "create-agent", "--org", "acme", "--name", "Bot", "--roles", "worker", "--user", "pat",
-            "--out", str(tmp_path / "bot.json"),
-        )  # fmt: skip
+def test_registered_roles_are_organization_roles(org: dict[str, str]) -> None:
+    payload = registration("agent", Key.generate())
+    payload["organizationRoles"] = ["root"]
+    error = refused(ErrorCode.SCHEMA_VALIDATION_FAILED, as_control_plane, org, payload)
+    assert error.details["field"] == "/payload/organizationRoles"
