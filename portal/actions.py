@@ -67,8 +67,12 @@ def issue(
     *,
     expected_revision: int | None = None,
     work_item_id: str | None = None,
+    creates_group: bool = False,
 ) -> Outcome:
-    """Accept one Command by the signed-in ``person``; never raises ``ProtocolError``."""
+    """Accept one Command by the signed-in ``person``; never raises ``ProtocolError``.
+
+    ``creates_group``: the Command founds ``group`` (``mission.create``), so it
+    carries no Membership Epoch (§15.1)."""
     try:
         command = portal_command(
             person,
@@ -77,6 +81,7 @@ def issue(
             payload,
             expected_revision=expected_revision,
             work_item_id=None if work_item_id is None else str(work_item_id),
+            creates_group=creates_group,
         )
         receipt = accept(command)
     except ProtocolError as error:

@@ -2,7 +2,8 @@
 
 ``enrol_key`` registers a Principal through the control plane
 (``missions.commands.register_principal``) with the public half of a new
-Ed25519 key, bound in the Registry under a ``urn:uuid:`` key ID, and returns
+Ed25519 key, bound in the Registry under the ``urn:uuid:`` key ID the
+Registry names, and returns
 the ``Key`` naming the Principal and its Organization: what ``Key.write``
 saves as a key file (mode 0600). The private seed never leaves this process
 except into that file.
@@ -10,31 +11,21 @@ except into that file.
 
 from __future__ import annotations
 
-import os
-from datetime import UTC, datetime
 from pathlib import Path
 
 from missions.commands import register_principal
 from missions.models import Agent, Organization
-from mwportal.protocol.command import Key, format_timestamp
-from mwportal.protocol.ids import new_urn
+from mwportal.protocol.command import Key
 
 
 def enrol_key(org_slug: str, name: str, kind: str, roles: list[str], user: str | None = None) -> Key:
     """Register a Principal (``kind`` ``agent`` or ``person``) with a new key; its ``Key``."""
     org = Organization.objects.get(slug=org_slug)
-    seed = os.urandom(32)
-    unbound = Key(new_urn(), seed)
-    public_key = {
-        "keyId": unbound.key_id,
-        "algorithm": "Ed25519",
-        "publicKey": unbound.public_key,
-        "validFrom": format_timestamp(datetime.now(UTC)),
-    }
-    principal_id, key_id = register_principal(org_slug, name, kind, roles, public_key, user)  # type: ignore[arg-type]
+    unbound = Key.generate()
+    principal_id, key_id = register_principal(org_slug, name, kind, roles, unbound.public_key, user)
     if key_id is None:
         raise RuntimeError(f"the Registry bound no key for {name}")
-    return Key(key_id, seed, (Agent.ACTOR_TYPES[kind], principal_id), str(org.id))
+    return Key(key_id, unbound.seed, (Agent.ACTOR_TYPES[kind], principal_id), str(org.id))
 
 
 def reuse_key(path: Path) -> Key | None:

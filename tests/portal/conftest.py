@@ -1,13 +1,17 @@
 """Personas of the portal: people signed in through Django sessions.
 
 On top of the shared personas (``tests/conftest.py``), whose Mission ``mission``
-is driven by its signed-in Agents through ``Flow``:
+is driven by its Agents through ``Flow``:
 
-- ``pat``: a person with the org role ``mission_owner``, an ``owner`` member;
-- ``cora``: a person Coordinator (org role ``coordinator``), a ``coordinator`` member;
-- ``wes``: a person with the ``worker`` Group role only;
-- ``nick``: a MissionOwner of the same Organization who owns another Mission
-  (``other_mission``) and is no member of ``mission``;
+- ``owner`` is overridden here: the MissionOwner of ``mission`` is ``pat``, a
+  person linked to the Django user ``pat`` (with a software key, DESIGN §4, so
+  the shared fixtures can sign ``mission.create`` for her);
+- ``pat``: that person, signed in; the portal acts for her by her session
+  (``Auth.PORTAL``);
+- ``obi``: a person with the ``observer`` role in ``mission`` (people are
+  MissionOwners, reviewers or observers; the Coordinator is an Agent, §7.2);
+- ``nick``: a MissionOwner of the same Organization who is no member of
+  ``mission``;
 - ``rita``: a reviewer Agent (``reviewer`` member), who receives the review
   WorkItems the pipeline opens;
 - ``art``: the WorkItem driver with uploads and signed manifests, whose
@@ -19,17 +23,21 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from missions.commands import register_agent
-from missions.models import Agent, Group
+from missions.commands import register_principal
+from missions.models import Agent, Group, GroupEvent
+from mwportal.protocol import catalogue
+from mwportal.protocol.command import Key, format_timestamp
+from mwportal.protocol.ids import urn
 from portal.actions import issue
 from tests.artifacts.conftest import Artifacts
-from tests.conftest import AgentKey, group_revision, make_agent
+from tests.conftest import AgentKey, add_member, group_revision, make_agent
 from tests.workitems.flow import Flow, contract
 
 
@@ -39,28 +47,91 @@ class Person:
     agent: Agent
     client: Client
 
+    @property
+    def actor(self) -> dict[str, str]:
+        return {"type": "human", "id": urn(self.agent.id)}
 
-def make_person(username: str, roles: list[str], *, staff: bool = True) -> Person:
-    user = get_user_model().objects.create_user(username, password="pw-" + username, is_staff=staff)
-    register_agent("acme", username.title(), "person", roles, "", user=username)
+
+def _user(username: str, staff: bool) -> Client:
+    get_user_model().objects.create_user(username, password="pw-" + username, is_staff=staff)
     client = Client()
     assert client.login(username=username, password="pw-" + username)
-    return Person(username, Agent.objects.get(user=user), client)
+    return client
 
 
-def add_member(owner: AgentKey, group: str, agent: Agent, roles: list[str]) -> None:
-    owner.send(
-        "membership.add",
-        group,
-        {"agent": str(agent.id), "roles": roles},
-        target={"kind": "group", "id": group, "revision": group_revision(group)},
-    )
+def make_person(username: str, roles: list[str], *, staff: bool = True) -> Person:
+    """A person without a key, linked to a Django user and signed in: the portal acts for them."""
+    client = _user(username, staff)
+    register_principal("acme", username.title(), "person", roles, None, user=username)
+    return Person(username, Agent.objects.get(user__username=username), client)
+
+
+def grant(by: AgentKey, group: str, person: Person, roles: list[str]) -> None:
+    """``membership.change`` for a person (compare-and-set on the Group revision, §15.3)."""
+    by.send("membership.change", group, {"principal": person.actor, "roles": roles},
+            expected_revision=group_revision(group))  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
 def _artifact_root(settings: Any, tmp_path: Any) -> None:
     settings.MWP_ARTIFACT_ROOT = str(tmp_path / "artifacts")
     settings.MWP_REVIEW_ON_SUBMIT = "off"  # the tests run the review pipeline themselves
+
+
+@pytest.fixture
+def pat_client(org: dict[str, str]) -> Client:
+    return _user("pat", True)
+
+
+@pytest.fixture
+def owner(pat_client: Client) -> AgentKey:
+    """The shared fixtures' MissionOwner, here a person who signs in to the portal as ``pat``."""
+    unbound = Key.generate()
+    principal_id, key_id = register_principal("acme", "Pat Owner", "person", ["mission_owner"], unbound.public_key,
+                                              user="pat")  # fmt: skip
+    assert key_id is not None
+    return AgentKey(principal_id, Key(key_id, unbound.seed, ("human", principal_id), None), "acme", "person")
+
+
+@pytest.fixture
+def pat(mission: dict[str, str], owner: AgentKey, pat_client: Client) -> Person:
+    return Person("pat", Agent.objects.get(id=owner.id), pat_client)
+
+
+@pytest.fixture
+def obi(mission: dict[str, str], owner: AgentKey) -> Person:
+    person = make_person("obi", [])
+    grant(owner, mission["group"], person, ["observer"])
+    return person
+
+
+@pytest.fixture
+def nick(org: dict[str, str]) -> Person:
+    return make_person("nick", ["mission_owner"])
+
+
+def mission_terms(mission_id: str, group_id: str, coordinator: AgentKey, title: str) -> dict[str, Any]:
+    """A ``mission.create`` payload with the §7.1 terms (objective, definition of done, deadline, budget)."""
+    return {
+        "missionId": urn(mission_id),
+        "groupId": urn(group_id),
+        "coordinatorId": coordinator.urn,
+        "title": title,
+        "objective": "hidden",
+        "definitionOfDone": [{"criterionId": "done", "description": "done", "evidenceRequired": ["human_review"]}],
+        "deadline": format_timestamp(datetime.now(UTC) + timedelta(days=7)),
+        "budget": {"currency": "EUR", "financialLimit": 100},
+    }
+
+
+@pytest.fixture
+def other_mission(nick: Person, coordinator: AgentKey) -> dict[str, str]:
+    """Nick's own Mission, created through the portal path; nothing of it may leak."""
+    group, mission = str(uuid.uuid4()), str(uuid.uuid4())
+    outcome = issue(nick.agent, "mission.create", group, mission_terms(mission, group, coordinator,
+                    "Nick's secret Mission"), creates_group=True)  # fmt: skip
+    assert outcome.ok, outcome.message
+    return {"group": group, "mission": mission}
 
 
 @pytest.fixture
@@ -73,12 +144,7 @@ def art(
 @pytest.fixture
 def rita(mission: dict[str, str], owner: AgentKey) -> AgentKey:
     agent = make_agent("acme", "Rita Reviewer", ["worker"])
-    owner.send(
-        "membership.add",
-        mission["group"],
-        {"agent": agent.id, "roles": ["reviewer"]},
-        target={"kind": "group", "id": mission["group"], "revision": group_revision(mission["group"])},
-    )
+    add_member(owner, mission["group"], agent, ["reviewer"])
     return agent
 
 
@@ -87,56 +153,26 @@ def flow(mission: dict[str, str], owner: AgentKey, coordinator: AgentKey, worker
     return Flow(mission, owner, coordinator, worker, worker2)
 
 
-@pytest.fixture
-def pat(mission: dict[str, str], owner: AgentKey) -> Person:
-    p = make_person("pat", ["mission_owner"])
-    add_member(owner, mission["group"], p.agent, ["owner"])
-    return p
-
-
-@pytest.fixture
-def cora(mission: dict[str, str], owner: AgentKey) -> Person:
-    p = make_person("cora", ["coordinator"])
-    add_member(owner, mission["group"], p.agent, ["coordinator"])
-    return p
-
-
-@pytest.fixture
-def wes(mission: dict[str, str], owner: AgentKey) -> Person:
-    p = make_person("wes", ["worker"])
-    add_member(owner, mission["group"], p.agent, ["worker"])
-    return p
-
-
-@pytest.fixture
-def nick(org: dict[str, str]) -> Person:
-    return make_person("nick", ["mission_owner"])
-
-
-@pytest.fixture
-def other_mission(nick: Person) -> dict[str, str]:
-    """Nick's own Mission, with one WorkItem whose goal must never leak."""
-    group, mission = str(uuid.uuid4()), str(uuid.uuid4())
-    body = {"mission": mission, "title": "Nick's secret Mission", "objective": "hidden"}
-    assert issue(nick.agent, "mission.create", group, body).ok
-    item = str(uuid.uuid4())
-    assert issue(nick.agent, "work.authorize", group, {"workitem": item, "contract": contract(
-        goal="Nick's secret goal")}).ok  # fmt: skip
-    return {"group": group, "mission": mission, "item": item}
-
-
 def approval_contract() -> dict[str, Any]:
+    """A Work Contract that waits for the MissionOwner's execution Approval (§12)."""
     return contract(
         goal="Deploy to production",
-        risk={"class": "high", "requires_execution_approval": True},
-        capabilities=[{"id": "deploy", "version": "2.1"}],
+        sideEffectRisk="high_risk",
+        executionApproval="human_required",
+        allowedResources=[{"resource": "urn:uuid:00000000-0000-4000-8000-00000000d001", "operations": ["deploy.run"]}],
     )
 
 
-def events_of(group: str, type_: str) -> list[Any]:
-    from missions.models import GroupEvent
+def events_of(group: str, kind: str) -> list[GroupEvent]:
+    return list(GroupEvent.objects.filter(group_id=group, type=kind).order_by("sequence"))
 
-    return list(GroupEvent.objects.filter(group_id=group, type=type_).order_by("sequence"))
+
+def documents_of(group: str, kind: str) -> list[dict[str, Any]]:
+    """The stored signed Event documents of ``kind``, each checked against its catalogue payload schema."""
+    out = [e.as_wire() for e in events_of(group, kind)]
+    for document in out:
+        catalogue.validate_payload(kind, document["payload"])
+    return out
 
 
 def admin_group(slug: str = "acme") -> str:

@@ -1,73 +1,101 @@
-"""Final Mission Approval with the retained review results."""
+"""Final Mission Approval (§7.3): the MissionOwner approves, or asks for changes to, the exact
+Mission revision and Artifact set the Coordinator submitted, with the retained review results."""
 
 from __future__ import annotations
 
-from missions.models import Mission
+import re
+
+from mwportal.protocol.ids import urn
+from portal.views import awaiting_approval
 from tests.artifacts.conftest import Artifacts
-from tests.conftest import group_revision, nothing_written
-from tests.portal.conftest import Person, add_member, events_of, make_person
+from tests.conftest import nothing_written
+from tests.portal.conftest import Person, documents_of
 from tests.portal.test_review import submitted
 from tests.workitems.flow import Flow
 
+HASH = re.compile(r"sha256:[0-9a-f]{64}")
 
-def test_the_final_page_shows_every_retained_review_result_spec_13_2(art: Artifacts, pat: Person, cora: Person) -> None:
+
+def submit_for_approval(flow: Flow) -> list[str]:
+    """Drive a WorkItem to verified and let the Coordinator submit the Mission with its Artifacts."""
+    item = flow.drive_to("verified")
+    (submitted_event,) = documents_of(flow.group, "work.submitted")
+    artifacts = sorted({h for e in submitted_event["payload"]["evidence"] for h in e["artifactHashes"]})
+    assert artifacts, item
+    flow.coordinator.send("mission.submit_for_approval", flow.group, {"artifactHashes": artifacts}, coordinator_epoch=1)
+    return artifacts
+
+
+def form_revision(html: str, form_id: str) -> int:
+    block = html[: html.index(f'id="{form_id}"')]
+    return int(block.rsplit('name="revision" value="', 1)[1].split('"')[0])
+
+
+def test_the_final_page_shows_every_retained_review_result_spec_13_2(art: Artifacts, pat: Person) -> None:
     item, sha = submitted(art)
-    cora.client.post(f"/missions/{art.group}/workitems/{item}/accept",
-                     {"revision": art.item(item).revision, "note": "matches the survey"})  # fmt: skip
     html = pat.client.get(f"/missions/{art.group}/final/").content.decode()
     card = html[html.index('<section class="card result"') :]
     assert 'data-outcome="pending"' in card  # accurate still awaits a reviewer
     assert 'data-stage="schema" data-kind="json_schema"' in card
     assert f"{sha[:12]}… verified" in card
-    coordinator = card[card.index('data-origin="coordinator"') :]
-    assert "matches the survey" in coordinator[:800]
-    pipeline = card[card.index('data-origin="review"') :]
-    assert "schema: json_schema pass" in pipeline[:3000] and "combined: combined_evaluation" in pipeline[:3000]
     assert 'data-origin="submission"' in card
-    assert 'id="approve-mission"' in html
-
-
-def test_a_failed_check_shows_as_failed_on_the_final_page_13_2(art: Artifacts, pat: Person) -> None:
-    item, _ = submitted(art, b'{"title": "no rows"}')
-    html = pat.client.get(f"/missions/{art.group}/final/").content.decode()
-    card = html[html.index('<section class="card result"') :]
-    assert 'data-outcome="fail"' in card
-    complete = card[card.index('data-criterion="complete"') : card.index('data-criterion="accurate"')]
-    assert "✘ Schema: json_schema" in complete and "required property" in complete
+    assert 'id="not-submitted"' in html and 'id="approve-mission"' not in html  # nothing submitted yet
 
 
 def test_approve_issues_mission_approve(flow: Flow, pat: Person) -> None:
-    flow.drive_to("verified")
-    response = pat.client.post(f"/missions/{flow.group}/approve",
-                               {"revision": group_revision(flow.group), "note": "ship it"}, follow=True)  # fmt: skip
-    assert "Accepted: mission.approved" in response.content.decode()
-    assert Mission.objects.get(group_id=flow.group).status == "completed"
-    (event,) = events_of(flow.group, "mission.approved")
-    assert event.actor == str(pat.agent.id) and event.body["note"] == "ship it"
-
-
-def test_approval_with_unfinished_work_is_refused_in_plain_words(flow: Flow, pat: Person) -> None:
-    flow.drive_to("queued")
-    with nothing_written():
-        response = pat.client.post(f"/missions/{flow.group}/approve", {"revision": group_revision(flow.group)})
-    assert response.status_code == 422
-    assert "INVALID_STATE_TRANSITION: this is not possible" in response.content.decode()
-
-
-def test_a_stale_final_approval_form_changes_nothing_MWP_EVT_007(flow: Flow, pat: Person) -> None:
-    flow.drive_to("verified")
+    """§7.3: ``mission.approve`` names the submitted Mission revision and Artifact set."""
+    artifacts = submit_for_approval(flow)
     html = pat.client.get(f"/missions/{flow.group}/final/").content.decode()
-    revision = int(html.split('name="revision" value="')[1].split('"')[0])
-    add_member(flow.owner, flow.group, make_person("vic", ["worker"]).agent, ["reviewer"])  # the Group moved on
+    assert all(h[:19] in html for h in artifacts)
+    submitted_now = awaiting_approval(flow.group)
+    assert submitted_now is not None
+    response = pat.client.post(f"/missions/{flow.group}/approve",
+                               {"revision": form_revision(html, "approve-mission"), "note": "ship it"},
+                               follow=True)  # fmt: skip
+    assert "Accepted: mission.approved" in response.content.decode()
+    (event,) = documents_of(flow.group, "mission.approved")
+    approval = event["payload"]["approval"]
+    assert event["actor"] == pat.actor and approval["approver"] == pat.actor
+    assert approval["missionRevision"] == submitted_now["missionRevision"]
+    assert sorted(approval["artifactHashes"]) == artifacts and approval["comments"] == "ship it"
+    assert approval["missionId"] == urn(flow.mission)
+    assert awaiting_approval(flow.group) is None
+
+
+def test_request_changes_sends_the_feedback_for_the_submitted_revision_spec_7_1(flow: Flow, pat: Person) -> None:
+    submit_for_approval(flow)
+    html = pat.client.get(f"/missions/{flow.group}/final/").content.decode()
+    revision = form_revision(html, "request-changes")
+    response = pat.client.post(f"/missions/{flow.group}/request-changes",
+                               {"revision": revision, "feedback": "add the appendix"}, follow=True)  # fmt: skip
+    assert "Accepted: mission.changes_requested" in response.content.decode()
+    (event,) = documents_of(flow.group, "mission.changes_requested")
+    assert event["payload"]["feedback"] == "add the appendix"
+
+
+def test_nothing_submitted_is_refused_before_any_command_spec_7_3(flow: Flow, pat: Person) -> None:
+    flow.drive_to("verified")
     with nothing_written():
-        response = pat.client.post(f"/missions/{flow.group}/approve", {"revision": revision})
+        response = pat.client.post(f"/missions/{flow.group}/approve", {"revision": 1})
+    assert response.status_code == 409
+    assert "has not submitted this Mission for Approval" in response.content.decode()
+
+
+def test_a_stale_final_approval_form_changes_nothing_spec_15_3(flow: Flow, pat: Person) -> None:
+    submit_for_approval(flow)
+    html = pat.client.get(f"/missions/{flow.group}/final/").content.decode()
+    revision = form_revision(html, "approve-mission")
+    with nothing_written():
+        response = pat.client.post(f"/missions/{flow.group}/approve", {"revision": revision - 1})
     assert response.status_code == 409
     assert "REVISION_CONFLICT: someone changed this item; reload" in response.content.decode()
 
 
-def test_a_coordinator_cannot_give_final_approval(flow: Flow, cora: Person) -> None:
-    flow.drive_to("verified")
-    assert 'id="approve-mission"' not in cora.client.get(f"/missions/{flow.group}/final/").content.decode()
+def test_an_observer_cannot_give_final_approval_spec_7_3(flow: Flow, obi: Person) -> None:
+    submit_for_approval(flow)
+    assert 'id="approve-mission"' not in obi.client.get(f"/missions/{flow.group}/final/").content.decode()
+    submitted_now = awaiting_approval(flow.group)
+    assert submitted_now is not None
     with nothing_written():
-        response = cora.client.post(f"/missions/{flow.group}/approve", {"revision": group_revision(flow.group)})
+        response = obi.client.post(f"/missions/{flow.group}/approve", {"revision": submitted_now["expectedRevision"]})
     assert response.status_code == 403

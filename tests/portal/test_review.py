@@ -1,7 +1,7 @@
-"""The Coordinator's review page shows the review pipeline's results (spec 13.2):
+"""The review page shows the review pipeline's results (spec 13.2) to the Mission's people:
 per criterion the Worker's Evidence, each stage's result, reviewer Evidence
-and the combined outcome; per Artifact its integrity and signed manifest; and
-Accept / Fail issue Commands."""
+and the combined outcome; per Artifact its integrity and signed manifest. The
+decision is the Coordinator Agent's (§7.2), so the page issues no Command."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from django.conf import settings
 
-from artifacts.models import Evidence, ReviewRequest
+from artifacts.models import ReviewRequest
 from artifacts.store import blob_name, store_stream
 from missions.models import Agent, Group
 from mwportal.protocol import format_time
@@ -63,9 +63,9 @@ def artifact_row(html: str, sha: str) -> str:
     return html[start : html.index("</tr>", start)]
 
 
-def test_each_criterion_shows_the_workers_evidence_and_every_pipeline_stage_13_2(art: Artifacts, cora: Person) -> None:
+def test_each_criterion_shows_the_workers_evidence_and_every_pipeline_stage_13_2(art: Artifacts, obi: Person) -> None:
     item, sha = submitted(art)
-    html = cora.client.get(url(art, item)).content.decode()
+    html = obi.client.get(url(art, item)).content.decode()
     complete = criterion(html, "complete")
     assert 'data-outcome="pass"' in complete
     assert "complete checked" in complete and "accurate checked" not in complete  # the Worker's Evidence
@@ -76,20 +76,19 @@ def test_each_criterion_shows_the_workers_evidence_and_every_pipeline_stage_13_2
     assert 'data-integrity="verified"' in row and "hash verified" in row
     assert "application/json" in row and "signed" in row and "checked on this view" in row
     assert f"/missions/{art.group}/artifacts/{sha}" in row
-    assert 'id="accept-result"' in html and 'id="fail-result"' in html
 
 
-def test_before_the_pipeline_runs_the_page_says_so(art: Artifacts, cora: Person) -> None:
+def test_before_the_pipeline_runs_the_page_says_so(art: Artifacts, obi: Person) -> None:
     item, _ = submitted(art, review=False)
-    html = cora.client.get(url(art, item)).content.decode()
+    html = obi.client.get(url(art, item)).content.decode()
     assert "review not recorded yet" in html
     assert "pipeline not run" in criterion(html, "complete")
     assert "complete checked" in criterion(html, "complete")
 
 
-def test_a_contract_declared_check_that_fails_shows_failed_for_its_criterion_13_2(art: Artifacts, cora: Person) -> None:
+def test_a_contract_declared_check_that_fails_shows_failed_for_its_criterion_13_2(art: Artifacts, obi: Person) -> None:
     item, _ = submitted(art, b'{"title": "no rows"}')
-    html = cora.client.get(url(art, item)).content.decode()
+    html = obi.client.get(url(art, item)).content.decode()
     complete = criterion(html, "complete")
     assert 'data-outcome="fail"' in complete
     assert 'data-stage="schema" data-kind="json_schema" data-result="fail"' in complete
@@ -100,48 +99,49 @@ def test_a_contract_declared_check_that_fails_shows_failed_for_its_criterion_13_
     assert "review fail" in html[: html.index("<h2>Acceptance criteria</h2>")]
 
 
-def test_a_declared_deterministic_check_that_fails_names_its_kind(art: Artifacts, cora: Person) -> None:
+def test_a_declared_deterministic_check_that_fails_names_its_kind(art: Artifacts, obi: Person) -> None:
     item, _ = submitted(art, REPORT, {"kind": "media_type", "allowed": ["text/csv"]})
-    complete = criterion(cora.client.get(url(art, item)).content.decode(), "complete")
+    complete = criterion(obi.client.get(url(art, item)).content.decode(), "complete")
     assert 'data-stage="deterministic" data-kind="media_type" data-result="fail"' in complete
     assert 'data-failed="media_type"' in complete and "text/csv" in complete
 
 
 def test_a_blob_corrupted_before_the_review_fails_integrity_and_is_not_served_issue_8(
-    art: Artifacts, cora: Person
+    art: Artifacts, obi: Person
 ) -> None:
     item, sha = submitted(art, review=False)
     (Path(settings.MWP_ARTIFACT_ROOT) / blob_name(sha)).write_bytes(REPORT.replace(b"3", b"4"))
     art.review(item)
-    html = cora.client.get(url(art, item)).content.decode()
+    html = obi.client.get(url(art, item)).content.decode()
     complete = criterion(html, "complete")
     assert 'data-stage="integrity" data-kind="artifact_integrity" data-result="fail"' in complete
     assert 'data-failed="artifact_integrity"' in complete and "hash: mismatch" in complete
     row = artifact_row(html, sha)
     assert 'data-integrity="mismatch"' in row and "hash mismatch" in row
     assert "Download" not in row and "not served" in row
-    response = cora.client.get(f"/missions/{art.group}/artifacts/{sha}")
+    response = obi.client.get(f"/missions/{art.group}/artifacts/{sha}")
     assert response.status_code == 500
     assert "INTERNAL_ERROR: a file does not match its fingerprint" in response.content.decode()
 
 
-def test_a_blob_corrupted_after_the_review_shows_a_mismatch_on_view_issue_8(art: Artifacts, cora: Person) -> None:
+def test_a_tampered_artifact_shows_a_mismatch_and_is_not_served_spec_13_1(art: Artifacts, obi: Person) -> None:
+    """issue 8: a blob corrupted after the review shows a mismatch on view and is never served."""
     item, sha = submitted(art)
     (Path(settings.MWP_ARTIFACT_ROOT) / blob_name(sha)).write_bytes(b"tampered")
-    html = cora.client.get(url(art, item)).content.decode()
+    html = obi.client.get(url(art, item)).content.decode()
     row = artifact_row(html, sha)
     assert 'data-integrity="mismatch"' in row and "Download" not in row
     assert 'id="integrity-alert"' in html
     complete = criterion(html, "complete")
     assert "the recorded review predates this" in complete and sha[:12] in complete
-    assert cora.client.get(f"/missions/{art.group}/artifacts/{sha}").status_code == 500
+    assert obi.client.get(f"/missions/{art.group}/artifacts/{sha}").status_code == 500
 
 
 def test_a_reviewer_criterion_is_pending_until_a_reviewers_evidence_arrives_13_2(
-    art: Artifacts, cora: Person, rita: AgentKey
+    art: Artifacts, obi: Person, rita: AgentKey
 ) -> None:
     item, sha = submitted(art)
-    html = cora.client.get(url(art, item)).content.decode()
+    html = obi.client.get(url(art, item)).content.decode()
     accurate = criterion(html, "accurate")
     assert 'data-outcome="pending"' in accurate and 'data-pending="reviewer"' in accurate
     assert "data-reviewer-evidence" not in accurate
@@ -158,76 +158,41 @@ def test_a_reviewer_criterion_is_pending_until_a_reviewers_evidence_arrives_13_2
     }]  # fmt: skip
     art.lease_command("work.submit", review, {"artifacts": [], "evidence": evidence}, agent=rita)
     art.review(review)  # reviews the review WorkItem, then its subject again
-    accurate = criterion(cora.client.get(url(art, item)).content.decode(), "accurate")
+    accurate = criterion(obi.client.get(url(art, item)).content.decode(), "accurate")
     assert 'data-outcome="pass"' in accurate and 'data-pending="reviewer"' not in accurate
     assert 'data-stage="reviewer" data-kind="reviewer_evidence" data-result="pass"' in accurate
     assert "data-reviewer-evidence" in accurate and "every figure traced to a response" in accurate
 
 
-def test_the_download_streams_the_verified_bytes(art: Artifacts, cora: Person) -> None:
+def test_the_download_streams_the_verified_bytes(art: Artifacts, obi: Person) -> None:
     _, sha = submitted(art)
-    response = cora.client.get(f"/missions/{art.group}/artifacts/{sha}")
+    response = obi.client.get(f"/missions/{art.group}/artifacts/{sha}")
     assert response.status_code == 200
     assert b"".join(response.streaming_content) == REPORT  # type: ignore[attr-defined]
 
 
-def test_accept_retains_the_coordinators_judgement_beside_the_pipelines_records_spec_13_2(
-    art: Artifacts, cora: Person
-) -> None:
-    item, sha = submitted(art)
-    response = cora.client.post(
-        url(art, item, "accept"), {"revision": art.item(item).revision, "note": "looks right"}, follow=True
-    )
-    assert "Accepted: work.result_accepted" in response.content.decode()
-    assert art.item(item).state == "verified"
-    (event,) = events_of(art.group, "work.result_accepted")
-    (human,) = event.body["evidence"]  # the pipeline's results are retained by review.record, not repeated
-    assert human["method"] == "human" and human["summary"] == "looks right" and human["artifacts"] == [sha]
-    assert human["criteria"] == ["complete", "accurate"]
-    assert event.actor == str(cora.agent.id)
-    origins = set(Evidence.objects.filter(workitem_id=item).values_list("origin", flat=True))
-    assert origins == {"submission", "review", "coordinator"}
-
-
-def test_fail_issues_work_fail_with_the_reason(art: Artifacts, cora: Person) -> None:
+def test_the_page_decides_nothing_the_coordinator_is_an_agent_spec_7_2(art: Artifacts, pat: Person) -> None:
+    """``work.accept_result`` is an Agent's Command (command.schema.json): the MissionOwner's
+    page shows the review, with no decision form and no URL that would issue one."""
     item, _ = submitted(art)
-    cora.client.post(url(art, item, "fail"), {"revision": art.item(item).revision, "reason": "numbers off"})
-    assert art.item(item).state == "failed"
-    (event,) = events_of(art.group, "work.failed")
-    assert event.body["evidence"][0]["summary"] == "numbers off"
-    assert event.body["evidence"][0]["result"] == "fail"
-    html = cora.client.get(url(art, item)).content.decode()
-    assert 'data-origin="failure"' in html and "numbers off" in html
-
-
-def test_a_stale_review_form_shows_the_refusal_and_changes_nothing_MWP_EVT_007(art: Artifacts, cora: Person) -> None:
-    item, _ = submitted(art)
-    stale = art.item(item).revision
-    art.accept_result(item)  # another Coordinator decided first
-    with nothing_written():
-        response = cora.client.post(url(art, item, "fail"), {"revision": stale, "reason": "late"})
-    assert response.status_code == 409
-    assert "REVISION_CONFLICT: someone changed this item; reload" in response.content.decode()
-    assert art.item(item).state == "verified"
-
-
-def test_a_worker_member_sees_no_decision_and_cannot_accept(art: Artifacts, wes: Person) -> None:
-    item, _ = submitted(art)
-    html = wes.client.get(url(art, item)).content.decode()
+    html = pat.client.get(url(art, item)).content.decode()
     assert "complete checked" in html
-    assert 'id="accept-result"' not in html
+    assert 'id="accept-result"' not in html and 'id="fail-result"' not in html
     with nothing_written():
-        response = wes.client.post(url(art, item, "accept"), {"revision": art.item(item).revision})
-    assert response.status_code == 403
-    assert "AUTH_FORBIDDEN" in response.content.decode()
+        for action in ("accept", "fail"):
+            assert pat.client.post(url(art, item, action), {"revision": art.item(item).revision}).status_code == 404
+    art.accept_result(item)  # the Coordinator Agent decides over the wire
+    (event,) = events_of(art.group, "work.result.accepted")
+    html = pat.client.get(url(art, item)).content.decode()
+    assert 'id="item-state">verified' in html and event.as_wire()["kind"] == "work.result.accepted"
 
 
 def test_an_artifact_of_another_group_is_not_served_through_this_one(
-    art: Artifacts, cora: Person, other_mission: dict[str, str], nick: Person
+    art: Artifacts, obi: Person, other_mission: dict[str, str], nick: Person
 ) -> None:
     foreign = store_stream(
         io.BytesIO(b"secret"), "text/plain", Group.objects.get(id=other_mission["group"]),
         Agent.objects.get(id=nick.agent.id), 1000,
     ).sha256  # fmt: skip
-    assert cora.client.get(f"/missions/{art.group}/artifacts/{foreign}").status_code == 404
-    assert cora.client.get(f"/missions/{other_mission['group']}/artifacts/{foreign}").status_code == 404
+    assert obi.client.get(f"/missions/{art.group}/artifacts/{foreign}").status_code == 404
+    assert obi.client.get(f"/missions/{other_mission['group']}/artifacts/{foreign}").status_code == 404
