@@ -38,45 +38,25 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import Enum
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from mwportal.protocol import GENESIS_HASH, ErrorCode, ProtocolError, jcs
 from mwportal.protocol import catalogue as _catalogue
-from mwportal.protocol.admission import AdmissionFailed, TrustedContext, admit_first
-from mwportal.protocol.command import CommandDoc, format_timestamp, read_command
+from mwportal.protocol.command import CommandDoc, format_timestamp
 from mwportal.protocol.eventdoc import ORGANIZATION_SCOPED, build_event
-from mwportal.protocol.ids import new_urn, urn
-from mwportal.protocol.registry import EVIDENCE_INVALID, UNKNOWN_KEY, KeyBinding, KeyResolutionError, Principal
-from mwportal.protocol.verification import VerificationFailed, Verified, verify_document, wire_error
+from mwportal.protocol.ids import urn
 
 from . import service_keys
 from .access import group_not_found
 from .delivery import CommittedHead, notify_commit, prepare_commit
-from .models import ActionReceipt, Agent, Group, GroupEvent, Membership, Organization, OrganizationEvent, SigningKey
+from .intake import Auth, Command, admit, check_fresh, verify_command
+from .models import ActionReceipt, Agent, Group, GroupEvent, Membership, OrganizationEvent
 from .registry import CommandSpec, spec_for
 
 log = logging.getLogger(__name__)
-
-
-class Auth(Enum):
-    """How the Command's actor was authenticated."""
-
-    SIGNED = "signed"  # a Command document verified in the six stages (accept_document)
-    PORTAL = "portal"  # a person's Django session; the view resolved the actor from request.user
-    SERVICE = "service"  # built and signed in-process by the Organization's control plane
-
-
-@dataclass(frozen=True, slots=True)
-class Command:
-    doc: CommandDoc
-    auth: Auth = Auth.SIGNED
-    # The six-stage result behind an ``Auth.SIGNED`` Command (admission needs it).
-    verified: Verified | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,50 +217,6 @@ _T_RECEIPT = ActionReceipt._meta.db_table
 # --- step 1: the six stages -----------------------------------------------------------------
 
 
-class SignerRegistry:
-    """Registry evidence for a Command from any Organization (§6.4 stage 4).
-
-    Key IDs are ``urn:uuid:`` URIs the portal mints, so a key ID names one
-    Organization; the binding is resolved in that Organization's Registry
-    (``missions.keyregistry.DjangoRegistry``). A key ID bound in two
-    Organizations is evidence that cannot be trusted: it fails closed.
-    """
-
-    def __init__(self) -> None:
-        self.organization_id = ""
-        self.organization: str | None = None  # bare UUID once resolved
-
-    def resolve(self, key_id: str) -> KeyBinding:
-        from .keyregistry import DjangoRegistry
-
-        owners = list(SigningKey.objects.filter(key_id=key_id).values_list("organization_id", flat=True)[:2])
-        if not owners:
-            raise KeyResolutionError(UNKNOWN_KEY)
-        if len(owners) > 1:
-            raise KeyResolutionError(EVIDENCE_INVALID)
-        organization = Organization(pk=owners[0])
-        registry = DjangoRegistry(organization)
-        self.organization_id = registry.organization_id
-        self.organization = str(owners[0])
-        return registry.resolve(key_id)
-
-
-def verify_command(data: bytes) -> Command:
-    """The six stages over a received Command document; the ``Command`` to accept.
-
-    Raises ``ProtocolError`` with the first failing stage's wire code, or
-    SCHEMA_VALIDATION_FAILED for an identifier that is not the portal's
-    ``urn:uuid:`` form.
-    """
-    registry = SignerRegistry()
-    try:
-        verified = verify_document(data, "command", registry)
-    except VerificationFailed as failure:
-        raise wire_error(failure) from None
-    doc = read_command(verified.document, signing_hash=verified.signing_hash, key_id=verified.key_id)
-    return Command(doc, Auth.SIGNED, verified)
-
-
 def accept_document(data: bytes, *, now: datetime | None = None) -> Receipt:
     """Verify a Command document's bytes in the six stages, then ``accept()`` it."""
     return accept(verify_command(data), now=now)
@@ -393,31 +329,6 @@ def _replayed(doc: CommandDoc, stored_hash: str, stored: Any) -> Receipt:
     return {**_json(stored), "replayed": True}
 
 
-def check_fresh(doc: CommandDoc, now: datetime) -> None:
-    """A new signed Command's ``issuedAt`` is within the configured window either
-    way (DESIGN §3: ``MWP_COMMAND_FRESHNESS_SECONDS``, default 300). A retry of
-    an accepted Command is answered from its receipt before this check: its
-    signed content, ``issuedAt`` included, must not change (§15.1)."""
-    age = (now - doc.issued_at).total_seconds()
-    if age > _MAX_AGE_SECONDS:
-        raise ProtocolError(
-            ErrorCode.AUTH_INVALID_SIGNATURE,
-            f"issuedAt is {int(age)} s old; a new Command must be at most {_MAX_AGE_SECONDS} s old"
-            " (sign it again with a new actionId)",
-            details={"field": "issuedAt", "reason": "stale"},
-        )
-    if -age > _MAX_SKEW_SECONDS:
-        raise ProtocolError(
-            ErrorCode.AUTH_INVALID_SIGNATURE,
-            f"issuedAt is {int(-age)} s ahead of the server's clock (at most {_MAX_SKEW_SECONDS} s)",
-            details={"field": "issuedAt", "reason": "ahead"},
-        )
-
-
-_MAX_AGE_SECONDS: int = settings.MWP_COMMAND_FRESHNESS_SECONDS
-_MAX_SKEW_SECONDS: int = settings.MWP_COMMAND_MAX_SKEW_SECONDS
-
-
 # --- step 3: the transaction -------------------------------------------------------------------
 
 
@@ -448,7 +359,7 @@ def _accept_once(command: Command, spec: CommandSpec, now: datetime) -> Receipt:
         _check_scope(spec, group)
         organization_id = group.organization_id or actor.organization_id
         if command.auth is Auth.SIGNED:
-            _admit(command, organization_id, now)
+            admit(command, organization_id, now)
 
         ctx = HandlerContext(
             command=doc, spec=spec, actor=actor, group=group, now=now, payload=doc.payload, auth=command.auth
@@ -479,26 +390,6 @@ def _accept_once(command: Command, spec: CommandSpec, now: datetime) -> Receipt:
 def _organization_head(spec: CommandSpec) -> GroupHead:
     """An Organization-scoped Command has no Group: a placeholder head that no Event joins."""
     return GroupHead("", "", "organization", 0, GENESIS_HASH, 0, exists=False)
-
-
-def _admit(command: Command, organization_id: str, now: datetime) -> None:
-    """The First-Admission Record of the verified document (§6.4), looked up or appended
-    by ``(organizationId, signingHash)`` inside the acceptance transaction."""
-    from .admission_log import DjangoAdmissionLog
-
-    verified = command.verified
-    if verified is None:
-        raise RuntimeError("an Auth.SIGNED Command carries its verification")
-    authority = Principal("service", urn(service_keys.principal_id(organization_id, service_keys.GROUP_AUTHORITY)))
-    log_ = DjangoAdmissionLog(Organization(pk=organization_id), authority)
-
-    def context() -> TrustedContext:
-        return TrustedContext(new_urn(), format_timestamp(now), authority)
-
-    try:
-        admit_first(verified, log_, context)
-    except AdmissionFailed as failure:
-        raise ProtocolError(failure.wire_code, "the document could not be admitted") from None
 
 
 def _select_group(cur: Any, group_id: str) -> Any:

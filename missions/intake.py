@@ -1,0 +1,131 @@
+"""What happens to a Command before the acceptance transaction decides (DESIGN §3 steps 1-2).
+
+- ``verify_command``: the six verification stages of PROTOCOL §6.4 over the
+  received bytes, the key resolved in the signer's Organization's Registry;
+- ``check_fresh``: the bounded freshness window of a new Command's ``issuedAt``;
+- ``admit``: the First-Admission Record of a verified document, looked up or
+  appended inside the acceptance transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+
+from django.conf import settings
+
+from mwportal.protocol import ErrorCode, ProtocolError
+from mwportal.protocol.admission import AdmissionFailed, TrustedContext, admit_first
+from mwportal.protocol.command import CommandDoc, format_timestamp, read_command
+from mwportal.protocol.ids import new_urn, urn
+from mwportal.protocol.registry import EVIDENCE_INVALID, UNKNOWN_KEY, KeyBinding, KeyResolutionError, Principal
+from mwportal.protocol.verification import VerificationFailed, Verified, verify_document, wire_error
+
+from . import service_keys
+from .models import Organization, SigningKey
+
+
+class Auth(Enum):
+    """How the Command's actor was authenticated."""
+
+    SIGNED = "signed"  # a Command document verified in the six stages (accept_document)
+    PORTAL = "portal"  # a person's Django session; the view resolved the actor from request.user
+    SERVICE = "service"  # built and signed in-process by the Organization's control plane
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    doc: CommandDoc
+    auth: Auth = Auth.SIGNED
+    # The six-stage result behind an ``Auth.SIGNED`` Command (admission needs it).
+    verified: Verified | None = None
+
+
+class SignerRegistry:
+    """Registry evidence for a Command from any Organization (§6.4 stage 4).
+
+    Key IDs are ``urn:uuid:`` URIs the portal mints, so a key ID names one
+    Organization; the binding is resolved in that Organization's Registry
+    (``missions.keyregistry.DjangoRegistry``). A key ID bound in two
+    Organizations is evidence that cannot be trusted: it fails closed.
+    """
+
+    def __init__(self) -> None:
+        self.organization_id = ""
+        self.organization: str | None = None  # bare UUID once resolved
+
+    def resolve(self, key_id: str) -> KeyBinding:
+        from .keyregistry import DjangoRegistry
+
+        owners = list(SigningKey.objects.filter(key_id=key_id).values_list("organization_id", flat=True)[:2])
+        if not owners:
+            raise KeyResolutionError(UNKNOWN_KEY)
+        if len(owners) > 1:
+            raise KeyResolutionError(EVIDENCE_INVALID)
+        organization = Organization(pk=owners[0])
+        registry = DjangoRegistry(organization)
+        self.organization_id = registry.organization_id
+        self.organization = str(owners[0])
+        return registry.resolve(key_id)
+
+
+def verify_command(data: bytes) -> Command:
+    """The six stages over a received Command document; the ``Command`` to accept.
+
+    Raises ``ProtocolError`` with the first failing stage's wire code, or
+    SCHEMA_VALIDATION_FAILED for an identifier that is not the portal's
+    ``urn:uuid:`` form.
+    """
+    registry = SignerRegistry()
+    try:
+        verified = verify_document(data, "command", registry)
+    except VerificationFailed as failure:
+        raise wire_error(failure) from None
+    doc = read_command(verified.document, signing_hash=verified.signing_hash, key_id=verified.key_id)
+    return Command(doc, Auth.SIGNED, verified)
+
+
+def check_fresh(doc: CommandDoc, now: datetime) -> None:
+    """A new signed Command's ``issuedAt`` is within the configured window either
+    way (DESIGN §3: ``MWP_COMMAND_FRESHNESS_SECONDS``, default 300). A retry of
+    an accepted Command is answered from its receipt before this check: its
+    signed content, ``issuedAt`` included, must not change (§15.1)."""
+    age = (now - doc.issued_at).total_seconds()
+    if age > _MAX_AGE_SECONDS:
+        raise ProtocolError(
+            ErrorCode.AUTH_INVALID_SIGNATURE,
+            f"issuedAt is {int(age)} s old; a new Command must be at most {_MAX_AGE_SECONDS} s old"
+            " (sign it again with a new actionId)",
+            details={"field": "issuedAt", "reason": "stale"},
+        )
+    if -age > _MAX_SKEW_SECONDS:
+        raise ProtocolError(
+            ErrorCode.AUTH_INVALID_SIGNATURE,
+            f"issuedAt is {int(-age)} s ahead of the server's clock (at most {_MAX_SKEW_SECONDS} s)",
+            details={"field": "issuedAt", "reason": "ahead"},
+        )
+
+
+_MAX_AGE_SECONDS: int = settings.MWP_COMMAND_FRESHNESS_SECONDS
+_MAX_SKEW_SECONDS: int = settings.MWP_COMMAND_MAX_SKEW_SECONDS
+
+
+def admit(command: Command, organization_id: str, now: datetime) -> None:
+    """The First-Admission Record of the verified document (§6.4), looked up or appended
+    by ``(organizationId, signingHash)`` inside the acceptance transaction."""
+    from .admission_log import DjangoAdmissionLog
+
+    verified = command.verified
+    if verified is None:
+        raise RuntimeError("an Auth.SIGNED Command carries its verification")
+    authority = Principal("service", urn(service_keys.principal_id(organization_id, service_keys.GROUP_AUTHORITY)))
+    log_ = DjangoAdmissionLog(Organization(pk=organization_id), authority)
+
+    def context() -> TrustedContext:
+        return TrustedContext(new_urn(), format_timestamp(now), authority)
+
+    try:
+        admit_first(verified, log_, context)
+    except AdmissionFailed as failure:
+        raise ProtocolError(failure.wire_code, "the document could not be admitted") from None
