@@ -63,6 +63,20 @@ def internal_error(exc: BaseException | None) -> ProtocolError:
     )
 
 
+def database_failure(exc: BaseException) -> BaseException | None:
+    """The database error among the causes and contexts of ``exc``, if any."""
+    pending, seen = [exc], set()
+    while pending:
+        node = pending.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, DATABASE_ERRORS):
+            return node
+        pending += [n for n in (node.__cause__, node.__context__) if n is not None]
+    return None
+
+
 _R = TypeVar("_R", bound=HttpResponse)
 
 
@@ -84,13 +98,23 @@ def _with_retry_after(response: _R, err: ProtocolError) -> _R:
 
 
 def protocol_exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
-    """Every refusal leaves in the one error shape of DESIGN §4, and so does
+    """Every refusal leaves in the normative error document (DESIGN §5), and so does
     every failure: a database error or any other unexpected exception is the
     INTERNAL_ERROR document with ``Retry-After`` (issue 16 item 10), never
-    Django's HTML page. The traceback is logged once, server-side."""
+    Django's HTML page. The traceback is logged once, server-side.
+
+    A refusal raised because the database failed underneath it (key
+    resolution fails closed, §6.4, so an outage would read as
+    AUTH_INVALID_SIGNATURE) is the Authority failing, not the request being
+    wrong: INTERNAL_ERROR, retryable, since nothing was accepted."""
+    if isinstance(exc, ProtocolError) and exc.code is not ErrorCode.INTERNAL_ERROR:
+        failure = database_failure(exc)
+        if failure is not None:
+            set_rollback()
+            return _logged(error_response(internal_error(failure)), failure, context)
     if isinstance(exc, ProtocolError):
         if exc.code is ErrorCode.INTERNAL_ERROR:
-            # BACKPRESSURE (503) is a refusal the server chose; only a failure
+            # BACKPRESSURE (429) is a refusal the server chose; only a failure
             # is worth a traceback.
             return _logged(error_response(exc), exc, context)
         return error_response(exc)
@@ -153,15 +177,18 @@ def server_error(request: HttpRequest) -> HttpResponse:
 
 
 def read_body(request: Request) -> bytes:
-    """The request body's bytes, else the binding's refusal: 415 unless it is
-    declared ``application/json`` (UTF-8), 413 over ``MWP_MAX_COMMAND_BYTES``
-    (1 MiB), 400 PROTOCOL_VIOLATION when it is empty. Nothing is parsed yet."""
+    """The request body's bytes, else the binding's refusal: 400
+    PROTOCOL_VIOLATION when it is empty, 415 unless it is declared
+    ``application/json`` (UTF-8), 413 over ``MWP_MAX_COMMAND_BYTES`` (1 MiB).
+    Nothing is parsed yet."""
     django_request: HttpRequest = request._request
-    check_json_media_type(django_request)
     limit = settings.MWP_MAX_COMMAND_BYTES
     declared = django_request.META.get("CONTENT_LENGTH") or "0"
     if not declared.isdigit():
         raise unreadable("Content-Length is not a number of bytes")
+    if int(declared) == 0:
+        raise unreadable("is empty; expected a JSON object")
+    check_json_media_type(django_request)
     if int(declared) > limit:
         raise too_large(limit)
     raw: bytes = django_request.read(limit + 1)

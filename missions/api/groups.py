@@ -5,9 +5,12 @@
 (``GroupEvent.document``, exactly what the WebSocket delivers) with a
 sequence above N, in order. A position older than the online replay window
 is ``CURSOR_TOO_OLD`` (410) carrying ``snapshotArtifactHash`` and, in
-``details.snapshot``, the reference of the signed snapshot to restore; the
-client fetches it, checks its hash and signature and reads on after its
-sequence.
+``details.snapshot``, the reference of the signed snapshot to restore. Its
+``href`` serves the snapshot artifact ``{"snapshot": <signed Group
+Snapshot>, "state": <the state>}``, whose JCS bytes hash to
+``snapshotArtifactHash``; the client checks that hash, the snapshot's
+signature and ``stateHash``, restores, and reads on after
+``throughSequence``.
 
 Membership is enforced by ``access_group``: a Group that is absent and one the
 caller may not see are the same ``GROUP_NOT_FOUND`` document, byte for byte.
@@ -15,7 +18,6 @@ caller may not see are the same ``GROUP_NOT_FOUND`` document, byte for byte.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from django.http import HttpResponse
@@ -25,7 +27,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from mwportal.protocol import ErrorCode, ProtocolError, canonicalize
+from mwportal.protocol import ErrorCode, ProtocolError, jcs
 from mwportal.protocol.ids import bare, urn
 
 from .. import serializers as s
@@ -49,9 +51,27 @@ EVENT_PAGE = {
 }
 
 
+SNAPSHOT_ARTIFACT = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["snapshot", "state"],
+    "properties": {
+        "snapshot": kernel("group-snapshot"),
+        "state": {"type": "object", "description": "the Group's state; its JCS bytes hash to snapshot.stateHash"},
+    },
+    "description": "the snapshot artifact: its JCS bytes hash to the snapshotArtifactHash of CURSOR_TOO_OLD",
+}
+
+
+def snapshot_artifact(snapshot: GroupSnapshot) -> dict[str, Any]:
+    """What a client restores: the signed Group Snapshot (``group-snapshot.schema.json``) and the state
+    its ``stateHash`` commits to, as one JSON document."""
+    return {"snapshot": snapshot.document, "state": snapshot.state}
+
+
 def snapshot_artifact_hash(snapshot: GroupSnapshot) -> str:
-    """The content address of the signed snapshot document: ``sha256:`` of its JCS bytes."""
-    return "sha256:" + hashlib.sha256(canonicalize(snapshot.document)).hexdigest()
+    """The content address of the snapshot artifact: ``sha256:`` of its JCS bytes."""
+    return jcs.sha256_hash(jcs.canonicalize(snapshot_artifact(snapshot)))
 
 
 def snapshot_url(group_id: str, sequence: int) -> str:
@@ -59,13 +79,20 @@ def snapshot_url(group_id: str, sequence: int) -> str:
 
 
 def snapshot_reference(snapshot: GroupSnapshot) -> dict[str, Any]:
-    """Where the signed snapshot is and what it must hash to (DESIGN §5, PROTOCOL §16)."""
-    return {
+    """The signed snapshot's reference (DESIGN §5, PROTOCOL §16): which one, where, and what it hashes to."""
+    reference: dict[str, Any] = {
         "groupId": urn(str(snapshot.group_id)),
         "throughSequence": snapshot.sequence,
         "snapshotArtifactHash": snapshot_artifact_hash(snapshot),
         "href": snapshot_url(str(snapshot.group_id), snapshot.sequence),
     }
+    document = snapshot.document
+    for member in ("snapshotId", "stateHash"):
+        if member in document:
+            reference[member] = document[member]
+    if "signature" in document:
+        reference["signature"] = document["signature"]
+    return reference
 
 
 def cursor_too_old(snapshot: GroupSnapshot, after: int) -> ProtocolError:
@@ -134,7 +161,7 @@ class GroupSnapshotView(APIView):
             OpenApiParameter("groupId", OpenApiTypes.STR, OpenApiParameter.PATH, description="urn:uuid: of the Group"),
             OpenApiParameter("sequence", int, OpenApiParameter.PATH, description="the snapshot's sequence"),
         ],
-        responses={200: OpenApiResponse(OpenApiTypes.OBJECT, description="the signed snapshot document"), **ERRORS},
+        responses={200: OpenApiResponse(SNAPSHOT_ARTIFACT), **ERRORS},
     )
     def get(self, request: Request, groupId: str, sequence: int) -> Response:  # noqa: N803
         group = visible_group(request, groupId)
@@ -142,4 +169,4 @@ class GroupSnapshotView(APIView):
         if snapshot is None:
             # errors.py: an absent thing read through a visible Group is the same 404.
             raise ProtocolError(ErrorCode.GROUP_NOT_FOUND, f"no snapshot of this Group through sequence {sequence}")
-        return Response(snapshot.document)
+        return Response(snapshot_artifact(snapshot))

@@ -29,9 +29,10 @@ from django.test import RequestFactory
 
 from missions.backpressure import BackpressureASGI, BackpressureMiddleware, process_gate
 from missions.models import ActionReceipt, Group
+from mwportal.protocol import catalogue
+from mwportal.protocol.ids import urn
 from tests.conftest import AgentKey
 from tests.delivery.conftest import Daphne, daphne  # noqa: F401  (daphne: the real-server fixture)
-from tests.workitems.flow import contract
 
 RETRY_AFTER_MS = 1500
 
@@ -65,7 +66,7 @@ def post(server: Daphne, path: str, body: bytes, timeout: float = 20) -> tuple[i
 
 
 def post_command(server: Daphne, envelope: dict[str, Any]) -> tuple[int, dict[str, str], Any]:
-    return post(server, "/api/v1/commands", json.dumps(envelope).encode())
+    return post(server, "/api/v0.1/commands", json.dumps(envelope).encode())
 
 
 def hold_the_slot(server: Daphne, envelope: dict[str, Any], results: dict[str, Any]) -> threading.Thread:
@@ -81,7 +82,7 @@ def hold_the_slot(server: Daphne, envelope: dict[str, Any], results: dict[str, A
         sender.start()
         time.sleep(0.1)
         while sender.is_alive() and time.monotonic() < deadline:
-            status, _, _ = post(server, "/api/v1/commands", b"{}")
+            status, _, _ = post(server, "/api/v0.1/commands", b"{}")
             if status == 429:
                 return sender
             assert status == 400, status
@@ -92,7 +93,9 @@ def hold_the_slot(server: Daphne, envelope: dict[str, Any], results: dict[str, A
 
 
 def authorize(coordinator: AgentKey, group: str) -> dict[str, Any]:
-    return coordinator.envelope("work.authorize", group, {"workitem": str(uuid.uuid4()), "contract": contract()})
+    """A signed ``work.propose`` of ``group`` (the catalogue's example contract, a fresh proposal)."""
+    contract = catalogue.command("work.propose").examples[0]["contract"]
+    return coordinator.command("work.propose", group, {"proposalId": urn(str(uuid.uuid4())), "contract": contract})
 
 
 @contextlib.contextmanager
@@ -138,10 +141,10 @@ def test_it_sheds_a_command_past_the_bound_with_backpressure(
     assert results["held"][0] == 201, results["held"]
     # Nothing was written for the shed Command; retried unchanged below the
     # bound (same Action ID, same signature), it passes.
-    assert not ActionReceipt.objects.filter(action_id=shed["action_id"]).exists()
+    assert not ActionReceipt.objects.filter(action_id=shed["actionId"].removeprefix("urn:uuid:")).exists()
     status, _, receipt = post_command(daphne, shed)
     assert status == 201, receipt
-    assert receipt["action_id"] == shed["action_id"]
+    assert receipt["actionId"] == shed["actionId"]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -171,7 +174,7 @@ def test_it_lets_a_command_wait_briefly_for_a_slot(
 
 
 def command_request() -> HttpRequest:
-    return RequestFactory().post("/api/v1/commands", data=b"{}", content_type="application/json")
+    return RequestFactory().post("/api/v0.1/commands", data=b"{}", content_type="application/json")
 
 
 def test_it_sheds_on_the_sync_path_and_leaves_reads_alone(settings: Any) -> None:
@@ -190,7 +193,7 @@ def test_it_sheds_on_the_sync_path_and_leaves_reads_alone(settings: Any) -> None
     holder.start()
     assert entered.wait(10)
     shed = middleware(command_request())
-    read = middleware(RequestFactory().get("/api/v1/commands"))
+    read = middleware(RequestFactory().get("/api/v0.1/commands"))
     release.set()
     holder.join(10)
     assert shed.status_code == 429
@@ -239,7 +242,7 @@ def test_it_holds_the_slot_until_a_cancelled_requests_work_is_done(settings: Any
     asyncio.run(scenario())
 
 
-def asgi_scope(method: str = "POST", path: str = "/api/v1/commands") -> dict[str, Any]:
+def asgi_scope(method: str = "POST", path: str = "/api/v0.1/commands") -> dict[str, Any]:
     return {"type": "http", "method": method, "path": path, "root_path": "", "headers": [], "query_string": b""}
 
 
@@ -278,10 +281,10 @@ def test_it_sheds_before_django_under_asgi(settings: Any) -> None:
         while not calls:
             await asyncio.sleep(0)
         shed = await call_asgi(gate, asgi_scope())
-        read = await call_asgi(gate, asgi_scope("GET", "/api/v1/memberships"))
+        read = await call_asgi(gate, asgi_scope("GET", "/api/v0.1/memberships"))
         release.set()
         assert (await held)[0]["status"] == 201
-        assert calls == ["POST /api/v1/commands", "GET /api/v1/memberships"]  # the shed one never got through
+        assert calls == ["POST /api/v0.1/commands", "GET /api/v0.1/memberships"]  # the shed one never got through
         start, body = shed
         assert start["status"] == 429
         headers = dict(start["headers"])

@@ -1,22 +1,15 @@
-"""POST /api/v1/commands after issue 16's hardening of ``accept()`` (item 1
-and item 8's "smaller surfaces"), through the REST binding:
+"""``POST /api/v0.1/commands`` keeps issue 16's hardening on the new wire (§6.4, §15.1, §19):
 
-- a replay is verified before its stored receipt is returned: a forged copy
-  of a known envelope (same content, another key's signature) is 401
-  AUTH_INVALID_SIGNATURE, never the receipt (spec §8: verification precedes every
-  other use of a signed document);
-- a new signed Command's ``issued_at`` lies in the freshness window (at most
-  MWP_COMMAND_FRESHNESS_SECONDS old, MWP_COMMAND_MAX_SKEW_SECONDS ahead):
-  2001 and 2999 are refused, inside the window is accepted, and an
-  unchanged retry of an accepted Command keeps its receipt after the window;
-- internal kinds (``artifact.upload``: "this Group holds these bytes") are
-  refused from signed clients with AUTH_FORBIDDEN: holding bytes is proven only
-  by sending them.
+- a replay is verified before its stored receipt is returned: a copy of a known Command re-signed with
+  another key, or with its signature mangled, is 401 AUTH_INVALID_SIGNATURE, never the receipt;
+- a new Command's ``issuedAt`` lies within ``MWP_COMMAND_FRESHNESS_SECONDS`` either way (reason
+  ``stale``/``ahead``), while an unchanged retry of an accepted one keeps its receipt after the window;
+- the control plane's own kinds (a Session Epoch, "this Group holds these bytes") are refused from a
+  signed client with AUTH_FORBIDDEN: a session comes only from the HELLO, bytes only by sending them.
 """
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -25,139 +18,129 @@ import pytest
 import time_machine
 from django.conf import settings
 
-from missions.models import GroupEvent
-from mwportal.protocol import generate_keypair, signed
-from tests.api.support import COMMANDS, bearer, error_of, http, nothing_written, post_json, show
+from missions.models import Agent, GroupEvent
+from mwportal.protocol.command import Key
+from mwportal.protocol.ids import urn
+from mwportal.protocol.verification import sign_document
+from tests.api.support import COMMANDS, error_of, http, nothing_written, post_json, show
+from tests.api.test_commands import create_mission
 from tests.conftest import AgentKey
 
 FRESHNESS = settings.MWP_COMMAND_FRESHNESS_SECONDS
 SKEW = settings.MWP_COMMAND_MAX_SKEW_SECONDS
 
 
-def mission_create(owner: AgentKey, **kw: Any) -> dict[str, Any]:
-    body = {"mission": str(uuid.uuid4()), "title": "Survey", "objective": "Map the coast"}
-    return owner.envelope("mission.create", str(uuid.uuid4()), body, **kw)
+def resigned(document: dict[str, Any], key: Key) -> dict[str, Any]:
+    """The same content signed by ``key`` under the document's own key ID."""
+    return sign_document(document, key_id=document["signature"]["keyId"], seed=key.seed, profile="command")
 
 
-def resigned(envelope: dict[str, Any], private_key: str) -> dict[str, Any]:
-    """The same signed content with a signature by ``private_key``."""
-    return signed(private_key, {k: v for k, v in envelope.items() if k != "signature"})
-
-
-# --- a replay is verified first ---------------------------------------------
-
-
-def test_it_refuses_a_forged_copy_of_a_known_envelope_instead_of_returning_its_receipt(
-    owner: AgentKey, outsider: AgentKey
+def test_a_known_command_resigned_with_another_key_is_401_not_its_receipt_spec_6_4(
+    owner: AgentKey, coordinator: AgentKey, outsider: AgentKey
 ) -> None:
-    genuine = mission_create(owner)
+    genuine = create_mission(owner, coordinator)
     first = post_json(http(), COMMANDS, genuine)
     assert first.status_code == 201, show(first)
-    stranger_key, _ = generate_keypair()
-    for forger in (outsider.private_key, stranger_key):
+    for forger in (outsider.key, Key.generate()):
         forged = resigned(genuine, forger)
         assert forged["signature"] != genuine["signature"]
         with nothing_written():
             response = post_json(http(), COMMANDS, forged)
         error_of(response, 401, "AUTH_INVALID_SIGNATURE")
-        assert "events" not in response.content.decode()
-    # The genuine retry still gets its receipt.
+        assert "events" not in response.json()
     again = post_json(http(), COMMANDS, genuine)
-    assert again.status_code == 200, show(again)
-    assert again.json() == {**first.json(), "replayed": True}
+    assert again.status_code == 200 and again.json() == {**first.json(), "replayed": True}, show(again)
 
 
-def test_it_refuses_a_known_envelope_with_its_signature_removed_or_mangled(owner: AgentKey) -> None:
-    genuine = mission_create(owner)
+@pytest.mark.parametrize("change", ["mangled", "removed", "other-key-id"])
+def test_a_known_command_with_its_signature_changed_is_refused(
+    owner: AgentKey, coordinator: AgentKey, outsider: AgentKey, change: str
+) -> None:
+    genuine = create_mission(owner, coordinator)
     assert post_json(http(), COMMANDS, genuine).status_code == 201
-    signature = genuine["signature"]
-    mangled = signature[:-4] + ("AAAA" if not signature.endswith("AAAA") else "BBBB")
+    signature = dict(genuine["signature"])
+    if change == "mangled":
+        signature["value"] = signature["value"][:-4] + ("AAAA" if not signature["value"].endswith("AAAA") else "BBBB")
+        document = {**genuine, "signature": signature}
+    elif change == "removed":
+        document = {k: v for k, v in genuine.items() if k != "signature"}
+    else:
+        document = {**genuine, "signature": {**signature, "keyId": outsider.key.key_id}}
     with nothing_written():
-        error_of(post_json(http(), COMMANDS, {**genuine, "signature": mangled}), 401, "AUTH_INVALID_SIGNATURE")
-
-
-# --- issued_at freshness ----------------------------------------------------
+        response = post_json(http(), COMMANDS, document)
+    assert response.status_code in (400, 401), show(response)
+    error_of(response, response.status_code, response.json()["code"])
+    assert "replayed" not in response.json()
 
 
 @pytest.mark.parametrize(
-    "issued_at",
-    [datetime(2001, 1, 1, tzinfo=UTC), datetime(2999, 1, 1, tzinfo=UTC)],
-    ids=["2001", "2999"],
+    "issued_at", [datetime(2001, 1, 1, tzinfo=UTC), datetime(2999, 1, 1, tzinfo=UTC)], ids=["2001", "2999"]
 )
-def test_it_refuses_a_command_issued_far_outside_the_window(owner: AgentKey, issued_at: datetime) -> None:
+def test_a_command_issued_far_outside_the_window_is_401_spec_19(
+    owner: AgentKey, coordinator: AgentKey, issued_at: datetime
+) -> None:
     with nothing_written():
-        error = error_of(
-            post_json(http(), COMMANDS, mission_create(owner, issued_at=issued_at)), 401, "AUTH_INVALID_SIGNATURE"
-        )
-    assert error["details"] == {"field": "issued_at"}
-    assert "issued_at" in error["message"]
+        response = post_json(http(), COMMANDS, create_mission(owner, coordinator, issued_at=issued_at))
+        error = error_of(response, 401, "AUTH_INVALID_SIGNATURE")
+    assert error["details"]["field"] == "issuedAt"
+    assert error["details"]["reason"] == ("stale" if issued_at.year == 2001 else "ahead")
 
 
 @pytest.mark.parametrize(
     ("offset", "accepted"),
-    [
-        (-(FRESHNESS - 60), True),
-        (-(FRESHNESS + 60), False),
-        (SKEW - 60, True),
-        (SKEW + 60, False),
-        (0, True),
-    ],
+    [(-(FRESHNESS - 60), True), (-(FRESHNESS + 60), False), (SKEW - 60, True), (SKEW + 60, False), (0, True)],
     ids=["old-within", "too-old", "ahead-within", "too-far-ahead", "now"],
 )
-def test_it_accepts_exactly_the_freshness_window(owner: AgentKey, offset: int, accepted: bool) -> None:
-    envelope = mission_create(owner, issued_at=datetime.now(UTC) + timedelta(seconds=offset))
-    response = post_json(http(), COMMANDS, envelope)
+def test_the_freshness_window_is_exact_spec_19(
+    owner: AgentKey, coordinator: AgentKey, offset: int, accepted: bool
+) -> None:
+    document = create_mission(owner, coordinator, issued_at=datetime.now(UTC) + timedelta(seconds=offset))
+    response = post_json(http(), COMMANDS, document)
     if accepted:
         assert response.status_code == 201, show(response)
     else:
         error_of(response, 401, "AUTH_INVALID_SIGNATURE")
-        assert not GroupEvent.objects.filter(group_id=envelope["group"]).exists()
+        assert not GroupEvent.objects.filter(group_id=document["groupId"].removeprefix("urn:uuid:")).exists()
 
 
-def test_an_unchanged_retry_after_the_window_still_gets_its_receipt_but_a_forgery_does_not(
-    owner: AgentKey, outsider: AgentKey
+def test_an_unchanged_retry_after_the_window_keeps_its_receipt_but_a_forgery_does_not_spec_19(
+    owner: AgentKey, coordinator: AgentKey, outsider: AgentKey
 ) -> None:
-    # spec §19: an unchanged retry keeps its Action ID and signed content, so
-    # it must not fall foul of freshness; it is still verified.
-    genuine = mission_create(owner)
+    genuine = create_mission(owner, coordinator)
     first = post_json(http(), COMMANDS, genuine)
     assert first.status_code == 201, show(first)
     with time_machine.travel(datetime.now(UTC) + timedelta(seconds=FRESHNESS * 4), tick=False):
         again = post_json(http(), COMMANDS, genuine)
-        assert again.status_code == 200, show(again)
-        assert again.json()["replayed"] is True
-        error_of(post_json(http(), COMMANDS, resigned(genuine, outsider.private_key)), 401, "AUTH_INVALID_SIGNATURE")
-        # New content signed with the old time is stale.
-        stale = mission_create(owner, issued_at=datetime.fromisoformat(genuine["issued_at"].replace("Z", "+00:00")))
+        assert again.status_code == 200 and again.json()["replayed"] is True, show(again)
+        error_of(post_json(http(), COMMANDS, resigned(genuine, outsider.key)), 401, "AUTH_INVALID_SIGNATURE")
+        old = datetime.fromisoformat(genuine["issuedAt"].replace("Z", "+00:00"))
+        stale = create_mission(owner, coordinator, issued_at=old)
         error_of(post_json(http(), COMMANDS, stale), 401, "AUTH_INVALID_SIGNATURE")
 
 
-# --- internal kinds ---------------------------------------------------------
+# --- the control plane's kinds ---------------------------------------------------------------------
 
 
-@pytest.fixture
-def stored_sha(settings: Any, tmp_path: Any, mission: dict[str, str], worker: AgentKey) -> str:
-    """Bytes Wanda really uploaded to the Mission's Group, by the upload route."""
-    settings.MWP_ARTIFACT_ROOT = str(tmp_path / "artifacts")
-    content = b"# findings\n"
-    response = http().post(
-        f"/api/v1/artifacts?group={mission['group']}",
-        data=content,
-        content_type="text/markdown",
-        **bearer(worker.extra["token"]),
-    )
-    assert response.status_code == 201, show(response)
-    return hashlib.sha256(content).hexdigest()
-
-
-@pytest.mark.parametrize("where", ["mission", "administrative"])
-def test_it_refuses_a_signed_artifact_upload_with_forbidden(
-    org: dict[str, str], mission: dict[str, str], stored_sha: str, worker2: AgentKey, outsider: AgentKey, where: str
-) -> None:
-    # The issue's attack: claim a blob one never sent, by its hash, into a
-    # Group one may append to, then read it through that Group.
-    agent, group = (worker2, mission["group"]) if where == "mission" else (outsider, org["admin_group"])
-    envelope = agent.envelope("artifact.upload", group, {"sha256": stored_sha})
+def test_an_agent_cannot_open_its_own_session_by_command_spec_6_3(worker: AgentKey) -> None:
+    epoch = Agent.objects.get(id=worker.id).session_epoch
+    document = worker.command("ext.missionweaveprotocol.identity.session_open", None, {"agentId": worker.urn})
     with nothing_written():
-        error = error_of(post_json(http(), COMMANDS, envelope), 403, "AUTH_FORBIDDEN")
-    assert "artifact.upload" in error["message"]
+        error_of(post_json(http(), COMMANDS, document), 403, "AUTH_FORBIDDEN")
+    assert Agent.objects.get(id=worker.id).session_epoch == epoch
+
+
+def test_an_agent_cannot_claim_stored_bytes_by_command(mission: dict[str, str], worker: AgentKey) -> None:
+    payload = {"contentHash": "sha256:" + "ab" * 32, "sizeBytes": 2048, "mediaType": "text/markdown"}
+    document = worker.command("ext.mwportal.artifact.content_store", mission["group"], payload)
+    with nothing_written():
+        error_of(post_json(http(), COMMANDS, document), 403, "AUTH_FORBIDDEN")
+
+
+def test_a_person_cannot_issue_the_control_planes_organization_create(owner: AgentKey) -> None:
+    organization = str(uuid.uuid4())
+    payload = {"organizationId": urn(organization), "slug": "evil", "name": "Evil"}
+    document = owner.command("ext.mwportal.admin.organization_create", None, payload)
+    with nothing_written():
+        response = post_json(http(), COMMANDS, document)
+    assert response.status_code in (400, 403), show(response)
+    error_of(response, response.status_code, response.json()["code"])

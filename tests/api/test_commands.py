@@ -290,7 +290,9 @@ def test_other_methods_are_405_in_the_error_document(org: dict[str, str], method
 any_text = st.text(alphabet=st.characters() | st.characters(categories=["Cs"]), max_size=10)
 scalars = st.none() | st.booleans() | st.integers(-(2**64), 2**64) | st.floats() | any_text | st.uuids().map(urn)
 json_values = st.recursive(
-    scalars, lambda children: st.lists(children, max_size=4) | st.dictionaries(any_text, children, max_size=4), 10
+    scalars,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(any_text, children, max_size=4),
+    max_leaves=10,
 )
 MEMBERS = ["protocolVersion", "actionId", "actor", "kind", "groupId", "correlationId", "issuedAt", "payload",
            "sessionEpoch", "membershipEpoch", "expectedRevision", "signature", "extensions"]  # fmt: skip

@@ -7,7 +7,6 @@ not read is ``GROUP_NOT_FOUND``, byte for byte as an absent one (§17.2)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import uuid
 from typing import Any
@@ -20,7 +19,7 @@ from hypothesis import strategies as st
 
 from missions.commands import create_organization
 from missions.models import Group, GroupEvent
-from mwportal.protocol import canonicalize
+from mwportal.protocol import jcs
 from mwportal.protocol.eventdoc import verify_event
 from mwportal.protocol.registry import KeyBinding, KeyResolutionError, Principal
 from mwportal.protocol.values import b64url_decode, parse_timestamp
@@ -168,12 +167,19 @@ def test_a_cursor_outside_the_online_window_is_410_with_a_signed_snapshot_refere
     reference = error["details"]["snapshot"]
     assert error["snapshotArtifactHash"] == reference["snapshotArtifactHash"]
     assert reference["groupId"] == wire(mission["group"])
-    # The reference leads to the signed snapshot, whose JCS bytes hash to it.
+    # The reference leads to the snapshot artifact, whose JCS bytes hash to it.
     response = http().get(reference["href"], **token)
     assert response.status_code == 200, show(response)
-    snapshot = response.json()
-    assert "sha256:" + hashlib.sha256(canonicalize(snapshot)).hexdigest() == error["snapshotArtifactHash"]
-    assert "signature" in snapshot
+    artifact = response.json()
+    assert jcs.sha256_hash(jcs.canonicalize(artifact)) == error["snapshotArtifactHash"]
+    snapshot = normative("group-snapshot", artifact["snapshot"])
+    assert snapshot["stateHash"] == jcs.sha256_hash(jcs.canonicalize(artifact["state"]))
+    assert snapshot["throughSequence"] == reference["throughSequence"] and snapshot["groupId"] == wire(mission["group"])
+    # Signed by the Group Authority, with the key GET /api/v0.1/keys serves.
+    from mwportal.protocol.verification import verify_document
+
+    verified = verify_document(jcs.canonicalize(snapshot), "group-snapshot", RestRegistry())
+    assert verified.principal.type == "service"
     # Reading on after the snapshot's sequence is online again.
     after = reference["throughSequence"]
     assert sequences(read(mission["group"], worker, f"afterSequence={after}")) == list(

@@ -1,5 +1,6 @@
 """A failure inside the server answers the INTERNAL_ERROR document (issue 16
-item 10; spec §19 "Authority failed without accepting the transition").
+item 10; spec §19 "Authority failed without accepting the transition"), on
+the REST binding under /api/v0.1/.
 
 Every REST route answers a database error (an outage, a broken connection,
 an exhausted pool) and any other unexpected exception with
@@ -13,6 +14,7 @@ route is failed where a real outage would fail it.
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,7 +25,21 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.http import HttpResponse
 from django.test import Client
 
-from tests.api.support import COMMANDS, SESSIONS, bearer, error_of, http, post_json, session_request, show
+from mwportal.protocol import handshake
+from mwportal.protocol.ids import urn
+from tests.api.support import (
+    CHALLENGE,
+    COMMANDS,
+    SESSIONS,
+    bearer,
+    challenge,
+    error_of,
+    events_url,
+    http,
+    post_json,
+    show,
+)
+from tests.api.test_commands import create_mission
 from tests.conftest import AgentKey
 
 # What the injected failure says: a real driver error can name the host, the
@@ -61,8 +77,8 @@ def database_fails(exc: BaseException | None = None) -> Iterator[list[str]]:
 # --- every route of the OpenAPI schema --------------------------------------
 
 PATH_VALUES = {"sha256": "ab" * 32, "sequence": "1"}
-# Reads the server's key file, never the database.
-NO_DATABASE = {("get", "/api/v1/server-key")}
+# Served from memory, never the database.
+NO_DATABASE = {("get", "/api/v0.1/catalogue"), ("post", CHALLENGE)}
 
 
 def operations() -> list[tuple[str, str]]:
@@ -83,20 +99,26 @@ def operations() -> list[tuple[str, str]]:
 OPERATIONS = operations()
 
 
-def request_for(method: str, template: str, mission: dict[str, str], owner: AgentKey) -> dict[str, Any]:
+def request_for(
+    method: str, template: str, mission: dict[str, str], owner: AgentKey, coordinator: AgentKey, worker: AgentKey
+) -> dict[str, Any]:
     """A request that reaches the database: valid-looking path values, and a
     valid bearer token (looked up first) or a valid signed body."""
-    path = template
-    for name in ("group_id", "workitem_id", "package_id", "upload_id", "sha256", "sequence"):
-        value = PATH_VALUES.get(name, mission["group"] if name == "group_id" else str(uuid.uuid4()))
-        path = path.replace("{" + name + "}", value)
-    assert "{" not in path, path
+    values = {
+        **PATH_VALUES,
+        "groupId": urn(mission["group"]),
+        "group_id": mission["group"],
+        "keyId": worker.key.key_id,
+    }
+    path = re.sub(r"\{(\w+)\}", lambda m: values.get(m.group(1), str(uuid.uuid4())), template)
     if path == COMMANDS:
-        body = {"mission": str(uuid.uuid4()), "title": "Survey", "objective": "Map it"}
-        return {"path": path, "data": owner.envelope("mission.create", str(uuid.uuid4()), body)}
+        return {"path": path, "data": create_mission(owner, coordinator)}
     if path == SESSIONS:
-        return {"path": path, "data": session_request(owner)}
-    return {"path": path, "query": {"group": mission["group"]}, "headers": bearer(owner.extra["token"])}
+        hc, frame = challenge(http(), worker)
+        return {"path": path, "data": hc.receive_challenge(frame)}
+    if path == CHALLENGE:
+        return {"path": path, "data": handshake.ClientHandshake(worker.urn, worker.key).start()}
+    return {"path": path, "query": {"group": mission["group"]}, "headers": bearer(worker.extra["token"])}
 
 
 def send(client: Client, method: str, request: dict[str, Any]) -> HttpResponse:
@@ -110,15 +132,15 @@ def send(client: Client, method: str, request: dict[str, Any]) -> HttpResponse:
 
 def test_the_schema_documents_the_routes_this_suite_fails() -> None:
     # A route added later is failed too; this only guards against an empty list.
-    assert ("post", COMMANDS) in OPERATIONS and ("get", "/api/v1/groups/{group_id}/events") in OPERATIONS
-    assert any("/artifacts" in path for _, path in OPERATIONS)
+    assert ("post", COMMANDS) in OPERATIONS and ("get", "/api/v0.1/groups/{groupId}/events") in OPERATIONS
+    assert ("post", SESSIONS) in OPERATIONS and ("get", "/api/v0.1/keys/{keyId}") in OPERATIONS
 
 
 @pytest.mark.parametrize(("method", "template"), OPERATIONS, ids=[f"{m.upper()} {p}" for m, p in OPERATIONS])
-def test_every_route_answers_a_database_outage_with_internal_error(
-    method: str, template: str, mission: dict[str, str], owner: AgentKey
+def test_every_route_answers_a_database_outage_with_internal_error_spec_19(
+    method: str, template: str, mission: dict[str, str], owner: AgentKey, coordinator: AgentKey, worker: AgentKey
 ) -> None:
-    request = request_for(method, template, mission, owner)
+    request = request_for(method, template, mission, owner, coordinator, worker)
     with database_fails() as attempted:
         response = send(http(), method, request)
     if (method, template) in NO_DATABASE:
@@ -145,7 +167,7 @@ def test_a_read_answers_every_failure_with_internal_error(
     exc: BaseException, mission: dict[str, str], worker: AgentKey
 ) -> None:
     with database_fails(exc):
-        response = http().get(f"/api/v1/groups/{mission['group']}/events", **bearer(worker.extra["token"]))
+        response = http().get(events_url(mission["group"]), **bearer(worker.extra["token"]))
     internal_error(response)
 
 
@@ -153,26 +175,25 @@ def test_a_pool_timeout_answers_internal_error(mission: dict[str, str], worker: 
     # MWP_DB_POOL_TIMEOUT passed with every pooled connection checked out.
     psycopg_pool = pytest.importorskip("psycopg_pool")
     with database_fails(psycopg_pool.PoolTimeout("couldn't get a connection after 3.00 sec " + LEAK)):
-        response = http().get(f"/api/v1/groups/{mission['group']}/events", **bearer(worker.extra["token"]))
+        response = http().get(events_url(mission["group"]), **bearer(worker.extra["token"]))
     internal_error(response)
 
 
-def test_a_command_whose_accept_fails_answers_internal_error_and_writes_nothing(
-    monkeypatch: pytest.MonkeyPatch, owner: AgentKey
+def test_a_command_whose_accept_fails_answers_internal_error_and_writes_nothing_spec_19(
+    monkeypatch: pytest.MonkeyPatch, owner: AgentKey, coordinator: AgentKey
 ) -> None:
-    import missions.views
+    import missions.api.commands
 
-    def accept(command: Any) -> Any:
+    def accept_document(data: bytes) -> Any:
         raise OperationalError("terminating connection due to administrator command " + LEAK)
 
-    monkeypatch.setattr(missions.views, "accept", accept)
-    body = {"mission": str(uuid.uuid4()), "title": "Survey", "objective": "Map it"}
-    envelope = owner.envelope("mission.create", str(uuid.uuid4()), body)
-    error = internal_error(post_json(http(), COMMANDS, envelope))
+    monkeypatch.setattr(missions.api.commands, "accept_document", accept_document)
+    document = create_mission(owner, coordinator)
+    error = internal_error(post_json(http(), COMMANDS, document))
     assert error["details"] == {}
     # The same Command retried unchanged once the database is back is accepted.
     monkeypatch.undo()
-    assert post_json(http(), COMMANDS, envelope).status_code == 201
+    assert post_json(http(), COMMANDS, document).status_code == 201
 
 
 def test_the_traceback_is_logged_once_server_side(
@@ -180,7 +201,7 @@ def test_the_traceback_is_logged_once_server_side(
 ) -> None:
     caplog.set_level(logging.INFO)
     with database_fails():
-        response = http().get(f"/api/v1/groups/{mission['group']}/events", **bearer(worker.extra["token"]))
+        response = http().get(events_url(mission["group"]), **bearer(worker.extra["token"]))
     internal_error(response)
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1, [(r.name, r.getMessage()) for r in errors]
@@ -193,7 +214,7 @@ def test_a_refusal_is_still_its_own_code_and_not_logged_as_an_error(
     caplog: pytest.LogCaptureFixture, mission: dict[str, str]
 ) -> None:
     caplog.set_level(logging.INFO)
-    error_of(http().get(f"/api/v1/groups/{mission['group']}/events"), 401, "AUTH_REQUIRED")
+    error_of(http().get(events_url(mission["group"])), 401, "AUTH_REQUIRED")
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
@@ -209,7 +230,7 @@ def test_a_failure_in_a_plain_django_view_under_api_answers_internal_error(
         raise RuntimeError("a bug " + LEAK)
 
     monkeypatch.setattr(workitems.views, "JsonResponse", broken)
-    internal_error(http().get("/api/v1/schema/work-contract.json"))
+    internal_error(http().get("/api/v0.1/schema/work-contract.json"))
 
 
 def test_a_portal_page_failure_keeps_an_html_page(db: None, org: dict[str, str]) -> None:

@@ -19,7 +19,9 @@ from typing import Any
 
 import pytest
 
-from mwportal.protocol import generate_keypair, make_envelope
+from mwportal.protocol import handshake
+from mwportal.protocol.command import Key, build_command
+from mwportal.protocol.ids import new_urn, urn
 from tests.delivery.conftest import Daphne, free_port
 
 SECRET = "hunter2-outage"
@@ -52,12 +54,21 @@ def request(
     return server.http(method, path, json.dumps(body).encode() if body is not None else None, headers)
 
 
-def envelope() -> dict[str, Any]:
-    private_key, _ = generate_keypair()
-    return make_envelope(
-        type="mission.create", actor=str(uuid.uuid4()), group=str(uuid.uuid4()), session_epoch=1,
-        body={"mission": str(uuid.uuid4()), "title": "Survey", "objective": "Map it"}, private_key=private_key,
-    )  # fmt: skip
+def command() -> dict[str, Any]:
+    """A signed ``mission.create`` by a key no Registry knows: resolving it needs the database."""
+    group = str(uuid.uuid4())
+    payload = {"missionId": new_urn(), "groupId": urn(group), "title": "Survey", "objective": "Map it"}
+    return build_command(
+        "mission.create", actor=("human", str(uuid.uuid4())), key=Key.generate(), payload=payload, group=group
+    )
+
+
+def client_response(server: Daphne) -> dict[str, Any]:
+    """A HELLO/client_response to a real challenge (issuing one needs no database; verifying it does)."""
+    hc = handshake.ClientHandshake(new_urn(), Key.generate())
+    status, _, body = request(server, "POST", "/api/v0.1/sessions/challenge", hc.start())
+    assert status == 200, body
+    return hc.receive_challenge(json.loads(body))
 
 
 def test_it_answers_internal_error_on_every_binding_route_while_the_database_is_down(
@@ -66,14 +77,12 @@ def test_it_answers_internal_error_on_every_binding_route_while_the_database_is_
     server = daphne_without_database
     group = str(uuid.uuid4())
     answers = {
-        "commands": request(server, "POST", "/api/v1/commands", envelope()),
-        "sessions": request(
-            server, "POST", "/api/v1/sessions",
-            {"agent": str(uuid.uuid4()), "issued_at": "2026-01-01T00:00:00Z", "nonce": "n", "signature": "s"},
-        ),
-        "events": request(server, "GET", f"/api/v1/groups/{group}/events", token="A" * 43),
-        "memberships": request(server, "GET", "/api/v1/memberships", token="A" * 43),
-        "artifact": request(server, "GET", "/api/v1/artifacts/" + "ab" * 32, token="A" * 43),
+        "commands": request(server, "POST", "/api/v0.1/commands", command()),
+        "sessions": request(server, "POST", "/api/v0.1/sessions", client_response(server)),
+        "events": request(server, "GET", f"/api/v0.1/groups/{urn(group)}/events", token="A" * 43),
+        "memberships": request(server, "GET", "/api/v0.1/memberships", token="A" * 43),
+        "key": request(server, "GET", f"/api/v0.1/keys/{new_urn()}"),
+        "artifact": request(server, "GET", "/api/v0.1/artifacts/" + "ab" * 32, token="A" * 43),
     }  # fmt: skip
     for route, (status, headers, body) in answers.items():
         assert status == 500, (route, status, body[:300])

@@ -1,104 +1,75 @@
-"""A NUL character in a request body is 400 SCHEMA_VALIDATION_FAILED naming the member, on
-SQLite and on PostgreSQL (issue 16 item 6).
+"""A NUL character anywhere in a request body is refused with 400 and writes nothing, on SQLite and on
+PostgreSQL (issue 16 item 6; PROTOCOL §2, §6.4).
 
-PostgreSQL's text columns and jsonb refuse ``\\u0000``: before the fix a
-validly signed Mission title or Work Contract holding one was accepted on
-SQLite and answered 500 on PostgreSQL. The strict parser of every binding
-now refuses it before anything else looks at the document (the WebSocket
-consumer parses frames with the same ``loads_strict``).
+PostgreSQL's text columns and jsonb refuse ``\\u0000``: a validly signed Command holding one must be
+refused by the binding, not answered 500 by the database. The escape is what any JSON client writes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import uuid
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mwportal.protocol import signed
-from tests.api.support import (
-    COMMANDS,
-    SESSIONS,
-    http,
-    malformed_naming,
-    nothing_written,
-    post_raw,
-    session_request,
-)
+from mwportal.protocol import handshake
+from mwportal.protocol.verification import sign_document
+from tests.api.support import CHALLENGE, COMMANDS, error_of, http, nothing_written, post_json, post_raw, show
+from tests.api.test_commands import create_mission
 from tests.conftest import AgentKey
-from tests.workitems.flow import contract
 
 
-def send(document: dict[str, Any]) -> Any:
-    # json.dumps writes the NUL as the escape \u0000, as any JSON client does.
-    return post_raw(http(), COMMANDS, json.dumps(document))
+def refused(response: Any) -> dict[str, Any]:
+    assert response.status_code == 400, show(response)
+    assert response.json()["code"] in ("SCHEMA_VALIDATION_FAILED", "PROTOCOL_VIOLATION"), show(response)
+    return error_of(response, 400, response.json()["code"])
 
 
-def test_it_refuses_a_nul_in_a_signed_mission_title(owner: AgentKey) -> None:
-    body = {"mission": str(uuid.uuid4()), "title": "Sur\x00vey", "objective": "Map it"}
+def resign(document: dict[str, Any], agent: AgentKey) -> dict[str, Any]:
+    return sign_document(document, key_id=agent.key.key_id, seed=agent.key.seed, profile="command")
+
+
+def test_a_nul_in_a_signed_payload_member_is_400_spec_2(owner: AgentKey, coordinator: AgentKey) -> None:
+    document = create_mission(owner, coordinator)
+    document["payload"]["title"] = "Sur\x00vey"
     with nothing_written():
-        error = malformed_naming(send(owner.envelope("mission.create", str(uuid.uuid4()), body)), "body.title")
-    assert "NUL" in error["message"]
+        refused(post_raw(http(), COMMANDS, json.dumps(resign(document, owner))))
 
 
-def test_it_refuses_a_nul_deep_in_a_signed_work_contract(mission: dict[str, str], worker: AgentKey) -> None:
-    terms = contract()
-    terms["acceptance_criteria"][1]["description"] = "no invented\x00facts"
-    body = {"proposal": str(uuid.uuid4()), "contract": terms}
+def test_a_nul_in_a_member_name_is_400(owner: AgentKey, coordinator: AgentKey) -> None:
+    document = create_mission(owner, coordinator)
+    document["payload"]["no\x00te"] = 1
     with nothing_written():
-        malformed_naming(
-            send(worker.envelope("work.propose", mission["group"], body)),
-            "body.contract.acceptance_criteria[1].description",
-        )
+        refused(post_raw(http(), COMMANDS, json.dumps(resign(document, owner))))
 
 
-def test_it_refuses_a_nul_in_a_member_name(owner: AgentKey) -> None:
-    body = {"mission": str(uuid.uuid4()), "title": "Survey", "objective": "Map it", "no\x00te": 1}
+@pytest.mark.parametrize("member", ["agentId", "keyId", "clientNonce"])
+def test_a_nul_in_a_hello_frame_is_400(worker: AgentKey, member: str) -> None:
+    frame = handshake.ClientHandshake(worker.urn, worker.key).start()
+    frame[member] += "\x00"
     with nothing_written():
-        malformed_naming(send(owner.envelope("mission.create", str(uuid.uuid4()), body)), 'body["no\\u0000te"]')
+        refused(post_json(http(), CHALLENGE, frame))
 
 
-@pytest.mark.parametrize("member", ["nonce", "issued_at", "agent"])
-def test_it_refuses_a_nul_in_a_session_request(org: dict[str, str], worker: AgentKey, member: str) -> None:
-    request = session_request(worker)
-    request[member] += "\x00"
-    with nothing_written():
-        malformed_naming(post_raw(http(), SESSIONS, json.dumps(request)), member)
-
-
-# A member of a valid signed envelope to put a NUL into, and the path the
-# answer must name.
-PLACES = {
-    "title": ("body", "title"),
-    "objective": ("body", "objective"),
-    "type": (None, "type"),
-    "action_id": (None, "action_id"),
-    "issued_at": (None, "issued_at"),
-    "signature": (None, "signature"),
-}
+PLACES = ["title", "objective", "kind", "actionId", "issuedAt", "correlationId"]
+clean = st.text(alphabet=st.characters(exclude_characters="\x00", exclude_categories=["Cs"]), max_size=5)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
-    place=st.sampled_from(sorted(PLACES)),
-    before=st.text(alphabet=st.characters(exclude_characters="\x00", exclude_categories=["Cs"]), max_size=5),
-    after=st.text(alphabet=st.characters(exclude_characters="\x00", exclude_categories=["Cs"]), max_size=5),
-)
-def test_no_nul_anywhere_in_a_signed_envelope_answers_anything_but_400(
-    owner: AgentKey, place: str, before: str, after: str
+@given(place=st.sampled_from(PLACES), before=clean, after=clean)
+def test_no_nul_anywhere_in_a_signed_command_answers_anything_but_400(
+    owner: AgentKey, coordinator: AgentKey, place: str, before: str, after: str
 ) -> None:
-    body = {"mission": str(uuid.uuid4()), "title": "Survey", "objective": "Map it"}
-    envelope = owner.envelope("mission.create", str(uuid.uuid4()), body)
-    parent, member = PLACES[place]
-    holder = envelope[parent] if parent else envelope
-    holder[member] = before + "\x00" + after
-    # Signed with the NUL in, so that a parser that let it through would
-    # reach the handler (and the database) with a valid signature.
-    resigned = signed(owner.private_key, {k: v for k, v in envelope.items() if k != "signature"})
-    if member == "signature":
-        resigned["signature"] = envelope["signature"]
+    document = create_mission(owner, coordinator)
+    holder = document["payload"] if place in ("title", "objective") else document
+    holder[place] = before + "\x00" + after
+    # Signed with the NUL in, so that a parser letting it through would reach
+    # the handler (and the database) with a valid signature; an issuedAt that
+    # is no longer a timestamp cannot be signed, and goes with the old one.
+    with contextlib.suppress(ValueError):
+        document = resign(document, owner)
     with nothing_written():
-        malformed_naming(send(resigned), f"{parent}.{member}" if parent else member)
+        refused(post_raw(http(), COMMANDS, json.dumps(document)))
