@@ -1,34 +1,52 @@
-"""Events are append-only in the database itself (MWP-EVT-005, MWP-MSN-009),
-and ``mwp verify-log`` catches a row changed behind the trigger's back."""
+"""Events are append-only in the database itself (PROTOCOL §7.4, §15.2), and ``mwp verify-log``
+catches a row changed behind the trigger's back.
+
+Each stored Event is its signed document (the JCS text the Group Authority
+signed) chained per Group: ``hash = sha256(prev_hash || document)``. The
+columns beside it (kind, payload) index the document and must say what it says.
+"""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 
 from missions.immutability import TABLE, drop_sql, install_sql
-from missions.models import GroupEvent
+from missions.models import Group, GroupEvent
+from missions.verify import verify_group_log
+from tests.conftest import AgentKey
 
 
-def test_database_refuses_update_of_an_event(mission: dict[str, str]) -> None:
-    event = GroupEvent.objects.filter(group_id=mission["group"]).first()
+@pytest.fixture
+def log(org: dict[str, str], worker: AgentKey, worker2: AgentKey, outsider: AgentKey) -> str:
+    """The administrative Group's log: its creation and three registrations (four Events at least)."""
+    assert GroupEvent.objects.filter(group_id=org["admin_group"]).count() >= 4
+    return org["admin_group"]
+
+
+def test_database_refuses_update_of_an_event_PROTOCOL_15_2(log: str) -> None:
+    event = GroupEvent.objects.filter(group_id=log).first()
     assert event is not None
     with pytest.raises(DatabaseError, match="immutable"), transaction.atomic():
-        GroupEvent.objects.filter(pk=event.pk).update(body={"title": "rewritten"})
+        GroupEvent.objects.filter(pk=event.pk).update(body={"name": "rewritten"})
     with pytest.raises(DatabaseError, match="immutable"), transaction.atomic(), connection.cursor() as cur:
-        cur.execute(f"UPDATE {TABLE} SET type = 'x' WHERE id = %s", [event.pk])
+        cur.execute(f"UPDATE {TABLE} SET document = 'x' WHERE id = %s", [event.pk])
 
 
-def test_database_refuses_delete_of_an_event(mission: dict[str, str]) -> None:
+def test_database_refuses_delete_of_an_event_PROTOCOL_7_4(log: str) -> None:
     with pytest.raises(DatabaseError, match="immutable"), transaction.atomic():
-        GroupEvent.objects.filter(group_id=mission["group"]).delete()
-    assert GroupEvent.objects.filter(group_id=mission["group"]).count() > 0
+        GroupEvent.objects.filter(group_id=log).delete()
+    assert GroupEvent.objects.filter(group_id=log).count() > 0
 
 
-def test_verify_log_passes_on_an_intact_log(mission: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
-    call_command("mwp", "verify-log", mission["group"])
+def test_verify_log_passes_on_an_intact_log(log: str, capsys: pytest.CaptureFixture[str]) -> None:
+    call_command("mwp", "verify-log", log)
     assert "hash chain verified" in capsys.readouterr().out
+    count, broken = verify_group_log(Group.objects.get(id=log))
+    assert broken is None and count == Group.objects.get(id=log).last_sequence
 
 
 def _behind_the_triggers_back(sql: str, params: list[object]) -> None:
@@ -41,38 +59,44 @@ def _behind_the_triggers_back(sql: str, params: list[object]) -> None:
             cur.execute(statement)
 
 
-def test_verify_log_names_first_bad_sequence_after_tamper(mission: dict[str, str]) -> None:
-    g = mission["group"]
-    victim = GroupEvent.objects.get(group_id=g, sequence=3)
-    body = '{"agent": "00000000-0000-0000-0000-000000000000", "roles": ["owner"], "membership_epoch": 1}'
-    _behind_the_triggers_back(f"UPDATE {TABLE} SET body = %s WHERE id = %s", [body, victim.pk])
+def test_verify_log_names_the_first_bad_sequence_after_a_signed_document_is_rewritten(log: str) -> None:
+    victim = GroupEvent.objects.get(group_id=log, sequence=3)
+    document = victim.as_wire()
+    document["payload"]["name"] = "Mallory"
+    _behind_the_triggers_back(f"UPDATE {TABLE} SET document = %s WHERE id = %s", [json.dumps(document), victim.pk])
     with pytest.raises(CommandError, match="first bad sequence 3"):
-        call_command("mwp", "verify-log", g)
+        call_command("mwp", "verify-log", log)
 
 
-def test_verify_log_finds_a_deleted_event(mission: dict[str, str]) -> None:
-    g = mission["group"]
-    victim = GroupEvent.objects.get(group_id=g, sequence=2)
+def test_verify_log_finds_a_column_that_no_longer_says_what_the_document_says(log: str) -> None:
+    """Handlers read the indexed columns (a Mission's terms from its ``mission.created`` payload)."""
+    victim = GroupEvent.objects.get(group_id=log, sequence=2)
+    _behind_the_triggers_back(f"UPDATE {TABLE} SET body = %s WHERE id = %s", ['{"name": "Mallory"}', victim.pk])
+    with pytest.raises(CommandError, match="first bad sequence 2: the row's columns"):
+        call_command("mwp", "verify-log", log)
+
+
+def test_verify_log_finds_a_deleted_event(log: str) -> None:
+    victim = GroupEvent.objects.get(group_id=log, sequence=2)
     _behind_the_triggers_back(f"DELETE FROM {TABLE} WHERE id = %s", [victim.pk])
     with pytest.raises(CommandError, match="first bad sequence 2"):
-        call_command("mwp", "verify-log", g)
+        call_command("mwp", "verify-log", log)
 
 
-def test_verify_log_finds_a_deleted_tail(mission: dict[str, str]) -> None:
-    g = mission["group"]
-    last = GroupEvent.objects.filter(group_id=g).order_by("-sequence").first()
+def test_verify_log_finds_a_deleted_tail(log: str) -> None:
+    last = GroupEvent.objects.filter(group_id=log).order_by("-sequence").first()
     assert last is not None
     _behind_the_triggers_back(f"DELETE FROM {TABLE} WHERE id = %s", [last.pk])
     with pytest.raises(CommandError, match=f"first bad sequence {last.sequence}"):
-        call_command("mwp", "verify-log", g)
+        call_command("mwp", "verify-log", log)
 
 
-def test_verify_log_exits_non_zero_from_the_shell(mission: dict[str, str]) -> None:
+def test_verify_log_exits_non_zero_from_the_shell(log: str) -> None:
     """``CommandError`` from ``manage.py`` exits with status 1."""
     from django.core.management import ManagementUtility
 
-    victim = GroupEvent.objects.get(group_id=mission["group"], sequence=1)
-    _behind_the_triggers_back(f"UPDATE {TABLE} SET actor = 'forged' WHERE id = %s", [victim.pk])
+    victim = GroupEvent.objects.get(group_id=log, sequence=1)
+    _behind_the_triggers_back(f"UPDATE {TABLE} SET prev_hash = %s WHERE id = %s", ["f" * 64, victim.pk])
     with pytest.raises(SystemExit) as info:
-        ManagementUtility(["manage.py", "mwp", "verify-log", mission["group"]]).execute()
+        ManagementUtility(["manage.py", "mwp", "verify-log", log]).execute()
     assert info.value.code == 1
