@@ -31,10 +31,10 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
-from missions.authority import accept, accept_document
-from missions.commands import membership_epoch, open_session, service_command
-from missions.handlers.sessions import card_document
-from missions.models import Agent, Group, Mission, Organization
+from missions.authority import accept_document
+from missions.commands import membership_epoch, open_session
+from missions.handlers.sessions import capability, issue_agent_card
+from missions.models import AgentCard, Group, Mission
 from mwportal.protocol import canonicalize
 from mwportal.protocol.command import build_command, format_timestamp
 from mwportal.protocol.ids import urn
@@ -147,24 +147,13 @@ def ensure_people(keys: Path) -> tuple[dict[str, Principal], dict[str, str]]:
     return people, passwords
 
 
-def publish_card(agent: Principal, capabilities: list[dict[str, Any]], owner: dict[str, str]) -> None:
-    """Register the Agent's Agent Card (§6.1) as the Organization's Registry service, once."""
-    from missions.models import AgentCard
-    from missions.service_keys import control_plane
-
+def publish_card(agent: Principal, capabilities: list[dict[str, str]]) -> None:
+    """The Agent's first Agent Card (§6.1), issued by the Organization's Registry service, once;
+    each capability verified by the demo's own (named) Evidence."""
     if AgentCard.objects.filter(agent_id=agent.id).exists():
         return
-    org_id = str(Organization.objects.get(slug=ORG).id)
-    signer = control_plane(org_id)
-    row = Agent.objects.get(id=agent.id)
-    public = {"keyId": agent.key.key_id, "algorithm": "Ed25519", "publicKey": agent.key.public_key,
-              "validFrom": format_timestamp(row.created_at)}  # fmt: skip
-    card = card_document(
-        organization_id=org_id, agent=row, owner=owner, version=1, capabilities=capabilities, max_concurrency=2,
-        public_keys=[public], endpoint="wss://localhost/mwp/0.1", signer=signer, issued_at=datetime.now(UTC),
-    )  # fmt: skip
-    accept(service_command("ext.missionweaveprotocol.registry.agent_card_register", None, {"card": card},
-                           organization_id=org_id))  # fmt: skip
+    cards = [capability(c["id"], c["version"], verified_evidence=[urn(_id("verified", c["id"]))]) for c in capabilities]
+    issue_agent_card(agent.id, cards, max_concurrency=2)
 
 
 def contract(
@@ -288,9 +277,9 @@ def seed(keys: Path | None = None) -> list[str]:
     owner = people["owner"]
     coordinator = Principal(directory / f"{COORDINATOR}.json", "Demo Coordinator", "agent", ["coordinator"])
     workers = [Principal(directory / f"{name}.json", name, "agent", ["worker"]) for name in WORKERS]
-    publish_card(coordinator, [COORDINATION], owner.actor)
+    publish_card(coordinator, [COORDINATION])
     for worker in workers:
-        publish_card(worker, [ANALYSIS, MAILING], owner.actor)
+        publish_card(worker, [ANALYSIS, MAILING])
     for agent in (coordinator, *workers):
         agent.open_session()
     w1, w2 = workers

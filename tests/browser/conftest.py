@@ -18,7 +18,7 @@ import pytest
 from django.db import connections
 
 from tests.delivery.conftest import ROOT, Daphne, database_url
-from tests.portal.conftest import _artifact_root, cora, flow, pat  # noqa: F401  (fixtures)
+from tests.portal.conftest import _artifact_root, flow, obi, owner, pat, pat_client  # noqa: F401  (fixtures)
 
 CHROMIUM = Path("/usr/bin/chromium")
 SHOTS = ROOT / "var" / "test-output" / "browser"

@@ -56,14 +56,14 @@ PAYLOADS = {
 def worker_uploads(server: Daphne, flow: Flow, media_type: str) -> str:
     """The Worker's upload through daphne's REST API, as its runtime does it."""
     request = urllib.request.Request(  # noqa: S310 (http to our own daphne)
-        f"{base_url(server)}/api/v1/artifacts?group={flow.group}",
+        f"{base_url(server)}/api/v0.1/artifacts?groupId={flow.group}",
         data=PAYLOADS[media_type].encode(),
         headers={"Content-Type": media_type, "Authorization": f"Bearer {flow.worker.extra['token']}"},
         method="POST",
     )
     with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 (http to our own daphne)
         assert response.status == 201
-        return str(json.loads(response.read())["sha256"])
+        return str(json.loads(response.read())["contentHash"]).removeprefix("sha256:")
 
 
 def assert_nothing_ran(page: object, flow: Flow, item: str, server: Daphne) -> None:
@@ -71,7 +71,7 @@ def assert_nothing_ran(page: object, flow: Flow, item: str, server: Daphne) -> N
     assert page.evaluate("localStorage.getItem('xss')") is None  # type: ignore[attr-defined]
     # The item still waits for its Approval: its Grant form is still there.
     assert page.locator(f"#approval-{item} button[name=grant]").count() == 1  # type: ignore[attr-defined]
-    assert not GroupEvent.objects.filter(group_id=flow.group, type="approval.execution_granted").exists()
+    assert not GroupEvent.objects.filter(group_id=flow.group, type="approval.execution.granted").exists()
     assert not Approval.objects.filter(subject_id=item).exists()
 
 
@@ -99,7 +99,7 @@ def test_it_downloads_a_hostile_artifact_instead_of_running_it_as_the_owner(
     assert_nothing_ran(owner, flow, item, server)
 
     # The API's link: the session cookie opens nothing there.
-    answer = owner.goto(f"{base_url(server)}/api/v1/artifacts/{sha}")
+    answer = owner.goto(f"{base_url(server)}/api/v0.1/artifacts/sha256:{sha}")
     assert owner.locator("#pwned").count() == 0 and owner.title() != "xss ran"
     shot(owner, f"artifact-xss-{media_type.replace('/', '-')}")
     assert answer is not None and answer.status == 401

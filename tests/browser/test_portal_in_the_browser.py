@@ -1,4 +1,8 @@
-"""The portal in a real browser (issue 7): live Approval, Evidence review, roles."""
+"""The portal in a real browser (issue 7): live Approval, Evidence review, roles.
+
+The live timeline is ``static/portal/portal.js`` on the UI socket
+``/ws/ui/groups/{id}``, rendering the signed Event documents (§15.2) that
+arrive in EVENT frames (§17)."""
 
 from __future__ import annotations
 
@@ -15,30 +19,30 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_a_granted_approval_arrives_live_on_the_mission_page(
-    server: Daphne, browser: Browser, flow: Flow, pat: Person, cora: Person
+    server: Daphne, browser: Browser, flow: Flow, pat: Person, obi: Person
 ) -> None:
     item = flow.authorize(approval_contract())
     flow.offer(item)
     flow.accept(item)
 
-    watcher = sign_in(browser, server, "cora")
+    watcher = sign_in(browser, server, "obi")
     watcher.goto(f"{base_url(server)}/missions/{flow.group}/")
     watcher.wait_for_selector("#live.on", timeout=15_000)
     watcher.evaluate("window.__notReloaded = true")
-    assert watcher.locator('#timeline li[data-type="approval.execution_granted"]').count() == 0
+    assert watcher.locator('#timeline li[data-kind="approval.execution.granted"]').count() == 0
 
     owner = sign_in(browser, server, "pat")
     owner.goto(f"{base_url(server)}/approvals/")
     card = owner.locator(f"#approval-{item}")
-    assert "risk high" in card.inner_text()
+    assert "risk high_risk" in card.inner_text()
     shot(owner, "owner-approvals")
     card.locator("input[name=note]").fill("cleared with security")
     card.locator("button[name=grant]").click()
     owner.wait_for_selector(".msg-success")
-    assert "Accepted: approval.execution_granted" in owner.inner_text(".msg-success")
+    assert "Accepted: approval.execution.granted" in owner.inner_text(".msg-success")
     shot(owner, "owner-approvals-granted")
 
-    live = watcher.locator('#timeline li[data-type="approval.execution_granted"]')
+    live = watcher.locator('#timeline li[data-kind="approval.execution.granted"]')
     live.wait_for(timeout=15_000)
     assert "cleared with security" in live.inner_text()
     assert watcher.evaluate("window.__notReloaded") is True  # arrived without a reload
@@ -52,45 +56,41 @@ def test_a_granted_approval_arrives_live_on_the_mission_page(
     shot(watcher, "mission-live-approval")
 
 
-def test_a_coordinator_reviews_evidence_and_accepts_the_result(
-    server: Daphne, browser: Browser, flow: Flow, cora: Person
+def test_an_observer_reviews_evidence_and_sees_the_coordinators_decision_arrive_live_spec_13_2(
+    server: Daphne, browser: Browser, flow: Flow, obi: Person
 ) -> None:
     item = flow.drive_to("submitted")
     run_review(item)  # the review pipeline (spec 13.2), synchronously
-    page = sign_in(browser, server, "cora")
+    page = sign_in(browser, server, "obi")
     page.goto(f"{base_url(server)}/missions/{flow.group}/")
-    page.click("text=Review Evidence")
-    page.wait_for_selector('[data-criterion="complete"]')
-    assert "checked" in page.inner_text('[data-criterion="complete"]')
-    # The pipeline's stages beside the Evidence: integrity ran; an Artifact
-    # without a signed manifest leaves it inconclusive; the reviewer is awaited.
-    integrity = page.locator('[data-criterion="complete"] [data-stage="integrity"]')
-    assert integrity.get_attribute("data-result") == "inconclusive"
-    assert page.get_attribute('[data-criterion="accurate"]', "data-outcome") == "pending"
+    page.wait_for_selector("#live.on", timeout=15_000)
+    page.evaluate("window.__notReloaded = true")
+    flow.accept_result(item)  # the Coordinator Agent decides over the wire (§7.2)
+    accepted = page.locator('#timeline li[data-kind="work.result.accepted"]')
+    accepted.wait_for(timeout=15_000)
+    assert flow.item(item).contract["goal"] in accepted.inner_text()
+    assert page.evaluate("window.__notReloaded") is True
+    shot(page, "observer-mission-live-result")
+    page.goto(f"{base_url(server)}/missions/{flow.group}/workitems/{item}/")
+    page.wait_for_selector("[data-criterion]")
+    assert page.inner_text("#item-state") == "verified"
+    assert page.locator("#accept-result").count() == 0  # people decide nothing here
     assert "hash verified" in (page.text_content(".artifact") or "")
-    assert "text/markdown" in page.inner_text(".artifact")
     with page.expect_download() as download:
         page.click(".artifact >> text=Download")
-    assert download.value.path().read_bytes() == b"# summary\n"
-    shot(page, "coordinator-review")
-    page.fill("textarea[name=note]", "every criterion has passing Evidence")
-    page.click("#accept-result")
-    page.wait_for_selector(".msg-success")
-    assert "Accepted: work.result_accepted" in page.inner_text(".msg-success")
-    assert page.inner_text("#item-state") == "verified"
-    shot(page, "coordinator-review-accepted")
-    assert flow.item(item).state == "verified"
+    assert download.value.path().read_bytes()
+    shot(page, "observer-review")
 
 
-def test_a_coordinator_does_not_see_the_policy_editor_MWP_WRK_009(
-    server: Daphne, browser: Browser, flow: Flow, pat: Person, cora: Person
+def test_an_observer_does_not_see_the_policy_editor_MWP_WRK_009(
+    server: Daphne, browser: Browser, flow: Flow, pat: Person, obi: Person
 ) -> None:
-    page = sign_in(browser, server, "cora")
+    page = sign_in(browser, server, "obi")
     assert page.locator("#nav-policy").count() == 0
     response = page.goto(f"{base_url(server)}/policy/")
     assert response is not None and response.status == 403
     assert "AUTH_FORBIDDEN" in page.inner_text("main")
-    shot(page, "coordinator-policy-forbidden")
+    shot(page, "observer-policy-forbidden")
 
     owner = sign_in(browser, server, "pat")
     owner.click("#nav-policy")

@@ -10,6 +10,7 @@ runs (SQLite, or PostgreSQL where items 6's 500s came from).
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -17,11 +18,13 @@ from typing import Any
 import pytest
 
 from missions.commands import create_organization
-from mwportal.protocol import generate_keypair, signed
-from tests.conftest import AgentKey, make_agent
+from mwportal.protocol.command import Key, build_command
+from tests.conftest import AgentKey, add_member, make_agent, make_person
 from tests.delivery.conftest import Daphne  # the daphne fixture comes from tests/deploy/conftest.py
+from tests.portal.conftest import found_mission, mission_terms
 
 pytestmark = pytest.mark.django_db(transaction=True)
+API = "/api/v0.1"
 
 
 def call(
@@ -37,12 +40,12 @@ def call(
     sent = {"Content-Type": content_type, **(headers or {})}
     if token:
         sent["Authorization"] = f"Bearer {token}"
-    return server.http(method, path, body, sent)
+    return server.http(method, f"{API}{path}", body, sent)
 
 
-def command(server: Daphne, envelope: dict[str, Any] | bytes) -> tuple[int, dict[str, Any]]:
-    raw = envelope if isinstance(envelope, bytes) else json.dumps(envelope).encode()
-    status, _, data = call(server, "POST", "/api/v1/commands", raw)
+def command(server: Daphne, document: dict[str, Any] | bytes) -> tuple[int, dict[str, Any]]:
+    raw = document if isinstance(document, bytes) else json.dumps(document).encode()
+    status, _, data = call(server, "POST", "/commands", raw)
     return status, json.loads(data)
 
 
@@ -50,53 +53,54 @@ def code_of(answer: dict[str, Any]) -> str:
     return str(answer["code"])
 
 
+def organization(slug: str) -> dict[str, Any]:
+    """An Organization with a MissionOwner (a person with a key), a Coordinator Agent, a Worker and a Mission."""
+    owner = make_person(slug, "Owner of " + slug, ["mission_owner"])
+    coordinator = make_agent(slug, "Coordinator of " + slug, ["coordinator"])
+    worker = make_agent(slug, "Worker of " + slug, ["worker"])
+    group = found_mission(owner, coordinator, "Mission of " + slug)
+    add_member(owner, group, worker, ["worker"])
+    return {"owner": owner, "coordinator": coordinator, "worker": worker, "group": group}
+
+
 @pytest.fixture
 def acme(org: dict[str, str]) -> dict[str, Any]:
-    """Organization A (the test personas' acme): an owner with a Mission and a worker in it."""
-    owner = make_agent("acme", "Ann Owner", ["mission_owner"])
-    worker = make_agent("acme", "Walt Worker", ["worker"])
-    group = str(uuid.uuid4())
-    owner.send("mission.create", group, {"mission": str(uuid.uuid4()), "title": "Ours", "objective": "Map it"})
-    owner.send(
-        "membership.add", group, {"agent": worker.id, "roles": ["worker"]},
-        target={"kind": "group", "id": group, "revision": 1},
-    )  # fmt: skip
-    return {"owner": owner, "worker": worker, "group": group}
+    """Organization A (the test personas' acme)."""
+    return organization("acme")
 
 
 @pytest.fixture
 def globex(org: dict[str, str]) -> dict[str, Any]:
     """Organization B, with its own Mission."""
     create_organization("globex", "Globex")
-    owner = make_agent("globex", "Gina Owner", ["mission_owner"])
-    group = str(uuid.uuid4())
-    owner.send("mission.create", group, {"mission": str(uuid.uuid4()), "title": "Theirs", "objective": "Secret"})
-    return {"owner": owner, "group": group}
+    return organization("globex")
 
 
 def test_it_stops_the_cross_organization_read_by_hash_at_every_step_item_1(
     daphne: Daphne, acme: dict[str, Any], globex: dict[str, Any]
 ) -> None:
-    """The review's chain: B's owner uploads bytes; A's worker, knowing only
-    the hash, sends a signed ``artifact.upload`` into its own Group (was 201)
-    and downloads B's bytes (was 200)."""
-    b: AgentKey = globex["owner"]
+    """The review's chain: B's Worker uploads bytes; A's Worker, knowing only
+    the hash, claims them for its own Group (was 201) and downloads B's bytes
+    (was 200). Storing bytes is now the upload path's own service Command."""
+    b: AgentKey = globex["worker"]
     status, _, data = call(
-        daphne, "POST", f"/api/v1/artifacts?group={globex['group']}", b"globex trade secret",
+        daphne, "POST", f"/artifacts?groupId={globex['group']}", b"globex trade secret",
         token=b.extra["token"], content_type="text/plain",
     )  # fmt: skip
     assert status == 201, data
-    sha = json.loads(data)["sha256"]
+    content_hash = json.loads(data)["contentHash"]
 
     a: AgentKey = acme["worker"]
-    status, answer = command(daphne, a.envelope("artifact.upload", acme["group"], {"sha256": sha}))
+    claim = a.command("ext.mwportal.artifact.content_store", acme["group"], {"contentHash": content_hash})
+    status, answer = command(daphne, claim)
     assert (status, code_of(answer)) == (403, "AUTH_FORBIDDEN"), answer
-    status, _, data = call(daphne, "GET", f"/api/v1/artifacts/{sha}", token=a.extra["token"])
+    status, _, data = call(daphne, "GET", f"/artifacts/{content_hash}", token=a.extra["token"])
     assert status == 404 and json.loads(data)["code"] == "GROUP_NOT_FOUND", data
     # And the answer is the one for bytes that exist nowhere (item 8: no oracle).
-    status, _, absent = call(daphne, "GET", f"/api/v1/artifacts/{'0' * 64}", token=a.extra["token"])
+    nowhere = "sha256:" + "0" * 64
+    status, _, absent = call(daphne, "GET", f"/artifacts/{nowhere}", token=a.extra["token"])
     assert status == 404
-    assert json.loads(data)["message"].replace(sha, "H") == json.loads(absent)["message"].replace("0" * 64, "H")
+    assert json.loads(data)["message"].replace(content_hash, "H") == json.loads(absent)["message"].replace(nowhere, "H")
 
 
 def test_it_answers_400_not_500_for_a_nul_and_an_overlong_media_type_item_6(
@@ -105,16 +109,14 @@ def test_it_answers_400_not_500_for_a_nul_and_an_overlong_media_type_item_6(
     """Both were PostgreSQL-only 500s; the suite runs this on both backends."""
     owner: AgentKey = acme["owner"]
     group = str(uuid.uuid4())
-    status, answer = command(
-        daphne,
-        owner.envelope("mission.create", group, {"mission": str(uuid.uuid4()), "title": "a\u0000b", "objective": "x"}),
-    )
-    assert (status, code_of(answer)) == (400, "SCHEMA_VALIDATION_FAILED"), answer
-    assert "body.title" in answer["message"]
+    terms = mission_terms(str(uuid.uuid4()), group, acme["coordinator"], "a\u0000b")
+    status, answer = command(daphne, owner.command("mission.create", group, terms))
+    assert status == 400, answer
+    assert code_of(answer) in ("SCHEMA_VALIDATION_FAILED", "PROTOCOL_VIOLATION") and answer["message"], answer
 
     worker: AgentKey = acme["worker"]
     media_type = "text/" + "x" * 201
-    single, resumable = f"/api/v1/artifacts?group={acme['group']}", f"/api/v1/artifacts/uploads?group={acme['group']}"
+    single, resumable = f"/artifacts?groupId={acme['group']}", f"/artifacts/uploads?groupId={acme['group']}"
     for path, body, extra in ((single, b"bytes", {}), (resumable, None, {"Upload-Length": "5"})):
         status, _, data = call(
             daphne, "POST", path, body, token=worker.extra["token"], content_type=media_type, headers=extra
@@ -125,28 +127,35 @@ def test_it_answers_400_not_500_for_a_nul_and_an_overlong_media_type_item_6(
 
 
 def test_it_verifies_before_replaying_and_checks_freshness_item_8(daphne: Daphne, acme: dict[str, Any]) -> None:
-    """A forged copy of a known envelope got the stored receipt back, and
-    ``issued_at`` in 2001 and 2999 were accepted."""
+    """§15.1, §6.4: a forged copy of a known Command got the stored receipt back,
+    and ``issuedAt`` in 2001 and 2999 were accepted."""
     owner: AgentKey = acme["owner"]
-    group = str(uuid.uuid4())
-    genuine = owner.envelope("mission.create", group, {"mission": str(uuid.uuid4()), "title": "T", "objective": "O"})
+
+    def post(**kw: Any) -> dict[str, Any]:
+        group = str(uuid.uuid4())
+        terms = mission_terms(str(uuid.uuid4()), group, acme["coordinator"], "T")
+        return owner.command("mission.create", group, terms, **kw)
+
+    genuine = post()
     status, receipt = command(daphne, genuine)
     assert status == 201, receipt
-    assert command(daphne, genuine)[0] == 200  # the owner's own retry is a replay
+    assert command(daphne, genuine) == (200, {**receipt, "replayed": True})  # the owner's own retry is a replay
 
-    forger_key, _ = generate_keypair()
-    # The same signed content, signed by someone else's key.
-    forged = signed(forger_key, {k: v for k, v in genuine.items() if k != "signature"})
-    assert forged != genuine
+    # The same content under the owner's key ID, signed by someone else's key.
+    forger = Key(owner.key.key_id, os.urandom(32), owner.key.principal, None)
+    unsigned = {k: v for k, v in genuine.items() if k not in ("signature", "protocolVersion")}
+    forged = build_command(
+        genuine["kind"], actor=(owner.actor_type, owner.id), key=forger, payload=genuine["payload"],
+        group=genuine["groupId"][9:], action_id=genuine["actionId"][9:],
+        issued_at=datetime.fromisoformat(genuine["issuedAt"].replace("Z", "+00:00")),
+    )  # fmt: skip
+    assert {k: v for k, v in forged.items() if k not in ("signature", "protocolVersion")} == unsigned
+    assert forged["signature"] != genuine["signature"]
     status, answer = command(daphne, forged)
     assert (status, code_of(answer)) == (401, "AUTH_INVALID_SIGNATURE"), answer
     assert "events" not in answer
 
-    for year in (2001, 2999):
-        stale = owner.envelope(
-            "mission.create", str(uuid.uuid4()), {"mission": str(uuid.uuid4()), "title": "T", "objective": "O"},
-            issued_at=datetime(year, 1, 1, tzinfo=UTC),
-        )  # fmt: skip
-        status, answer = command(daphne, stale)
+    for year, reason in ((2001, "stale"), (2999, "ahead")):
+        status, answer = command(daphne, post(issued_at=datetime(year, 1, 1, tzinfo=UTC)))
         assert (status, code_of(answer)) == (401, "AUTH_INVALID_SIGNATURE"), (year, answer)
-        assert "issued_at" in answer["message"]
+        assert answer.get("details", {}).get("reason") == reason, answer

@@ -28,7 +28,7 @@ document.addEventListener("securitypolicyviolation", e => window.__csp.push(e.vi
 
 
 def test_it_runs_every_portal_page_without_a_policy_violation(
-    server: Daphne, browser: Any, flow: Flow, pat: Person, cora: Person
+    server: Daphne, browser: Any, flow: Flow, pat: Person, obi: Person
 ) -> None:
     item = flow.authorize(approval_contract())
     flow.offer(item)

@@ -53,7 +53,7 @@ def test_it_answers_an_unknown_path_with_the_portals_404_page(daphne: Daphne) ->
     status, body, _ = request(daphne, "GET", "/no/such/page", {"Host": "localhost"})
     assert status == 404
     assert 'data-status="404"' in body and "GROUP_NOT_FOUND" in body
-    assert "api/v1/" not in body and "URLconf" not in body
+    assert "api/v0.1/" not in body and "URLconf" not in body
 
 
 def test_it_logs_a_refused_request_as_one_line(daphne: Daphne) -> None:
@@ -68,7 +68,7 @@ def test_it_logs_a_refused_request_as_one_line(daphne: Daphne) -> None:
     assert request(daphne, "GET", "/", {"Host": "attacker.example"})[0] == 400
     status, body, _ = request(daphne, "GET", "/", {"Host": "localhost", "Cookie": cookie})
     assert status == 403 and 'data-status="403"' in body  # signed in, but no Agent: the portal's 403 page
-    assert 400 <= request(daphne, "GET", "/api/v1/groups/x/events", {"Host": "localhost"})[0] < 500  # DRF
+    assert 400 <= request(daphne, "GET", "/api/v0.1/groups/x/events", {"Host": "localhost"})[0] < 500  # DRF
 
     log = daphne.log.read_bytes()[before:].decode()
     assert "Traceback" not in log, log

@@ -22,8 +22,10 @@ from typing import Any
 import pytest
 from django.db import OperationalError, connection
 
-from tests.conftest import ON_POSTGRES, AgentKey
+from missions.service_keys import group_authority
+from tests.conftest import ON_POSTGRES, AgentKey, add_member
 from tests.delivery.conftest import Daphne
+from tests.portal.conftest import found_mission, mission_terms
 
 if not ON_POSTGRES:
     pytest.skip(
@@ -91,30 +93,36 @@ def call(port: int, method: str, url: str, body: bytes | None, headers: dict[str
 
 
 def test_it_keeps_two_daphnes_within_the_pool_bound_under_a_burst_of_200(
-    daphne: Daphne, owner: AgentKey, mission: dict[str, str]
+    daphne: Daphne, owner: AgentKey, coordinator: AgentKey, worker: AgentKey, org: dict[str, str]
 ) -> None:
-    """issue 16 item 9: 200 concurrent requests (server key, authenticated
-    Event reads, signed Commands) over two daphnes: no 5xx, and the
-    database's connection count stays within 2 x (MWP_DB_POOL_MAX + 1) above
-    the test's own."""
+    """issue 16 item 9: 200 concurrent requests (the Group Authority's key binding,
+    authenticated Event pages, signed Command documents) over two daphnes: no
+    5xx, and the database's connection count stays within 2 x (MWP_DB_POOL_MAX
+    + 1) above the test's own."""
+    group = found_mission(owner, coordinator, "Pool")
+    add_member(owner, group, worker, ["worker"])
+    authority = group_authority(org["id"]).key_id
+    commands = [
+        json.dumps(owner.command("mission.create", new, mission_terms(str(uuid.uuid4()), new, coordinator, "Burst")))
+        for new in (str(uuid.uuid4()) for _ in range(BURST // 3 + 1))
+    ]
     second = Daphne(daphne.env)
     second.start()
     try:
         dbname = connection.settings_dict["NAME"]
         own = connections_to(dbname)  # this test's connection(s)
-        token = owner.extra["token"]
+        token = worker.extra["token"]
         requests: list[tuple[int, str, str, bytes | None, dict[str, str]]] = []
         for i in range(BURST):
             port = (daphne, second)[i % 2].port
             if i % 3 == 0:
-                requests.append((port, "GET", "/api/v1/server-key", None, {}))
+                requests.append((port, "GET", f"/api/v0.1/keys/{authority}", None, {}))
             elif i % 3 == 1:
-                url = f"/api/v1/groups/{mission['group']}/events"
+                url = f"/api/v0.1/groups/{group}/events"
                 requests.append((port, "GET", url, None, {"Authorization": f"Bearer {token}"}))
             else:
-                body = {"mission": str(uuid.uuid4()), "title": f"Burst {i}", "objective": "count connections"}
-                raw = json.dumps(owner.envelope("mission.create", str(uuid.uuid4()), body)).encode()
-                requests.append((port, "POST", "/api/v1/commands", raw, {"Content-Type": "application/json"}))
+                raw = commands.pop().encode()
+                requests.append((port, "POST", "/api/v0.1/commands", raw, {"Content-Type": "application/json"}))
 
         sampler = Sampler(dbname)
         sampler.start()

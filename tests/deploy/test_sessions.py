@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.sessions.models import Session
 from django.test import Client
 
-from missions.commands import register_agent
+from missions.commands import register_principal
 from mwportal.sessions import stored_key
 
 pytestmark = pytest.mark.django_db
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def signed_in(org: dict[str, str]) -> tuple[Client, str]:
     get_user_model().objects.create_user("sam", password="pw-sam-long-enough")
-    register_agent("acme", "Sam", "person", ["mission_owner"], "", user="sam")
+    register_principal("acme", "Sam", "person", ["mission_owner"], None, user="sam")
     client = Client()
     response = client.post("/login/", {"username": "sam", "password": "pw-sam-long-enough"})
     assert response.status_code == 302, response.content[:300]

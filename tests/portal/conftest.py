@@ -31,7 +31,8 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from missions.commands import register_principal
-from missions.models import Agent, Group, GroupEvent
+from missions.handlers.sessions import capability, issue_agent_card
+from missions.models import Agent, AgentCard, Group, GroupEvent
 from mwportal.protocol import catalogue
 from mwportal.protocol.command import Key, format_timestamp
 from mwportal.protocol.ids import urn
@@ -124,9 +125,28 @@ def mission_terms(mission_id: str, group_id: str, coordinator: AgentKey, title: 
     }
 
 
+COORDINATION = "mission.coordinate"
+
+
+def ensure_card(coordinator: AgentKey) -> None:
+    """The Coordinator's first Agent Card (§6.1: a Coordinator lease pins one), when it has none."""
+    if not AgentCard.objects.filter(agent_id=coordinator.id).exists():
+        issue_agent_card(coordinator.id, [capability(COORDINATION, "1.0.0", verified_evidence=[urn(uuid.uuid4())])])
+
+
+def found_mission(owner: AgentKey, coordinator: AgentKey, title: str) -> str:
+    """A Mission ``owner`` (a person with a key) creates with ``coordinator`` (given its first
+    Agent Card, §6.1, when it has none); the new Group's id."""
+    ensure_card(coordinator)
+    group, mission = str(uuid.uuid4()), str(uuid.uuid4())
+    owner.send("mission.create", group, mission_terms(mission, group, coordinator, title))
+    return group
+
+
 @pytest.fixture
 def other_mission(nick: Person, coordinator: AgentKey) -> dict[str, str]:
     """Nick's own Mission, created through the portal path; nothing of it may leak."""
+    ensure_card(coordinator)
     group, mission = str(uuid.uuid4()), str(uuid.uuid4())
     outcome = issue(nick.agent, "mission.create", group, mission_terms(mission, group, coordinator,
                     "Nick's secret Mission"), creates_group=True)  # fmt: skip

@@ -1,5 +1,6 @@
-"""``mwp demo``: the demo Organization with a MissionOwner and a Coordinator
-login and Missions whose WorkItems are in varied states.
+"""``mwp demo``: the demo Organization with a MissionOwner and an observer
+login, a Coordinator Agent (§7.2), Workers, a DESIGN §4 key file per demo
+Principal, and Missions whose WorkItems are in varied states.
 
 Issue 16 item 4: no fixed demo password; each person's is generated on the
 first run, kept in ``var/demo-logins.json`` (mode 0600) and printed as
@@ -20,7 +21,12 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.test import Client
 
-from missions.models import Mission
+from missions.models import GroupEvent, Mission, SigningKey
+from mwportal.protocol import catalogue
+from mwportal.protocol.command import Key
+from mwportal.protocol.ids import urn
+from mwportal.supervise import demo_worker_keys
+from tests.protocol.normative import normative_problems, require_bundle
 from workitems.models import WorkItem
 
 
@@ -45,21 +51,38 @@ def test_demo_creates_logins_and_a_mission_in_varied_states(db: None) -> None:
     password = logins["owner"]
     assert Mission.objects.count() == 2
     report = Mission.objects.get(title="Quarterly market report")
-    states = set(WorkItem.objects.filter(mission=report).values_list("state", flat=True))
-    assert states == {"verified", "submitted", "active", "offered", "open", "queued"}
-    owner, coordinator = Client(), Client()
+    states = set(WorkItem.objects.filter(group_id=report.group_id).values_list("state", flat=True))
+    assert states == {"active", "offered", "open", "queued"}
+    owner, observer = Client(), Client()
     assert owner.login(username="owner", password=password)
-    assert coordinator.login(username="coordinator", password=logins["coordinator"])
-    assert "Quarterly market report" in coordinator.get("/").content.decode()
+    assert observer.login(username="observer", password=logins["observer"])
+    assert "Quarterly market report" in observer.get("/").content.decode()
     assert owner.get("/approvals/").content.decode().count('class="approval"') == 2
-    assert coordinator.get("/policy/").status_code == 403
+    assert observer.get("/policy/").status_code == 403
     assert owner.get("/policy/").status_code == 200
+
+
+def test_every_demo_command_is_a_signed_normative_document_spec_15_1(db: None) -> None:
+    """The demo's people and Agents sign their own Commands with their key files' keys; the
+    Events are the Group Authority's signed documents, each a catalogue payload."""
+    require_bundle()
+    demo_logins()
+    keys = {path.stem: Key.from_file(path) for path in (Path(settings.VAR_DIR) / "demo").glob("*.json")}
+    actors = {urn(k.principal[1]) for k in keys.values() if k.principal is not None}
+    for event in GroupEvent.objects.filter(group__kind="mission"):
+        document = event.as_wire()
+        assert normative_problems("event", document) == [], document["kind"]
+        catalogue.validate_payload(document["kind"], document["payload"])
+        assert document["actor"]["id"] in actors, document["kind"]
+    coordinator = keys["demo-coordinator"]
+    assert coordinator.principal is not None and coordinator.principal[0] == "agent"
+    assert SigningKey.objects.get(key_id=coordinator.key_id).principal_id == urn(coordinator.principal[1])
 
 
 def test_it_generates_a_password_per_person_kept_private_issue_16_item_4(db: None, tmp_path: Path) -> None:
     logins = demo_logins()
-    assert set(logins) == {"owner", "coordinator"}
-    assert logins["owner"] != logins["coordinator"]
+    assert set(logins) == {"owner", "observer"}
+    assert logins["owner"] != logins["observer"]
     assert "missionweave" not in logins.values()
     assert all(len(p) >= 16 for p in logins.values())
     stored = tmp_path / "demo-logins.json"
@@ -85,17 +108,28 @@ def test_it_moves_an_old_installation_off_the_fixed_password_issue_16_item_4(db:
     assert client.login(username="owner", password=logins["owner"])
 
 
-def test_it_prints_the_login_lines_mw_serve_shows(db: None) -> None:
+def test_it_prints_the_login_lines_mw_serve_shows_and_writes_a_key_file_per_principal_design_4(db: None) -> None:
     """``./mw serve`` shows the demo's lines that start with ``login:``, and
-    starts a demo Worker for every key file in ``var/demo/``: the passwords
-    file is not one of them."""
+    starts a demo Worker for every Worker key file in ``var/demo/``; the
+    passwords file is not a key file, and the other Principals' keys are not Workers'."""
     out = io.StringIO()
     call_command("mwp", "demo", stdout=out)
     shown = [line for line in out.getvalue().splitlines() if line.startswith("login:")]
     logins = json.loads((Path(settings.VAR_DIR) / "demo-logins.json").read_text())
     assert shown == [
         f"login: owner / {logins['owner']} (MissionOwner and admin of the demo Organization)",
-        f"login: coordinator / {logins['coordinator']} (Coordinator of the demo Missions)",
+        f"login: observer / {logins['observer']} (observer of the demo Missions; the Coordinator is an Agent)",
     ]
-    worker_keys = sorted(p.name for p in (Path(settings.VAR_DIR) / "demo").glob("*.json"))
-    assert worker_keys == ["demo-worker-1.json", "demo-worker-2.json"]
+    directory = Path(settings.VAR_DIR) / "demo"
+    names = sorted(p.name for p in directory.glob("*.json"))
+    assert names == ["demo-coordinator.json", "demo-worker-1.json", "demo-worker-2.json", "observer.json", "owner.json"]
+    for path in directory.glob("*.json"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert set(json.loads(path.read_text())) == {"principal", "organizationId", "keyId", "privateKey", "publicKey"}
+    assert [p.name for p in demo_worker_keys(Path(settings.VAR_DIR))] == ["demo-worker-1.json", "demo-worker-2.json"]
+
+
+def test_keys_go_where_keys_says_design_4(db: None, tmp_path: Path) -> None:
+    call_command("mwp", "demo", "--keys", str(tmp_path / "elsewhere"), stdout=io.StringIO())
+    assert (tmp_path / "elsewhere" / "owner.json").exists()
+    assert not (Path(settings.VAR_DIR) / "demo").exists()
