@@ -151,7 +151,13 @@ def register_principal(
         "organizationRoles": roles,
     }
     if public_key is not None:
-        payload["publicKey"] = public_key
+        # The catalogue's publicKey is the common object; a bare key gets a new key ID, valid from now.
+        payload["publicKey"] = (
+            {"keyId": new_urn(), "algorithm": "Ed25519", "publicKey": public_key,
+             "validFrom": format_timestamp(datetime.now().astimezone())}
+            if isinstance(public_key, str)
+            else public_key
+        )  # fmt: skip
     if user is not None:
         payload["username"] = user
     accept(service_command(
