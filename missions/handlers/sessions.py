@@ -3,7 +3,8 @@
 Both are issued by an Organization service and name no Group; their Events
 (``..._session_opened``, ``..._agent_card_registered``) carry no Group
 position (§15.2). The Group Authority appends them outside every Group
-sequence, serialised by the Organization's administrative Group lock.
+sequence; no Group lock is held, so each handler locks the Agent's row, which
+serialises that Agent's sessions and card versions.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def open_session(ctx: HandlerContext) -> Decision:
     session token is in the receipt's grants only, never in an Event.
     """
     agent_id = payload_id(ctx.payload, "agentId")
-    agent = _organization_agent(ctx, agent_id, "/payload/agentId")
+    agent = _organization_agent(ctx, agent_id, "/payload/agentId", lock=True)
     epoch = agent.session_epoch + 1
     token = secrets.token_urlsafe(32)
     AgentSession.objects.filter(agent_id=agent_id, revoked_at__isnull=True).update(revoked_at=ctx.now)
@@ -71,13 +72,15 @@ def open_session(ctx: HandlerContext) -> Decision:
     )
 
 
-def _organization_agent(ctx: HandlerContext, agent_id: str, field: str) -> Agent:
+def _organization_agent(ctx: HandlerContext, agent_id: str, field: str, *, lock: bool = False) -> Agent:
     """The Agent Principal ``agent_id`` of the issuing service's Organization.
 
     Humans and services have no Agent Session (§6.3: their Commands carry
-    none) and no Agent Card.
+    none) and no Agent Card. ``lock``: the row is locked (an Organization-scoped
+    Command holds no Group lock, so the Agent's row serialises its sessions).
     """
-    agent = Agent.objects.filter(id=agent_id, organization_id=ctx.actor.organization_id).first()
+    rows = Agent.objects.select_for_update() if lock else Agent.objects
+    agent = rows.filter(id=agent_id, organization_id=ctx.actor.organization_id).first()
     if agent is None:
         raise refuse(ErrorCode.INVALID_COMMAND, f"{field}: no such Agent in this Organization",
                      field=field, reason="not_found")  # fmt: skip
@@ -105,7 +108,7 @@ def register_agent_card(ctx: HandlerContext) -> Decision:
             field="/payload/card/organizationId",
         )
     agent_id = payload_id(card, "agentId")
-    agent = _organization_agent(ctx, agent_id, "/payload/card/agentId")
+    agent = _organization_agent(ctx, agent_id, "/payload/card/agentId", lock=True)
     _verify_card_signature(org, card)
     _check_card_keys(org, agent, card)
     principal_in(str(org.id), card["owner"], "/payload/card/owner")

@@ -1,5 +1,6 @@
-"""Real threads against PostgreSQL (STYLE §5): the Group row lock serialises
-appends, compare-and-set picks exactly one winner (MWP-EVT-005, MWP-EVT-007)."""
+"""Real threads against PostgreSQL (STYLE §5): the Group row lock serialises appends, compare-and-set
+picks exactly one winner, a retried Command is accepted once, and concurrent sessions of one Agent get
+one epoch each (PROTOCOL §6.3, §15.1, §15.2, §15.3)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from missions.models import Group, GroupEvent
+from missions.commands import open_session
+from missions.models import Agent, AgentSession, Group, GroupEvent, Organization
 from missions.verify import verify_group_log
 from mwportal.protocol import ErrorCode, ProtocolError
-from tests.conftest import ON_POSTGRES, AgentKey, group_revision, make_agent
+from tests.conftest import ON_POSTGRES, AgentKey, group_revision, make_person
+from tests.core.test_missions_and_memberships import create_mission, with_card
 
 pytestmark = [
     pytest.mark.postgres,
@@ -45,43 +48,48 @@ def run_threads(n: int, work: Any) -> list[Any]:
     return results
 
 
-def test_sixteen_threads_append_to_one_group_without_gap_or_duplicate_MWP_EVT_005(org: dict[str, str]) -> None:
-    agents = [make_agent("acme", f"racer-{i}", ["worker"]) for i in range(16)]
+def test_sixteen_threads_append_to_one_group_without_gap_or_duplicate_PROTOCOL_15_2(org: dict[str, str]) -> None:
+    """Sixteen people set the priority policy twelve times each: 192 Events, sequences without a gap,
+    and the policy's revision moved once per Event, in the Group's order."""
+    people = [make_person("acme", f"racer-{i}", ["mission_owner"]) for i in range(16)]
     per_thread = 12
     admin = org["admin_group"]
+    kind = "ext.mwportal.scheduling.priority_policy_set"
 
     def work(i: int) -> int:
         for k in range(per_thread):
-            agents[i].send(
-                "agent_card.publish", admin, {"capabilities": [{"id": f"c{k}", "version": "1"}], "max_concurrency": 1}
-            )
+            policy = {"classes": {f"c{i}": k + 1}, "default_class": f"c{i}"}
+            people[i].send(kind, admin, {"policy": policy})
         return per_thread
 
     results = run_threads(16, work)
     assert results == [per_thread] * 16
     group = Group.objects.get(id=admin)
-    sequences = list(GroupEvent.objects.filter(group=group).order_by("sequence").values_list("sequence", flat=True))
-    assert sequences == list(range(1, group.last_sequence + 1))
-    published = GroupEvent.objects.filter(group=group, type="agent_card.published").count()
-    assert published == 16 * per_thread
+    rows = GroupEvent.objects.filter(group=group).order_by("sequence")
+    assert list(rows.values_list("sequence", flat=True)) == list(range(1, group.last_sequence + 1))
+    changed = [
+        body["revision"] for body in rows.filter(type=kind.replace("_set", "_changed")).values_list("body", flat=True)
+    ]
+    assert changed == list(range(1, 16 * per_thread + 1))
+    assert Organization.objects.get(id=org["id"]).policy_revision == 16 * per_thread
     count, broken = verify_group_log(group)
     assert broken is None and count == group.last_sequence
 
 
-def test_eight_threads_racing_one_cas_command_exactly_one_wins_MWP_EVT_007(
-    mission: dict[str, str], owner: AgentKey, worker: AgentKey
+def test_eight_threads_racing_one_cas_command_exactly_one_wins_PROTOCOL_15_3(
+    owner: AgentKey, coordinator: AgentKey, worker: AgentKey
 ) -> None:
-    g = mission["group"]
+    g, _, _ = create_mission(owner, with_card(coordinator))
     revision = group_revision(g)
     head = Group.objects.get(id=g).last_sequence
-    roles = [["worker"], ["reviewer"], ["worker", "reviewer"], ["coordinator"]]
+    roles = [["worker"], ["reviewer"], ["observer"], ["worker", "reviewer"]]
 
     def work(i: int) -> dict[str, Any]:
         return owner.send(
-            "membership.set_roles",
+            "membership.change",
             g,
-            {"agent": worker.id, "roles": roles[i % 4]},
-            target={"kind": "group", "id": g, "revision": revision},
+            {"principal": worker.actor, "roles": roles[i % 4]},
+            expected_revision=revision,
             action_id=str(uuid.uuid4()),
         )
 
@@ -91,26 +99,34 @@ def test_eight_threads_racing_one_cas_command_exactly_one_wins_MWP_EVT_007(
     assert len(winners) == 1, results
     assert Counter(e.code for e in losers) == Counter({ErrorCode.REVISION_CONFLICT: 7})
     group = Group.objects.get(id=g)
-    assert (group.revision, group.last_sequence) == (revision + 1, head + 1)
+    assert (group.revision, group.last_sequence) == (revision + 1, head + len(winners[0]["events"]))
 
 
-def test_same_command_from_eight_threads_is_accepted_once_MWP_EVT_003(
-    mission: dict[str, str], owner: AgentKey, worker: AgentKey
+def test_same_command_from_eight_threads_is_accepted_once_PROTOCOL_15_1(
+    owner: AgentKey, coordinator: AgentKey, worker: AgentKey
 ) -> None:
-    """Concurrent retries of one Command: one acceptance, seven replays of its receipt."""
-    from missions.authority import Auth, Command, accept
-    from mwportal.protocol import parse_envelope
-
-    g = mission["group"]
-    raw = owner.envelope(
-        "membership.set_roles",
+    """Concurrent retries of one signed document: one acceptance, seven replays of its receipt."""
+    g, _, _ = create_mission(owner, with_card(coordinator))
+    document = owner.command(
+        "membership.change",
         g,
-        {"agent": worker.id, "roles": ["reviewer"]},
-        target={"kind": "group", "id": g, "revision": group_revision(g)},
+        {"principal": worker.actor, "roles": ["reviewer"]},
+        expected_revision=group_revision(g),
     )
     head = Group.objects.get(id=g).last_sequence
-    results = run_threads(8, lambda i: accept(Command(parse_envelope(raw), Auth.SIGNED)))
+    results = run_threads(8, lambda i: owner.send_document(document))
     assert all(isinstance(r, dict) for r in results), results
     assert sorted(r["replayed"] for r in results) == [False] + [True] * 7
-    assert len({r["events"][0]["event_id"] for r in results}) == 1
+    assert len({r["events"][0]["eventId"] for r in results}) == 1
     assert Group.objects.get(id=g).last_sequence == head + 1
+
+
+def test_eight_concurrent_sessions_of_one_agent_get_one_epoch_each_PROTOCOL_6_3(worker: AgentKey) -> None:
+    """Each session_open issues the next epoch and fences every older one: eight epochs, one live session."""
+    start = Agent.objects.get(id=worker.id).session_epoch
+    results = run_threads(8, lambda i: open_session(worker.id))
+    assert all(isinstance(r, tuple) for r in results), results
+    assert sorted(epoch for _, epoch in results) == list(range(start + 1, start + 9))
+    live = AgentSession.objects.filter(agent_id=worker.id, revoked_at__isnull=True)
+    assert list(live.values_list("epoch", flat=True)) == [start + 8]
+    assert Agent.objects.get(id=worker.id).session_epoch == start + 8
