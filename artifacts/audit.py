@@ -39,6 +39,8 @@ from .store import blob_integrity, blob_name, storage, wire_hash
 
 @dataclass
 class ExportSummary:
+    """What an export wrote; content hashes in their wire form ``sha256:<hex>``."""
+
     events: int = 0
     artifacts_included: int = 0
     artifacts_hash_only: list[str] = field(default_factory=list)
@@ -140,9 +142,9 @@ def export_audit(group_id: str, out: Path, *, include_bytes: bool = True) -> Exp
                     included = True
                     summary.artifacts_included += 1
                 else:
-                    summary.unavailable.append(sha)
+                    summary.unavailable.append(wire_hash(sha))
             if not included:
-                summary.artifacts_hash_only.append(sha)
+                summary.artifacts_hash_only.append(wire_hash(sha))
             entry: dict[str, Any] = {"included": included}
             if size is not None:
                 entry["sizeBytes"] = size

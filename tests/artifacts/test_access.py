@@ -2,9 +2,11 @@
 
 The attack of the review: an Agent that learned a SHA-256 (from another
 Group, another Organization, a forwarded Context Package, or before its
-removal) recorded "my Group holds these bytes" with a signed
-``artifact.upload`` and then downloaded them. Every test drives the REST API
-(``POST /api/v1/commands``, ``/api/v1/artifacts``) as the attacker would.
+removal) recorded "my Group holds these bytes" with a signed Command and then
+downloaded them. Now only the control plane issues
+``ext.mwportal.artifact.content_store``, after the upload path stored and hashed
+the bytes. Every test drives the REST API (``POST /api/v0.1/commands``,
+``/api/v0.1/artifacts``) as the attacker would.
 
 Forwarded packages (spec 13.3, "Group content MUST NOT enter another
 Mission's context by default"): forwarding copies the package *document*,
@@ -17,6 +19,7 @@ someone holding them uploads them there.
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -26,22 +29,28 @@ from artifacts.models import Blob, BlobGroup
 from missions.commands import create_organization
 from missions.models import GroupEvent
 from mwportal.protocol import ErrorCode
-from tests.api.support import COMMANDS, bearer, error_of, http, nothing_written, post_json
-from tests.artifacts.conftest import Artifacts, add_member
-from tests.artifacts.test_context import package_doc, publish
-from tests.conftest import AgentKey, Because, group_revision, make_agent, refused
+from mwportal.protocol.ids import urn
+from tests.api.support import API, COMMANDS, bearer, error_of, http, nothing_written, post_json
+from tests.artifacts.conftest import Artifacts, criterion, now_text
+from tests.artifacts.test_context import forward, package_doc, publish
+from tests.conftest import AgentKey, Because, add_member, group_revision, make_agent, make_person, refused
 
-UPLOADS = "/api/v1/artifacts/uploads"
+UPLOADS = f"{API}/artifacts/uploads"
+STORE = "ext.mwportal.artifact.content_store"
 
 
 def signed_upload(agent: AgentKey, group: str, sha: str) -> Any:
-    """The attack: a signed ``artifact.upload`` naming bytes the sender never sent."""
-    return post_json(http(), COMMANDS, agent.envelope("artifact.upload", group, {"sha256": sha}))
+    """The attack: a signed ``content_store`` naming bytes the sender never sent."""
+    return post_json(http(), COMMANDS, agent.command(STORE, group, {"contentHash": sha}))
 
 
 def assert_not_readable(art: Artifacts, sha: str, agent: AgentKey) -> None:
     error_of(art.download(sha, agent), 404, "GROUP_NOT_FOUND")
-    error_of(art.get(f"/api/v1/artifacts/{sha}/provenance", agent), 404, "GROUP_NOT_FOUND")
+    error_of(art.get(f"{API}/artifacts/{sha}/provenance", agent), 404, "GROUP_NOT_FOUND")
+
+
+def end_membership(art: Artifacts, agent: AgentKey) -> None:
+    art.owner.send("membership.end", art.group, {"principal": agent.actor}, expected_revision=group_revision(art.group))
 
 
 @pytest.fixture
@@ -49,17 +58,26 @@ def globex() -> dict[str, Any]:
     """A second Organization with its own Mission, owner and worker, and a
     blob its worker uploaded there."""
     org_id, admin = create_organization("globex", "Globex")
-    gina = make_agent("globex", "Gina Owner", ["mission_owner"])
+    gina = make_person("globex", "Gina Owner", ["mission_owner"])
+    gus = make_agent("globex", "Gus Coordinator", ["coordinator"])
     greg = make_agent("globex", "Greg Worker", ["worker"])
     group = str(uuid.uuid4())
-    gina.send("mission.create", group, {"mission": str(uuid.uuid4()), "title": "Secret", "objective": "Theirs"})
+    gina.send(
+        "mission.create",
+        group,
+        {
+            "missionId": urn(uuid.uuid4()), "groupId": urn(group), "coordinatorAgentId": gus.urn, "title": "Secret",
+            "objective": "Theirs", "deadline": now_text(timedelta(days=30)),
+            "definitionOfDone": [criterion("done", "human_review")], "budget": {"toolCallLimit": 10},
+        },
+    )  # fmt: skip
     add_member(gina, group, greg, ["worker"])
     response = Client().post(
-        f"/api/v1/artifacts?group={group}", data=b"globex trade secret", content_type="text/plain",
+        f"{API}/artifacts?groupId={urn(group)}", data=b"globex trade secret", content_type="text/plain",
         **bearer(greg.extra["token"]),
     )  # fmt: skip
     assert response.status_code == 201, response.content
-    return {"org": org_id, "admin_group": admin, "group": group, "worker": greg, "sha": response.json()["sha256"]}
+    return {"org": org_id, "admin_group": admin, "group": group, "worker": greg, "sha": response.json()["contentHash"]}
 
 
 def test_it_refuses_a_signed_upload_naming_another_groups_blob(art: Artifacts, other: dict[str, str]) -> None:
@@ -68,7 +86,7 @@ def test_it_refuses_a_signed_upload_naming_another_groups_blob(art: Artifacts, o
     assert_not_readable(art, sha, art.worker)
     with nothing_written():
         error_of(signed_upload(art.worker, art.group, sha), 403, "AUTH_FORBIDDEN")
-    assert not BlobGroup.objects.filter(blob_id=sha, group_id=art.group).exists()
+    assert not BlobGroup.objects.filter(blob_id=sha.removeprefix("sha256:"), group_id=art.group).exists()
     assert_not_readable(art, sha, art.worker)
 
 
@@ -81,7 +99,7 @@ def test_it_refuses_a_signed_upload_naming_another_organizations_blob(
     for group in (art.group, org["admin_group"]):
         with nothing_written():
             error_of(signed_upload(art.worker, group, sha), 403, "AUTH_FORBIDDEN")
-    assert list(BlobGroup.objects.filter(blob_id=sha).values_list("group_id", flat=True)) == [
+    assert list(BlobGroup.objects.filter(blob_id=sha.removeprefix("sha256:")).values_list("group_id", flat=True)) == [
         uuid.UUID(globex["group"])
     ]
     assert_not_readable(art, sha, art.worker)
@@ -89,18 +107,18 @@ def test_it_refuses_a_signed_upload_naming_another_organizations_blob(
 
 
 def test_it_refuses_every_signed_upload_even_of_bytes_the_group_holds(art: Artifacts) -> None:
-    """``artifact.upload`` is the server's own record: refused from any signed client, whatever it names."""
+    """``content_store`` is the control plane's own record: refused from any Agent or person, whatever it names."""
     sha = art.upload(b"ours")
     error_of(signed_upload(art.worker, art.group, sha), 403, "AUTH_FORBIDDEN")
-    error_of(signed_upload(art.worker, art.group, "1" * 64), 403, "AUTH_FORBIDDEN")
+    error_of(signed_upload(art.worker, art.group, "sha256:" + "1" * 64), 403, "AUTH_FORBIDDEN")
+    error_of(signed_upload(art.owner, art.group, sha), 403, "AUTH_FORBIDDEN")
 
 
 def test_it_stops_serving_a_removed_member_at_once(art: Artifacts) -> None:
     """Issue 16 item 1, after removal: the hashes Wanda saw open nothing once she is out."""
     sha = art.upload(b"Wanda's own report")
     assert art.download(sha, art.worker).status_code == 200
-    target = {"kind": "group", "id": art.group, "revision": group_revision(art.group)}
-    art.owner.send("membership.remove", art.group, {"agent": art.worker.id}, target=target)
+    end_membership(art, art.worker)
     assert_not_readable(art, sha, art.worker)
     error_of(signed_upload(art.worker, art.group, sha), 403, "AUTH_FORBIDDEN")
     assert art.download(sha, art.coordinator).status_code == 200
@@ -108,15 +126,16 @@ def test_it_stops_serving_a_removed_member_at_once(art: Artifacts) -> None:
 
 def test_it_does_not_let_a_removed_member_complete_an_upload(art: Artifacts) -> None:
     client, auth = art.client(art.worker)
-    created = client.post(f"{UPLOADS}?group={art.group}", content_type="text/plain", HTTP_UPLOAD_LENGTH="4", **auth)
-    upload = created.json()["upload"]
+    created = client.post(
+        f"{UPLOADS}?groupId={urn(art.group)}", content_type="text/plain", HTTP_UPLOAD_LENGTH="4", **auth
+    )
+    upload = created.json()["uploadId"]
     patched = client.patch(
         f"{UPLOADS}/{upload}", data=b"late", content_type="application/offset+octet-stream",
         HTTP_UPLOAD_OFFSET="0", **auth,
     )  # fmt: skip
     assert patched.status_code == 204
-    target = {"kind": "group", "id": art.group, "revision": group_revision(art.group)}
-    art.owner.send("membership.remove", art.group, {"agent": art.worker.id}, target=target)
+    end_membership(art, art.worker)
     error_of(client.post(f"{UPLOADS}/{upload}/complete", **auth), 404, "GROUP_NOT_FOUND")
     assert not BlobGroup.objects.filter(group_id=art.group).exists()
 
@@ -129,12 +148,12 @@ def test_it_grants_no_bytes_through_a_forwarded_context_package_13_3(
     sha = art.upload(b"A's working notes")
     doc = package_doc(art, art.coordinator, artifacts=[sha])
     publish(art.coordinator, art.group, doc)
-    art.coordinator.send("context.forward", art.group, {"package": doc["package"], "version": 1,
-                                                         "to_group": other["group"]})  # fmt: skip
+    forward(art.coordinator, art.group, doc, other["group"])
     bea = make_agent("acme", "Bea", ["worker"])  # a member of B only
     add_member(owner, other["group"], bea, ["worker"])
-    received = art.get(f"/api/v1/groups/{other['group']}/context-packages/{doc['package']}", bea)
-    assert received.status_code == 200 and received.json()["document"]["artifacts"] == [sha]
+    url = f"{API}/groups/{urn(other['group'])}/context-packages/{doc['contextPackageId']}"
+    received = art.get(url, bea)
+    assert received.status_code == 200 and received.json()["contextPackage"]["artifactHashes"] == [sha]
     assert_not_readable(art, sha, bea)
     error_of(signed_upload(bea, other["group"], sha), 403, "AUTH_FORBIDDEN")
     # Nor does B's log accept the hash as content it holds.
@@ -153,11 +172,11 @@ def test_it_refuses_uploads_into_the_administrative_group(art: Artifacts, org: d
     before = GroupEvent.objects.filter(group_id=org["admin_group"]).count()
     if route == "single":
         response = client.post(
-            f"/api/v1/artifacts?group={org['admin_group']}", data=b"dump", content_type="text/plain", **auth
+            f"{API}/artifacts?groupId={urn(org['admin_group'])}", data=b"dump", content_type="text/plain", **auth
         )
     else:
         response = client.post(
-            f"{UPLOADS}?group={org['admin_group']}", content_type="text/plain", HTTP_UPLOAD_LENGTH="4", **auth
+            f"{UPLOADS}?groupId={urn(org['admin_group'])}", content_type="text/plain", HTTP_UPLOAD_LENGTH="4", **auth
         )
     error = error_of(response, 403, "AUTH_FORBIDDEN")
     assert "administrative Group" in error["message"]

@@ -1,5 +1,5 @@
-"""``mwp export-audit`` / ``mwp verify-audit`` (spec 13; MWP-MSN-009): a Group's
-history verified offline, and a tamper found where it is."""
+"""``mwp export-audit`` / ``mwp verify-audit`` (PROTOCOL §6.4, §13, §15.2; MWP-MSN-009): a Group's
+history of signed Event documents verified offline against the bundled Registry, and a tamper found where it is."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ from django.core.management import CommandError, call_command
 
 from missions.snapshots import snapshot_now
 from mwportal.protocol.audit import AuditFailure, verify_bundle
+from mwportal.protocol.command import Key
+from mwportal.protocol.ids import urn
 from tests.artifacts.conftest import Artifacts
 from tests.artifacts.test_context import package_doc, publish
 from tests.artifacts.test_review import REPORT, checked_contract
@@ -31,13 +34,17 @@ def history(art: Artifacts, reviewer: Any) -> dict[str, Any]:
     """A Group with a published Artifact derived from another, a submission, a
     review run with a review WorkItem, a snapshot and a Context Package."""
     item = art.active_item(checked_contract())
-    raw = art.produce(item, b"raw,rows\n1,2\n", "text/csv")
-    report = art.produce(item, REPORT, "application/json", sources=[raw])
-    art.submit_with(item, {"complete": [report], "accurate": []}, [report])
+    raw, raw_id = art.produce(item, b"raw,rows\n1,2\n", "text/csv")
+    report, report_id = art.produce(item, REPORT, "application/json", sources=[raw])
+    art.submit_with(item, {"complete": [report], "accurate": []}, [report_id])
     art.review(item)
     snapshot_now(art.group)
     publish(art.coordinator, art.group, package_doc(art, art.coordinator, artifacts=[report]))
-    return {"item": item, "raw": raw, "report": report}
+    return {"item": item, "raw": raw, "report": report, "raw_id": raw_id, "report_id": report_id}
+
+
+def hex_name(content_hash: str) -> str:
+    return f"artifacts/{content_hash.removeprefix('sha256:')}"
 
 
 def export(art: Artifacts, tmp_path: Path, *extra: str) -> Path:
@@ -81,7 +88,7 @@ def test_an_exported_bundle_verifies_and_holds_everything(
     with tarfile.open(bundle) as tar:
         names = set(tar.getnames())
     expected = {"events.jsonl", "snapshots.jsonl", "manifests.jsonl", "evidence.jsonl", "context_packages.jsonl",
-                "keys.json", "index.json", f"artifacts/{history['raw']}", f"artifacts/{history['report']}"}  # fmt: skip
+                "keys.json", "index.json", hex_name(history["raw"]), hex_name(history["report"])}  # fmt: skip
     assert expected <= names
     out = io.StringIO()
     call_command("mwp", "verify-audit", str(bundle), stdout=out)
@@ -96,9 +103,10 @@ def test_one_byte_changed_in_one_event_fails_at_that_event(
     def change(data: bytes) -> bytes:
         lines = data.splitlines(keepends=True)
         event = json.loads(lines[0])
-        assert event["sequence"] == 1 and b"Survey" in lines[0]
-        lines[0] = lines[0].replace(b"Survey", b"Surfey")  # one byte
-        return b"".join(lines)
+        assert event["sequence"] == 1
+        last = lines[0].index(b'"correlationId":"') + len(b'"correlationId":"urn:uuid:') + 2
+        lines[0] = lines[0][:last] + (b"0" if lines[0][last : last + 1] != b"0" else b"1") + lines[0][last + 1 :]
+        return b"".join(lines)  # one byte of one signed member
 
     err = failure(rewrite(bundle, "events.jsonl", change))
     assert err.where == "events: sequence 1"
@@ -114,12 +122,13 @@ def test_a_changed_event_later_in_the_log_is_named_by_its_sequence(
         fh = tar.extractfile("events.jsonl")
         assert fh is not None
         lines = fh.read().splitlines(keepends=True)
-    target = next(i for i, line in enumerate(lines) if json.loads(line)["type"] == "work.submitted")
+    target = next(i for i, line in enumerate(lines) if json.loads(line)["kind"] == "work.submitted")
     sequence = json.loads(lines[target])["sequence"]
 
     def change(data: bytes) -> bytes:
         out = data.splitlines(keepends=True)
-        out[target] = out[target].replace(b'"pass"', b'"fail"', 1)
+        assert b'"passed"' in out[target]
+        out[target] = out[target].replace(b'"passed"', b'"failed"', 1)
         return b"".join(out)
 
     assert failure(rewrite(bundle, "events.jsonl", change)).where == f"events: sequence {sequence}"
@@ -133,13 +142,13 @@ def test_one_changed_manifest_signature_fails_at_that_manifest(
     def change(data: bytes) -> bytes:
         lines = data.splitlines(keepends=True)
         manifest = json.loads(lines[1])
-        sig = manifest["signature"]
-        manifest["signature"] = ("B" if sig[0] != "B" else "C") + sig[1:]
+        sig = manifest["signature"]["value"]
+        manifest["signature"]["value"] = ("B" if sig[0] != "B" else "C") + sig[1:]
         lines[1] = json.dumps(manifest).encode() + b"\n"
         return b"".join(lines)
 
     err = failure(rewrite(bundle, "manifests.jsonl", change))
-    assert err.where == f"manifest {history['report']} (manifests.jsonl line 2): signature"
+    assert err.where == f"manifest {history['report_id']} (line 2): signature"
 
 
 def test_one_changed_snapshot_signature_fails_at_that_snapshot(
@@ -149,7 +158,8 @@ def test_one_changed_snapshot_signature_fails_at_that_snapshot(
 
     def change(data: bytes) -> bytes:
         snap = json.loads(data)
-        snap["signature"] = ("A" if snap["signature"][0] != "A" else "B") + snap["signature"][1:]
+        value = snap["signature"]["value"]
+        snap["signature"]["value"] = ("A" if value[0] != "A" else "B") + value[1:]
         return json.dumps(snap).encode() + b"\n"
 
     err = failure(rewrite(bundle, "snapshots.jsonl", change))
@@ -161,7 +171,7 @@ def test_one_byte_changed_in_one_artifact_fails_at_that_artifact(
     art: Artifacts, history: dict[str, Any], tmp_path: Path
 ) -> None:
     bundle = export(art, tmp_path)
-    name = f"artifacts/{history['raw']}"
+    name = hex_name(history["raw"])
     err = failure(rewrite(bundle, name, lambda data: data[:-2] + bytes([data[-2] ^ 1]) + data[-1:]))
     assert err.where == f"artifact {history['raw']}"
 
@@ -173,7 +183,7 @@ def test_a_changed_index_or_a_reordered_key_file_fails_at_the_index(
 
     def change_index(data: bytes) -> bytes:
         index = json.loads(data)
-        index["exported_at"] = "2000-01-01T00:00:00.000000Z"
+        index["exportedAt"] = "2000-01-01T00:00:00.000000Z"
         return json.dumps(index).encode()
 
     assert failure(rewrite(bundle, "index.json", change_index)).where == "index: signature"
@@ -181,13 +191,38 @@ def test_a_changed_index_or_a_reordered_key_file_fails_at_the_index(
     assert failure(keys).where == "index: keys.json"
 
 
-def test_a_pinned_server_key_must_match(art: Artifacts, history: dict[str, Any], tmp_path: Path) -> None:
-    from mwportal.protocol import generate_keypair
+def test_a_pinned_group_authority_key_must_match(art: Artifacts, history: dict[str, Any], tmp_path: Path) -> None:
+    from missions.models import Group
+    from missions.service_keys import group_authority
 
     bundle = export(art, tmp_path)
     with pytest.raises(AuditFailure) as info:
-        verify_bundle(str(bundle), server_key=generate_keypair()[1])
-    assert info.value.where == "keys.json"
+        verify_bundle(str(bundle), server_key=Key.generate().public_key)
+    assert info.value.where == "index: signature"
+    own = group_authority(str(Group.objects.get(id=art.group).organization_id)).public_key
+    assert verify_bundle(str(bundle), server_key=own).events > 10
+
+
+def test_an_event_signed_by_a_key_outside_the_registry_fails_at_that_event(
+    art: Artifacts, history: dict[str, Any], tmp_path: Path
+) -> None:
+    """§6.4 stage 4: a forger who re-signs an Event with a key of its own is caught
+    at the Event, whatever else it rewrites."""
+    from mwportal.protocol.verification import sign_document
+
+    bundle = export(art, tmp_path)
+    forger = Key.generate()
+
+    def change(data: bytes) -> bytes:
+        lines = data.splitlines(keepends=True)
+        event = json.loads(lines[2])
+        event["correlationId"] = urn(uuid.uuid4())
+        forged = sign_document(event, key_id=forger.key_id, seed=forger.seed, profile="event")
+        lines[2] = json.dumps(forged).encode() + b"\n"
+        return b"".join(lines)
+
+    err = failure(rewrite(bundle, "events.jsonl", change))
+    assert err.where == "events: sequence 3: signature"
 
 
 def test_a_blob_corrupted_in_the_store_is_exported_by_hash_only(
@@ -195,7 +230,7 @@ def test_a_blob_corrupted_in_the_store_is_exported_by_hash_only(
 ) -> None:
     from artifacts.store import blob_name
 
-    (Path(settings.MWP_ARTIFACT_ROOT) / blob_name(history["raw"])).write_bytes(b"rotten")
+    (Path(settings.MWP_ARTIFACT_ROOT) / blob_name(history["raw"].removeprefix("sha256:"))).write_bytes(b"rotten")
     err = io.StringIO()
     out = tmp_path / "bundle.tar"
     call_command("mwp", "export-audit", art.group, "--out", str(out), stdout=io.StringIO(), stderr=err)
@@ -208,7 +243,7 @@ def test_verification_needs_neither_django_nor_a_database(
     art: Artifacts, history: dict[str, Any], tmp_path: Path
 ) -> None:
     bundle = export(art, tmp_path)
-    tampered = rewrite(bundle, f"artifacts/{history['report']}", lambda d: d.replace(b"3", b"4"))
+    tampered = rewrite(bundle, hex_name(history["report"]), lambda d: d.replace(b"3", b"4"))
     # Django is made unimportable: the verifier is the protocol kernel alone.
     code = (
         "import sys, runpy; sys.modules['django'] = None; sys.argv = ['audit'] + sys.argv[1:];"
@@ -251,16 +286,26 @@ def test_a_dropped_tail_event_or_a_changed_evidence_record_is_named(
     def flip_evidence(data: bytes) -> bytes:
         lines = data.splitlines(keepends=True)
         entry = json.loads(lines[0])
-        entry["record"]["result"] = "fail" if entry["record"]["result"] != "fail" else "pass"
+        entry["evidence"]["result"] = "failed" if entry["evidence"]["result"] != "failed" else "passed"
         lines[0] = json.dumps(entry).encode() + b"\n"
         return b"".join(lines)
 
     err = failure(rewrite(bundle, "evidence.jsonl", flip_evidence))
-    assert err.where == "evidence.jsonl line 1"
+    assert err.where == "evidence.jsonl line 1: signature"
+
+    def move_evidence(data: bytes) -> bytes:
+        lines = data.splitlines(keepends=True)
+        entry = json.loads(lines[0])
+        entry["sequence"] = 1  # a genuine record, claimed by another Event
+        lines[0] = json.dumps(entry).encode() + b"\n"
+        return b"".join(lines)
+
+    err = failure(rewrite(bundle, "evidence.jsonl", move_evidence))
+    assert err.where == "evidence.jsonl line 1" and "not in Event 1" in err.message
 
     def resign_package(data: bytes) -> bytes:
         doc = json.loads(data)
-        doc["decisions"] = ["a decision nobody took"]
+        doc["decisions"] = [{"description": "a decision nobody took", "sourceEventIds": [urn(uuid.uuid4())]}]
         return json.dumps(doc).encode() + b"\n"
 
     err = failure(rewrite(bundle, "context_packages.jsonl", resign_package))

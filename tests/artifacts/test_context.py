@@ -1,112 +1,142 @@
-"""Context Packages (spec 13.3): signed, versioned, scoped; never across Groups by default."""
+"""Context Packages (PROTOCOL §13.3): signed, versioned, scoped; never across Groups by default.
+
+Each version is a normative ``context-package.schema.json`` document signed by
+its generating Agent; version n+1 names version n in ``previousContextPackageId``.
+"""
 
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from artifacts.models import ContextForward, ContextPackage
 from missions.models import Group, GroupEvent
-from mwportal.protocol import ErrorCode, format_time, generate_keypair, signed
-from mwportal.protocol.documents import CONTEXT_MEMBERS, document_hash
-from tests.api.support import error_of
-from tests.artifacts.conftest import Artifacts
-from tests.conftest import AgentKey, Because, refused
+from mwportal.protocol import ErrorCode, jcs
+from mwportal.protocol.command import Key
+from mwportal.protocol.ids import urn
+from mwportal.protocol.verification import sign_document
+from tests.api.support import API, error_of, normative
+from tests.artifacts.conftest import Artifacts, events_of, make_coordinator, new_mission, now_text
+from tests.conftest import AgentKey, Because, add_member, make_agent, refused
+
+PUBLISH = "ext.mwportal.context.package_publish"
+FORWARD = "ext.mwportal.context.package_forward"
 
 
 def package_doc(
     art: Artifacts,
     agent: AgentKey,
     *,
-    package: str | None = None,
     version: int = 1,
     previous: str | None = None,
     group: str | None = None,
     mission: str | None = None,
     artifacts: list[str] | None = None,
-    key: str | None = None,
+    key: Key | None = None,
     **overrides: Any,
 ) -> dict[str, Any]:
+    """A complete Context Package version citing the Group's whole log, signed by ``agent`` (or ``key``)."""
     group = group or art.group
-    head = Group.objects.get(id=group).last_sequence
+    events = list(GroupEvent.objects.filter(group_id=group).order_by("sequence").values_list("event_id", flat=True))
     doc: dict[str, Any] = {
-        "schema": "mwp.context-package/1",
-        "package": package or str(uuid.uuid4()),
+        "contextPackageId": urn(uuid.uuid4()),
         "version": version,
-        "previous": previous,
-        "scope": {"mission": mission or art.mission, "group": group, "workitem": None},
-        "events": {"from": 1, "to": head},
-        "artifacts": artifacts or [],
-        "decisions": ["use the 2026 survey only"],
+        "missionId": urn(mission or art.mission),
+        "groupId": urn(group),
+        "sourceEventRange": {"fromSequence": 1, "toSequence": len(events), "eventIds": [urn(e) for e in events]},
+        "artifactHashes": artifacts or [],
+        "summary": "The survey covers 2026; late responses are open.",
+        "decisions": [{"description": "use the 2026 survey only", "sourceEventIds": [urn(events[0])]}],
         "constraints": ["no personal data leaves the Group"],
-        "questions": ["are late responses in scope?"],
-        "generator": {"agent": agent.id, "agent_card_version": 0},
-        "created_at": format_time(datetime.now(UTC)),
+        "unresolvedQuestions": ["are late responses in scope?"],
+        "generatedBy": agent.actor,
+        "generatedAt": now_text(),
     }
+    if previous is not None:
+        doc["previousContextPackageId"] = previous
     doc.update(overrides)
-    return signed(key or agent.private_key, doc)
+    signer = key or agent.key
+    return sign_document(doc, key_id=signer.key_id, seed=signer.seed, profile="context-package")
 
 
 def publish(agent: AgentKey, group: str, doc: dict[str, Any]) -> dict[str, Any]:
-    return agent.send("context.publish", group, {"package": doc})
+    return agent.send(PUBLISH, group, {"contextPackage": doc}, coordinator_epoch=1)
 
 
-def test_a_package_is_signed_scoped_and_carries_every_field_of_13_3(art: Artifacts) -> None:
+def forward(agent: AgentKey, group: str, doc: dict[str, Any], to_group: str, **kw: Any) -> dict[str, Any]:
+    payload = {"contextPackageId": doc["contextPackageId"], "version": doc["version"], "toGroupId": urn(to_group)}
+    return agent.send(FORWARD, group, {**payload, **kw}, coordinator_epoch=1)
+
+
+def package_url(group: str, package: str = "", tail: str = "") -> str:
+    return f"{API}/groups/{urn(group)}/context-packages" + (f"/{package}" if package else "") + tail
+
+
+def test_a_package_is_signed_scoped_and_carries_every_member_of_13_3(art: Artifacts) -> None:
     sha = art.upload(b"notes")
-    doc = package_doc(art, art.coordinator, artifacts=[sha])
-    receipt = publish(art.coordinator, art.group, doc)
-    event = GroupEvent.objects.get(event_id=receipt["events"][0]["event_id"])
-    assert event.type == "context.published"
-    assert set(event.body["package"]) == set(CONTEXT_MEMBERS)
-    row = ContextPackage.objects.get(package=doc["package"])
-    assert row.document == doc and row.document_hash == document_hash(doc)
-    assert (row.from_sequence, row.to_sequence) == (1, doc["events"]["to"])
+    doc = package_doc(art, art.coordinator, artifacts=[sha], workItemId=urn(art.authorize()))
+    normative("context-package", doc)
+    publish(art.coordinator, art.group, doc)
+    (event,) = events_of(art.group, "ext.mwportal.context.package_published")
+    normative("event", event)
+    digest = jcs.sha256_hash(jcs.canonicalize(doc))
+    assert event["payload"] == {"contextPackage": doc, "documentHash": digest}
+    row = ContextPackage.objects.get(package=doc["contextPackageId"].removeprefix("urn:uuid:"))
+    assert row.document == doc and f"sha256:{row.document_hash}" == digest
+    assert (row.from_sequence, row.to_sequence) == (1, doc["sourceEventRange"]["toSequence"])
+    shown = art.get(package_url(art.group, doc["contextPackageId"]), art.worker).json()
+    assert shown["contextPackage"] == doc and shown["documentHash"] == digest and shown["forwarded"] is False
 
 
-def test_a_new_version_links_to_the_previous_one_13_3(art: Artifacts) -> None:
+def test_a_new_version_names_the_previous_one_13_3(art: Artifacts) -> None:
     first = package_doc(art, art.coordinator)
     publish(art.coordinator, art.group, first)
-    package = first["package"]
-    # A second version must name the first's hash.
-    wrong = package_doc(art, art.coordinator, package=package, version=2, previous="ab" * 32)
-    refused(ErrorCode.REVISION_CONFLICT, publish, art.coordinator, art.group, wrong)
-    skipped = package_doc(art, art.coordinator, package=package, version=3, previous=document_hash(first))
-    refused(ErrorCode.REVISION_CONFLICT, publish, art.coordinator, art.group, skipped)
-    second = package_doc(art, art.coordinator, package=package, version=2, previous=document_hash(first))
+    # Version 2 names version 1; a version that skips, or names none, is refused.
+    skipped = package_doc(art, art.coordinator, version=3, previous=first["contextPackageId"])
+    conflict = refused(ErrorCode.REVISION_CONFLICT, publish, art.coordinator, art.group, skipped)
+    assert (conflict.expected_revision, conflict.current_revision) == (2, 1)
+    orphan = package_doc(art, art.coordinator, version=2)
+    assert refused(ErrorCode.SCHEMA_VALIDATION_FAILED, publish, art.coordinator, art.group, orphan).details == {
+        "field": "/payload/contextPackage/previousContextPackageId"
+    }
+    unknown = package_doc(art, art.coordinator, version=2, previous=urn(uuid.uuid4()))
+    refused(Because(ErrorCode.INVALID_COMMAND, "not_found"), publish, art.coordinator, art.group, unknown)
+    second = package_doc(art, art.coordinator, version=2, previous=first["contextPackageId"])
     publish(art.coordinator, art.group, second)
-    rows = list(ContextPackage.objects.filter(package=package).order_by("version"))
+    # A fork of version 1 (another version 2) is a conflict: one chain, one version of each number.
+    fork = package_doc(art, art.coordinator, version=2, previous=first["contextPackageId"])
+    refused(ErrorCode.REVISION_CONFLICT, publish, art.coordinator, art.group, fork)
+    rows = list(ContextPackage.objects.order_by("version"))
     assert [r.version for r in rows] == [1, 2]
-    assert rows[1].previous_hash == rows[0].document_hash
-    latest = art.get(f"/api/v1/groups/{art.group}/context-packages/{package}").json()
-    assert latest["version"] == 2 and latest["document"]["previous"] == document_hash(first)
-    assert art.get(f"/api/v1/groups/{art.group}/context-packages/{package}?version=1").json()["document"] == first
+    assert rows[1].previous_package == rows[0].package and rows[1].lineage == rows[0].package
+    shown = art.get(package_url(art.group, second["contextPackageId"])).json()
+    assert shown["version"] == 2 and shown["lineageId"] == first["contextPackageId"]
+    assert art.get(package_url(art.group, first["contextPackageId"])).json()["contextPackage"] == first
 
 
-def test_a_package_signed_by_another_key_is_refused(art: Artifacts) -> None:
-    stranger, _ = generate_keypair()
+def test_a_package_signed_by_another_key_is_refused_6_4(art: Artifacts) -> None:
+    stranger = Key.generate()
     refused(
         ErrorCode.AUTH_INVALID_SIGNATURE,
         publish,
         art.coordinator,
         art.group,
-        package_doc(art, art.coordinator, key=stranger),
+        package_doc(art, art.coordinator, key=Key(art.coordinator.key.key_id, stranger.seed)),
     )
 
 
 @pytest.mark.parametrize(
     ("override", "field"),
     [
-        ({"generator": {"agent": "00000000-0000-4000-8000-000000000000", "agent_card_version": 0}},
-         "body.package.generator.agent"),
-        ({"events": {"from": 1, "to": 10_000}}, "body.package.events.to"),
-        ({"version": 1, "previous": "ab" * 32}, "body.package.previous"),
-        ({"reasoning": "my private thoughts"}, "body.package.reasoning"),
+        ({"generatedBy": {"type": "agent", "id": urn(uuid.uuid4())}}, "/payload/contextPackage/generatedBy"),
+        ({"sourceEventRange": {"fromSequence": 1, "toSequence": 10_000, "eventIds": [urn(uuid.uuid4())]}},
+         "/payload/contextPackage/sourceEventRange/toSequence"),
+        ({"reasoning": "my private thoughts"}, "/payload/contextPackage"),
     ],
 )  # fmt: skip
-def test_a_malformed_package_is_refused_naming_the_field(art: Artifacts, override: dict[str, Any], field: str) -> None:
+def test_a_malformed_package_is_refused_naming_the_member(art: Artifacts, override: dict[str, Any], field: str) -> None:
     err = refused(
         ErrorCode.SCHEMA_VALIDATION_FAILED,
         publish,
@@ -114,7 +144,14 @@ def test_a_malformed_package_is_refused_naming_the_field(art: Artifacts, overrid
         art.group,
         package_doc(art, art.coordinator, **override),
     )
-    assert err.details["field"] == field
+    assert err.details["field"].startswith(field), err.details
+
+
+def test_a_package_citing_an_event_of_another_group_is_refused_13_3(art: Artifacts, other: dict[str, str]) -> None:
+    theirs = GroupEvent.objects.filter(group_id=other["group"]).values_list("event_id", flat=True).first()
+    doc = package_doc(art, art.coordinator)
+    doc = package_doc(art, art.coordinator, sourceEventRange={**doc["sourceEventRange"], "eventIds": [urn(theirs)]})
+    refused(Because(ErrorCode.INVALID_COMMAND, "not_found"), publish, art.coordinator, art.group, doc)
 
 
 def test_group_content_never_enters_another_missions_context_by_default_13_3(
@@ -132,42 +169,48 @@ def test_group_content_never_enters_another_missions_context_by_default_13_3(
     )  # fmt: skip
 
 
+def test_only_the_coordinator_publishes_a_package_13_3(art: Artifacts) -> None:
+    refused(
+        ErrorCode.AUTH_FORBIDDEN, art.worker.send, PUBLISH, art.group, {"contextPackage": package_doc(art, art.worker)}
+    )
+
+
 def test_a_context_package_of_group_a_cannot_be_read_through_group_b_13_3(
     art: Artifacts, other: dict[str, str]
 ) -> None:
     doc = package_doc(art, art.coordinator)
     publish(art.coordinator, art.group, doc)
-    package = doc["package"]
+    package = doc["contextPackageId"]
     # Carl and Walt are members of both Groups; through B the package does not exist.
     for agent in (art.coordinator, art.worker2):
-        error_of(art.get(f"/api/v1/groups/{other['group']}/context-packages/{package}", agent), 404, "GROUP_NOT_FOUND")
-        error_of(
-            art.get(f"/api/v1/groups/{other['group']}/context-packages/{package}/events", agent), 404, "GROUP_NOT_FOUND"
-        )
-        assert art.get(f"/api/v1/groups/{other['group']}/context-packages", agent).json() == {"packages": []}
+        error_of(art.get(package_url(other["group"], package), agent), 404, "GROUP_NOT_FOUND")
+        error_of(art.get(package_url(other["group"], package, "/events"), agent), 404, "GROUP_NOT_FOUND")
+        assert art.get(package_url(other["group"]), agent).json() == {"contextPackages": []}
     # Through A, members read it; a non-member of A cannot use A at all.
-    assert art.get(f"/api/v1/groups/{art.group}/context-packages/{package}", art.worker).status_code == 200
-    assert (
-        art.get(f"/api/v1/groups/{art.group}/context-packages", art.worker).json()["packages"][0]["package"] == package
-    )
+    assert art.get(package_url(art.group, package), art.worker).status_code == 200
+    listed = art.get(package_url(art.group), art.worker).json()["contextPackages"]
+    assert [p["contextPackageId"] for p in listed] == [package]
 
 
 def test_non_members_and_unknown_packages_get_the_same_404_issue_16_item_8(art: Artifacts, outsider: AgentKey) -> None:
     doc = package_doc(art, art.coordinator)
     publish(art.coordinator, art.group, doc)
-    error_of(art.get(f"/api/v1/groups/{art.group}/context-packages/{doc['package']}", outsider), 404, "GROUP_NOT_FOUND")
-    error_of(art.get(f"/api/v1/groups/{art.group}/context-packages", outsider), 404, "GROUP_NOT_FOUND")
-    error_of(art.get(f"/api/v1/groups/{art.group}/context-packages/{uuid.uuid4()}"), 404, "GROUP_NOT_FOUND")
+    error_of(art.get(package_url(art.group, doc["contextPackageId"]), outsider), 404, "GROUP_NOT_FOUND")
+    error_of(art.get(package_url(art.group), outsider), 404, "GROUP_NOT_FOUND")
+    error_of(art.get(package_url(art.group, urn(uuid.uuid4()))), 404, "GROUP_NOT_FOUND")
 
 
-def test_a_member_fetches_the_cited_events_13_3(art: Artifacts) -> None:
+def test_a_member_fetches_the_cited_signed_events_13_3(art: Artifacts) -> None:
     doc = package_doc(art, art.coordinator)
     publish(art.coordinator, art.group, doc)
-    response = art.get(f"/api/v1/groups/{art.group}/context-packages/{doc['package']}/events", art.worker)
+    response = art.get(package_url(art.group, doc["contextPackageId"], "/events"), art.worker)
     assert response.status_code == 200, response.content
     events = response.json()["events"]
-    assert [e["sequence"] for e in events] == list(range(1, doc["events"]["to"] + 1))
-    assert events[0]["type"] == "mission.created"
+    assert [e["sequence"] for e in events] == list(range(1, doc["sourceEventRange"]["toSequence"] + 1))
+    assert [e["eventId"] for e in events] == doc["sourceEventRange"]["eventIds"]
+    assert events[0]["kind"] == "mission.created"
+    for event in events:
+        normative("event", event)
 
 
 def test_forwarding_across_groups_needs_permission_and_leaves_an_auditable_event_13_3(
@@ -175,51 +218,37 @@ def test_forwarding_across_groups_needs_permission_and_leaves_an_auditable_event
 ) -> None:
     doc = package_doc(art, art.coordinator)
     publish(art.coordinator, art.group, doc)
-    body = {"package": doc["package"], "version": 1, "to_group": other["group"]}
     # Wanda is only a worker of A: no forwarding.
-    refused(ErrorCode.AUTH_FORBIDDEN, art.worker.send, "context.forward", art.group, body)
+    refused(ErrorCode.AUTH_FORBIDDEN, forward, art.worker, art.group, doc, other["group"])
     # Carl coordinates A but is not in a third Mission Group: the check
     # covers the receiving Group too, and a Group he is not in answers as an
     # absent one (issue 16), exactly.
-    third = _mission_without(owner, str(uuid.uuid4()))
-    unseen = refused(
-        ErrorCode.GROUP_NOT_FOUND, art.coordinator.send, "context.forward", art.group, {**body, "to_group": third}
-    )
+    third = new_mission(owner, make_coordinator("Cora Coordinator"), title="Third")["group"]
+    unseen = refused(ErrorCode.GROUP_NOT_FOUND, forward, art.coordinator, art.group, doc, third)
     absent = str(uuid.uuid4())
-    missing = refused(
-        ErrorCode.GROUP_NOT_FOUND, art.coordinator.send, "context.forward", art.group, {**body, "to_group": absent}
-    )
+    missing = refused(ErrorCode.GROUP_NOT_FOUND, forward, art.coordinator, art.group, doc, absent)
     assert unseen.message.replace(third, "G") == missing.message.replace(absent, "G")
-    assert unseen.details == missing.details == {"field": "body.to_group"}
+    assert unseen.details == missing.details == {"field": "/payload/toGroupId"}
     before_b = Group.objects.get(id=other["group"]).last_sequence
-    receipt = art.coordinator.send("context.forward", art.group, body)
-    assert [e["type"] for e in receipt["events"]] == ["context.forwarded"]
-    received = GroupEvent.objects.get(group_id=other["group"], sequence=before_b + 1)
-    assert received.type == "context.received" and received.body["from_group"] == art.group
-    assert received.actor == art.coordinator.id
+    receipt = forward(art.coordinator, art.group, doc, other["group"])
+    assert [e["kind"] for e in receipt["events"]] == ["ext.mwportal.context.package_forwarded"]
+    (forwarded,) = events_of(art.group, "ext.mwportal.context.package_forwarded")
+    assert forwarded["payload"] == {"contextPackageId": doc["contextPackageId"], "version": 1,
+                                    "toGroupId": urn(other["group"])}  # fmt: skip
+    received = GroupEvent.objects.get(group_id=other["group"], sequence=before_b + 1).as_wire()
+    normative("event", received)
+    assert received["kind"] == "ext.mwportal.context.package_received"
+    assert received["payload"]["fromGroupId"] == urn(art.group) and received["payload"]["contextPackage"] == doc
+    assert received["actor"] == art.coordinator.actor
     assert ContextForward.objects.filter(to_group_id=other["group"]).count() == 1
     # Now B's members read that version through B...
-    via_b = art.get(f"/api/v1/groups/{other['group']}/context-packages/{doc['package']}", art.worker2).json()
-    assert via_b["forwarded"] is True and via_b["document"] == doc
+    via_b = art.get(package_url(other["group"], doc["contextPackageId"]), art.worker2).json()
+    assert via_b["forwarded"] is True and via_b["contextPackage"] == doc
     # ...but the cited Events stay A's: only A's members fetch them.
-    outsider_of_a = _b_only_member(owner, other["group"])
-    error_of(
-        art.get(f"/api/v1/groups/{other['group']}/context-packages/{doc['package']}/events", outsider_of_a),
-        404,
-        "GROUP_NOT_FOUND",
-    )
-    refused(ErrorCode.INVALID_STATE_TRANSITION, art.coordinator.send, "context.forward", art.group, body)
-
-
-def _mission_without(owner: AgentKey, group_id: str) -> str:
-    owner.send("mission.create", group_id, {"mission": str(uuid.uuid4()), "title": "Third", "objective": "x"})
-    return group_id
-
-
-def _b_only_member(owner: AgentKey, group: str) -> AgentKey:
-    from tests.artifacts.conftest import add_member
-    from tests.conftest import make_agent
-
     bea = make_agent("acme", "Bea", ["worker"])
-    add_member(owner, group, bea, ["worker"])
-    return bea
+    add_member(owner, other["group"], bea, ["worker"])
+    error_of(art.get(package_url(other["group"], doc["contextPackageId"], "/events"), bea), 404, "GROUP_NOT_FOUND")
+    refused(ErrorCode.INVALID_STATE_TRANSITION, forward, art.coordinator, art.group, doc, other["group"])
+    # A version that is not the package's is not in this Group.
+    refused(Because(ErrorCode.INVALID_COMMAND, "not_found"), forward, art.coordinator, art.group, {**doc, "version": 2},
+            other["group"])  # fmt: skip

@@ -21,10 +21,11 @@ from hypothesis import strategies as st
 from artifacts.models import Blob
 from artifacts.store import MEDIA_TYPE_MAX, check_media_type
 from mwportal.protocol import ErrorCode, ProtocolError
+from mwportal.protocol.ids import urn
 from tests.api.support import error_of, malformed_naming, show
 from tests.artifacts.conftest import Artifacts
 
-UPLOADS = "/api/v1/artifacts/uploads"
+UPLOADS = "/api/v0.1/artifacts/uploads"
 FIRST = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 REST = FIRST + "!#$&^_.+-"
 restricted_names = st.builds(lambda a, b: a + b, st.sampled_from(FIRST), st.text(REST, max_size=126))
@@ -57,12 +58,12 @@ def test_it_refuses_any_character_outside_the_tokens(value: str, at: int, bad: s
 
 def post_single(art: Artifacts, media_type: str) -> Any:
     client, auth = art.client(art.worker)
-    return client.post(f"/api/v1/artifacts?group={art.group}", data=b"bytes", content_type=media_type, **auth)
+    return client.post(f"/api/v0.1/artifacts?groupId={urn(art.group)}", data=b"bytes", content_type=media_type, **auth)
 
 
 def post_resumable(art: Artifacts, media_type: str) -> Any:
     client, auth = art.client(art.worker)
-    return client.post(f"{UPLOADS}?group={art.group}", content_type=media_type, HTTP_UPLOAD_LENGTH="5", **auth)
+    return client.post(f"{UPLOADS}?groupId={urn(art.group)}", content_type=media_type, HTTP_UPLOAD_LENGTH="5", **auth)
 
 
 LONG = "x" * 100 + "/" + "y" * 100  # 201 characters, each name within RFC 6838's 127
@@ -92,7 +93,7 @@ def test_it_stores_a_media_type_of_exactly_200_characters(
 
 def test_parameters_are_dropped_and_the_type_kept(art: Artifacts) -> None:
     response = post_single(art, "text/csv; charset=utf-8")
-    assert response.status_code == 201 and response.json()["media_type"] == "text/csv"
+    assert response.status_code == 201 and response.json()["mediaType"] == "text/csv"
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -1,7 +1,7 @@
 """How Artifact bytes are served (issue 16 item 2): never rendered in the portal's origin.
 
 A Worker chooses the media type of what it uploads. Both byte-serving routes
-(the API's ``GET /api/v1/artifacts/{sha}`` and the portal's
+(the API's ``GET /api/v0.1/artifacts/{contentHash}`` and the portal's
 ``/missions/<group>/artifacts/<sha>``) answer with an attachment, ``nosniff``
 and ``Content-Security-Policy: sandbox``; the API's byte routes take a
 bearer token only, so the portal's session cookie never fetches bytes there.
@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from artifacts.models import Blob
+from mwportal.protocol.ids import urn
 from tests.api.support import error_of
 from tests.artifacts.conftest import Artifacts
 from tests.portal.conftest import Person, make_person
@@ -25,7 +26,8 @@ HOSTILE = [("text/html", PAGE), ("image/svg+xml", SVG), ("application/xhtml+xml"
 
 def assert_attachment(response: object, sha: str) -> None:
     headers = response.headers  # type: ignore[attr-defined]
-    assert headers["Content-Disposition"] == f'attachment; filename="{sha}"'
+    # The file name is the hash's hex digits alone: nothing the uploader chose reaches the header.
+    assert headers["Content-Disposition"] == f'attachment; filename="{sha.removeprefix("sha256:")}"'
     assert headers["X-Content-Type-Options"] == "nosniff"
     assert headers["Content-Security-Policy"].split(";")[0].strip() == "sandbox"
     assert "private" in headers["Cache-Control"]
@@ -35,7 +37,7 @@ def assert_attachment(response: object, sha: str) -> None:
 def member(art: Artifacts) -> Person:
     """Pam, a person member of the Mission signed in to the portal (session cookie)."""
     pam = make_person("pam", ["mission_owner"])
-    add_person(art.owner, art.group, pam.agent, ["owner"])
+    add_person(art.owner, art.group, pam.agent, ["mission_owner"])
     return pam
 
 
@@ -49,7 +51,7 @@ def test_it_serves_hostile_media_types_as_sandboxed_attachments(
     assert api.status_code == 200
     assert_attachment(api, sha)
     assert b"".join(api.streaming_content) == content
-    portal = member.client.get(f"/missions/{art.group}/artifacts/{sha}")
+    portal = member.client.get(f"/missions/{art.group}/artifacts/{sha.removeprefix('sha256:')}")
     assert portal.status_code == 200
     assert_attachment(portal, sha)
     assert b"".join(portal.streaming_content) == content  # type: ignore[attr-defined]
@@ -58,20 +60,20 @@ def test_it_serves_hostile_media_types_as_sandboxed_attachments(
 def test_it_never_serves_api_bytes_by_the_portal_session_cookie(art: Artifacts, member: Person) -> None:
     """Issue 16 item 2: a link to the API sent to a signed-in member fetches nothing."""
     sha = art.upload(PAGE, "text/html")
-    response = member.client.get(f"/api/v1/artifacts/{sha}")
+    response = member.client.get(f"/api/v0.1/artifacts/{sha}")
     error_of(response, 401, "AUTH_REQUIRED")
     assert PAGE not in response.content
     # The other byte routes take no cookie either (no upload as the person).
     error_of(
-        member.client.post(f"/api/v1/artifacts?group={art.group}", data=PAGE, content_type="text/html"),
+        member.client.post(f"/api/v0.1/artifacts?groupId={urn(art.group)}", data=PAGE, content_type="text/html"),
         401,
         "AUTH_REQUIRED",
     )
     error_of(
-        member.client.post(f"/api/v1/artifacts/uploads?group={art.group}", content_type="text/html",
+        member.client.post(f"/api/v0.1/artifacts/uploads?groupId={urn(art.group)}", content_type="text/html",
                            HTTP_UPLOAD_LENGTH="10"),
         401, "AUTH_REQUIRED",
     )  # fmt: skip
     assert Blob.objects.count() == 1
     # JSON reads keep the portal session (the review page's data).
-    assert member.client.get(f"/api/v1/artifacts/{sha}/provenance").status_code == 200
+    assert member.client.get(f"/api/v0.1/artifacts/{sha}/provenance").status_code == 200

@@ -23,23 +23,26 @@ from artifacts.uploads import create_upload, uploads_dir
 from artifacts.views import ArtifactUploadView
 from missions.models import Agent, Group
 from mwportal.protocol import ErrorCode, ProtocolError
+from mwportal.protocol.ids import urn
 from tests.api.support import bearer, error_of, show
 from tests.artifacts.conftest import Artifacts
 from tests.conftest import AgentKey
 
-UPLOADS = "/api/v1/artifacts/uploads"
+UPLOADS = "/api/v0.1/artifacts/uploads"
 GIB = 1024**3
 
 
 def start(art: Artifacts, length: int, agent: AgentKey | None = None) -> Any:
     client, auth = art.client(agent or art.worker)
-    return client.post(f"{UPLOADS}?group={art.group}", content_type="text/csv", HTTP_UPLOAD_LENGTH=str(length), **auth)
+    return client.post(
+        f"{UPLOADS}?groupId={urn(art.group)}", content_type="text/csv", HTTP_UPLOAD_LENGTH=str(length), **auth
+    )
 
 
 def opened(art: Artifacts, length: int, agent: AgentKey | None = None) -> str:
     response = start(art, length, agent)
     assert response.status_code == 201, show(response)
-    return str(response.json()["upload"])
+    return str(response.json()["uploadId"])
 
 
 def rate_limited(response: Any) -> dict[str, Any]:
@@ -56,8 +59,8 @@ def test_it_refuses_the_reviews_300_reservations_of_2_gib_with_the_defaults(art:
     answers = [start(art, 2 * GIB).status_code for _ in range(300)]
     assert answers.count(201) == 2 and answers.count(429) == 298
     error = rate_limited(start(art, 2 * GIB))
-    assert error["details"] == {"open": 2, "max_open": 16, "reserved_bytes": 4 * GIB,
-                                "max_reserved_bytes": 4 * GIB, "length": 2 * GIB}  # fmt: skip
+    assert error["details"] == {"open": 2, "maxOpen": 16, "reservedBytes": 4 * GIB,
+                                "maxReservedBytes": 4 * GIB, "length": 2 * GIB}  # fmt: skip
     assert len(list(uploads_dir().glob("*.part"))) == 2
 
 
@@ -87,7 +90,7 @@ def test_it_bounds_the_bytes_reserved_per_agent(art: Artifacts, settings: Any) -
     settings.MWP_ARTIFACT_UPLOAD_MAX_RESERVED_BYTES = 100
     opened(art, 60)
     error = rate_limited(start(art, 41))
-    assert error["details"]["reserved_bytes"] == 60
+    assert error["details"]["reservedBytes"] == 60
     opened(art, 40)  # exactly the bound
     rate_limited(start(art, 1))
 
@@ -132,7 +135,7 @@ def test_a_single_upload_declaring_more_than_the_limit_is_refused_before_its_bod
     """Issue 16 item 8: refused on the Content-Length alone; the body stays unread."""
     settings.MWP_ARTIFACT_MAX_BYTES = 1000
     request = RequestFactory().post(
-        f"/api/v1/artifacts?group={art.group}", data=b"x" * 10, content_type="text/plain",
+        f"/api/v0.1/artifacts?groupId={urn(art.group)}", data=b"x" * 10, content_type="text/plain",
         CONTENT_LENGTH="1001", **bearer(art.worker.extra["token"]),
     )  # fmt: skip
     response = ArtifactUploadView.as_view()(request).render()
