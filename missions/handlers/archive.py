@@ -40,6 +40,8 @@ def _snapshot_event(snapshot: GroupSnapshot, ctx: HandlerContext) -> Emit:
         "snapshotId": document["snapshotId"],
         "throughSequence": document["throughSequence"],
         "stateHash": document["stateHash"],
+        # The content address of what a client restores (the REST snapshot artifact, §16).
+        "snapshotArtifactHash": jcs.sha256_hash(jcs.canonicalize({"snapshot": document, "state": snapshot.state})),
     }
     return Emit("group.snapshot.created", AggregateRef("group", ctx.group.id, ctx.group.revision), payload)
 

@@ -287,8 +287,9 @@ def test_a_live_snapshot_is_signed_by_the_group_authority_and_commits_to_the_sta
                                DjangoRegistry(Organization.objects.get(id=org["id"])))  # fmt: skip
     assert verified.principal.type == "service"
     created = GroupEvent.objects.get(group_id=g, type="group.snapshot.created")
+    artifact_hash = jcs.sha256_hash(jcs.canonicalize({"snapshot": document, "state": snapshot.state}))
     assert created.body == {"snapshotId": document["snapshotId"], "throughSequence": head,
-                            "stateHash": document["stateHash"]}  # fmt: skip
+                            "stateHash": document["stateHash"], "snapshotArtifactHash": artifact_hash}  # fmt: skip
     memberships = snapshot.state["memberships"]
     assert {(m["member"]["id"], m["role"]) for m in memberships} >= {(worker.urn, "worker")}
     assert all(normative_problems("membership", m) == [] for m in memberships)
@@ -307,6 +308,57 @@ def test_an_active_missions_group_is_not_archived_PROTOCOL_7_4(founded: dict[str
 
     refused(ErrorCode.INVALID_STATE_TRANSITION, archive_group, founded["group"])
     assert not GroupSnapshot.objects.filter(group_id=founded["group"], final=True).exists()
+
+
+def test_a_finished_missions_group_is_archived_with_its_signed_final_snapshot_PROTOCOL_7_4(
+    org: dict[str, str], founded: dict[str, str], owner: AgentKey
+) -> None:
+    from missions.snapshots import archive_group
+
+    g = founded["group"]
+    owner.send("mission.cancel", g, {"reason": "the survey moved"}, expected_revision=group_revision(g))
+    head = Group.objects.get(id=g).last_sequence
+    final = archive_group(g)
+    assert (final.final, final.sequence, final.document["throughSequence"]) == (True, head, head)
+    assert normative_problems("group-snapshot", final.document) == []
+    assert final.document["stateHash"] == state_hash(final.state)
+    tail = list(GroupEvent.objects.filter(group_id=g, sequence__gt=head).order_by("sequence"))
+    assert [e.type for e in tail] == ["group.snapshot.created", "group.archived"]
+    assert tail[1].body["snapshotId"] == final.document["snapshotId"]
+    for event in tail:
+        assert normative_problems("event", event.as_wire()) == []
+    # Once archived, a Group is archived; a later snapshot's state says so.
+    refused(ErrorCode.INVALID_STATE_TRANSITION, archive_group, g)
+    assert group_state(g)["group"]["state"] == "archived"
+
+
+def test_a_final_snapshot_not_signed_by_the_group_authority_or_not_of_the_head_is_refused_PROTOCOL_7_4(
+    org: dict[str, str], founded: dict[str, str], owner: AgentKey
+) -> None:
+    from missions.service_keys import control_plane
+    from missions.snapshots import GROUP_ARCHIVE, snapshot_document
+    from mwportal.protocol.verification import sign_document
+
+    g = founded["group"]
+    owner.send("mission.cancel", g, {"reason": "the survey moved"}, expected_revision=group_revision(g))
+    head = Group.objects.get(id=g).last_sequence
+    good = snapshot_document(group_id=g, organization_id=org["id"], through_sequence=head, state=group_state(g),
+                             now=datetime.now(UTC), decision="final")  # fmt: skip
+
+    def archive(document: dict[str, Any]) -> Any:
+        command = group_service_command(GROUP_ARCHIVE, g, {"snapshot": document}, expected_revision=group_revision(g))
+        return accept(command)
+
+    key = control_plane(org["id"])
+    unsigned = {k: v for k, v in good.items() if k != "signature"}
+    by_control_plane = sign_document(
+        {**unsigned, "createdBy": {"type": "service", "id": urn(key.principal[1])}, "policyLog": [
+            {**good["policyLog"][0], "actor": {"type": "service", "id": urn(key.principal[1])}}]},
+        key_id=key.key_id, seed=key.seed, profile="group-snapshot",
+    )  # fmt: skip
+    refused(ErrorCode.AUTH_FORBIDDEN, archive, by_control_plane)
+    refused(ErrorCode.AUTH_INVALID_SIGNATURE, archive, {**good, "stateHash": "sha256:" + "0" * 64})
+    assert not GroupSnapshot.objects.filter(group_id=g, final=True).exists()
 
 
 def test_a_redaction_is_a_tombstone_event_once_PROTOCOL_7_4(founded: dict[str, str], owner: AgentKey) -> None:
