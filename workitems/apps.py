@@ -6,5 +6,6 @@ class WorkitemsConfig(AppConfig):
     verbose_name = "WorkItems"
 
     def ready(self) -> None:
-        # Handlers register themselves per command type on import.
-        from . import handlers  # noqa: F401
+        # Handlers register themselves per catalogue kind on import; the
+        # snapshot contributors add the WorkItems to a Group snapshot's state.
+        from . import handlers, snapshot  # noqa: F401

@@ -44,11 +44,22 @@ class ReviewAfterCommit(Protocol):
         """Schedule the review pipeline of the WorkItem's submission for after commit."""
 
 
+class ArtifactHashes(Protocol):
+    def __call__(self, group_id: str, artifact_ids: list[str]) -> list[str]:
+        """The content hashes (hex) of the Artifacts published in the Group, by their ``urn:uuid:`` IDs."""
+
+
+def _no_hashes(group_id: str, artifact_ids: list[str]) -> list[str]:
+    return []
+
+
 @dataclass(frozen=True, slots=True)
 class Content:
     record_evidence: RecordEvidence
     absent_from_group: AbsentFromGroup
     review_after_commit: ReviewAfterCommit
+    # For a snapshot's ``submission.artifactHashes``; without it, the hashes the Evidence cites.
+    artifact_hashes: ArtifactHashes = _no_hashes
 
 
 _installed: list[Content] = []

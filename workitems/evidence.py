@@ -3,7 +3,8 @@
 The catalogue checks each Evidence document's shape; ``check_evidence`` adds
 what a schema cannot say: the Evidence is about this WorkItem (its Mission,
 Group and WorkItem IDs), cites acceptance criteria of its contract and only
-Artifact hashes this Group holds (§13.3), each Evidence ID once. A submission's
+Artifact hashes this Group holds (§13.3), each Evidence ID once, and its
+signature is its generator's key in the Organization's Registry (§6.4). A submission's
 Evidence covers every acceptance criterion, else INVALID_STATE_TRANSITION
 (reason ``evidence_required``: §10.2 "Artifacts and Evidence required").
 
@@ -19,8 +20,11 @@ import uuid
 from typing import Any
 
 from missions.authority import HandlerContext
-from mwportal.protocol import ErrorCode
+from missions.keyregistry import DjangoRegistry
+from missions.models import Organization
+from mwportal.protocol import ErrorCode, ProtocolError, jcs
 from mwportal.protocol.ids import urn
+from mwportal.protocol.verification import WIRE_MESSAGES, VerificationFailed, verify_document
 
 from .content import content
 from .contract import criteria_ids
@@ -39,6 +43,7 @@ def check_evidence(
     generated_by_actor: bool = False,
 ) -> list[dict[str, Any]]:
     known = set(criteria_ids(item.contract))
+    registry = DjangoRegistry(Organization.objects.get(id=ctx.group.organization_id))
     ids: set[str] = set()
     expected = {"missionId": urn(item.mission_id), "groupId": urn(item.group_id), "workItemId": urn(item.id)}
     for i, record in enumerate(records):
@@ -50,6 +55,12 @@ def check_evidence(
                     f"{where}/{member}: the Evidence is about another {member[:-2]}",
                     field=f"{where}/{member}",
                 )
+        try:
+            # Evidence is a Signed Document (§6.4): its generator's key, in the Registry.
+            verify_document(jcs.canonicalize(record), "evidence", registry)
+        except VerificationFailed as exc:
+            code = exc.wire_code
+            raise ProtocolError(code, f"{where}: {WIRE_MESSAGES[code]}", details={"field": where}) from None
         if record["evidenceId"] in ids:
             raise refuse(ErrorCode.INVALID_COMMAND, f"{where}/evidenceId: used twice", field=f"{where}/evidenceId")
         ids.add(record["evidenceId"])

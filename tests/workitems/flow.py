@@ -1,4 +1,10 @@
-"""Driving WorkItems through their lifecycle with signed Commands, as clients would."""
+"""Driving WorkItems through their lifecycle with signed MWP 0.1 Commands, as clients would.
+
+Payloads are the catalogue's (``mwportal.protocol.catalogue``); the embedded
+objects are normative: the Work Contract (``work-contract.schema.json``),
+Evidence and Artifact manifests (signed by their producer's key), checkpoints,
+structured progress and the selection basis (§10.3).
+"""
 
 from __future__ import annotations
 
@@ -7,61 +13,92 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from artifacts.models import Blob
 from artifacts.store import store_stream
-from missions.models import Agent, Group
-from mwportal.protocol import format_time
+from missions.models import Agent, AgentCard, Group, Mission
+from mwportal.protocol import catalogue
+from mwportal.protocol.ids import bare, urn
+from mwportal.protocol.verification import sign_document
 from tests.conftest import AgentKey
 from workitems.models import WorkItem
 
+RENEW = "ext.missionweaveprotocol.core.work_execution_lease_renew"
+DECLINE = "ext.mwportal.work.offer_decline"
+AMBIGUITY = "ext.mwportal.work.ambiguity_raise"
+CAPABILITY = {"id": "text.summarize", "version": "1.0.0"}
+# The Mission's budget the flow fixture sets; every contract below fits within it (§12).
+MISSION_BUDGET = {
+    "currency": "EUR", "financialLimit": 1000, "modelTokenLimit": 10**7, "toolCallLimit": 10**4,
+    "computeSecondsLimit": 10**6, "wallClockSecondsLimit": 10**6, "externalSideEffectLimit": 100,
+}  # fmt: skip
+
+
+def stamp(moment: datetime | None = None) -> str:
+    return (moment or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
 
 def contract(**overrides: Any) -> dict[str, Any]:
-    """A complete, valid Work Contract (spec 10.1; DESIGN §4a)."""
+    """A complete, valid Work Contract (PROTOCOL §10.1, ``work-contract.schema.json``)."""
     base: dict[str, Any] = {
+        "contractVersion": 1,
         "goal": "Summarise the survey responses",
-        "deliverables": ["summary.md"],
-        "acceptance_criteria": [
-            {"id": "complete", "description": "covers every response", "evidence_methods": ["test"]},
-            {"id": "accurate", "description": "no invented facts", "evidence_methods": ["reviewer"]},
+        "requiredDeliverables": [
+            {
+                "deliverableId": "summary",
+                "description": "A summary of every response",
+                "mediaType": "text/markdown",
+                "schema": "https://schemas.example.org/summary",
+            }
         ],
-        "inputs": [{"kind": "dataset", "ref": "survey-2026"}],
-        "dependencies": [],
-        "allowed": {"tools": ["search"], "data": ["survey"], "operations": ["read"]},
-        "resources": {"memory_mb": 512},
-        "capabilities": [{"id": "summarize", "version": "1.0"}],
-        "deadline": None,
-        "urgency": "normal",
-        "business_impact": "medium",
-        "budgets": {
-            "financial": 100,
-            "tokens": 100000,
-            "tool_calls": 50,
-            "compute_seconds": 3600,
-            "wall_clock_seconds": 7200,
-            "side_effects": 5,
+        "acceptanceCriteria": [
+            {"criterionId": "complete", "description": "covers all", "evidenceRequired": ["deterministic_test"]},
+            {"criterionId": "accurate", "description": "no invented facts", "evidenceRequired": ["business_rule"]},
+        ],
+        "inputArtifacts": [],
+        "dependencyWorkItemIds": [],
+        "allowedResources": [{"resource": "urn:example:survey-2026", "operations": ["read"]}],
+        "requiredCapabilities": [CAPABILITY],
+        "deadline": stamp(datetime.now(UTC) + timedelta(days=30)),
+        "requestedUrgency": "normal",
+        "businessImpact": "Board meeting preparation",
+        "retryPolicy": {"maxAttempts": 3, "backoff": "none", "maxDelay": "PT0S", "retryableFailures": []},
+        "budget": {
+            "currency": "EUR", "financialLimit": 100, "modelTokenLimit": 100000, "toolCallLimit": 50,
+            "computeSecondsLimit": 3600, "wallClockSecondsLimit": 7200, "externalSideEffectLimit": 5,
         },
-        "retry": {"max_attempts": 3, "backoff_seconds": 0, "backoff_multiplier": 2, "deadline": None, "max_cost": None},
-        "risk": {"class": "low", "requires_execution_approval": False},
-    }
+        "sideEffectRisk": "none",
+        "executionApproval": "not_required",
+    }  # fmt: skip
     base.update(overrides)
     return base
 
 
-PROGRESS = {
-    "phase": "drafting",
-    "milestones": ["read inputs"],
-    "next_checkpoint": "outline",
-    "blockers": [],
-    "estimate": {"remaining_seconds": 600, "confidence": 0.7},
-    "evidence": [],
-}
+def progress(phase: str = "drafting") -> dict[str, Any]:
+    """Structured progress (§11.4; the WorkItem schema's ``progress``)."""
+    return {
+        "currentPhase": phase,
+        "completedMilestones": ["read inputs"],
+        "nextCheckpoint": "outline",
+        "blockers": [],
+        "updatedCompletionEstimate": stamp(datetime.now(UTC) + timedelta(hours=1)),
+        "evidenceIds": [],
+    }
+
+
+PROGRESS = progress()
 BASIS = {
-    "capability_matches": ["summarize@1.0"],
-    "authorization_eligibility": True,
-    "availability_estimate": "now",
-    "expected_cost": 3,
-    "reliability_evidence": [],
-    "policy_rules": ["default"],
+    "requiredCapabilities": [CAPABILITY],
+    "verifiedMatches": [CAPABILITY],
+    "authorizationEligible": True,
+    "availabilityEstimate": "2026-01-05T09:00:00Z",
+    "expectedCost": 3,
+    "reliabilityEvidence": [],
+    "policyRulesApplied": ["default"],
 }
+
+
+def checkpoint(phase: str = "drafting") -> dict[str, Any]:
+    return {"phase": phase, "createdAt": stamp(), "completedMilestones": ["read inputs"], "nextStep": "outline"}
 
 
 class Flow:
@@ -73,34 +110,43 @@ class Flow:
         self.group = mission["group"]
         self.mission = mission["mission"]
         self.owner, self.coordinator, self.worker, self.worker2 = owner, coordinator, worker, worker2
-        self.leases: dict[str, str] = {}
+        self.leases: dict[str, str] = {}  # WorkItem -> its current Execution Lease (bare UUIDs)
+        Mission.objects.filter(id=self.mission).update(budgets=MISSION_BUDGET)
 
     def item(self, item_id: str) -> WorkItem:
         return WorkItem.objects.get(id=item_id)
 
-    def target(self, item_id: str, revision: int | None = -1) -> dict[str, Any]:
-        t: dict[str, Any] = {"kind": "workitem", "id": item_id}
-        if revision is not None:
-            t["revision"] = self.item(item_id).revision if revision == -1 else revision
-        return t
+    def revision(self, item_id: str) -> int:
+        return self.item(item_id).revision
 
     def evidence(
-        self, item_id: str, producer: AgentKey, criteria: list[str] | None = None, artifacts: list[str] | None = None
+        self,
+        item_id: str,
+        producer: AgentKey,
+        criteria: list[str] | None = None,
+        artifacts: list[str] | None = None,
+        result: str = "passed",
+        type_: str = "deterministic_test",
     ) -> list[dict[str, Any]]:
-        return [
-            {
-                "subject": item_id,
-                "criteria": criteria or ["complete", "accurate"],
-                "method": "test",
-                "result": "pass",
-                "producer": producer.id,
-                "timestamp": format_time(datetime.now(UTC)),
-                "artifacts": artifacts or [],
-                "summary": "checked",
-            }
-        ]
+        """One Evidence document (§13.2) signed by its producer (``artifacts``: hex hashes)."""
+        document = {
+            "evidenceId": urn(uuid.uuid4()),
+            "missionId": urn(self.mission),
+            "groupId": urn(self.group),
+            "workItemId": urn(item_id),
+            "type": type_,
+            "subject": {"type": "work_item", "id": urn(item_id)},
+            "criterionIds": criteria or ["complete", "accurate"],
+            "method": "ran the survey coverage check",
+            "result": result,
+            "artifactHashes": ["sha256:" + a for a in artifacts or []],
+            "generatedBy": producer.actor,
+            "createdAt": stamp(),
+        }
+        return [sign_document(document, key_id=producer.key.key_id, seed=producer.key.seed, profile="evidence")]
 
     def blob(self, content: bytes = b"# summary\n") -> str:
+        """Stored bytes this Group holds; their hex SHA-256."""
         agent = Agent.objects.get(id=self.worker.id)
         return store_stream(
             io.BytesIO(content), "text/markdown", Group.objects.get(id=self.group), agent, 10_000_000
@@ -108,95 +154,169 @@ class Flow:
 
     # --- Commands ---------------------------------------------------------
 
+    def send(self, agent: AgentKey, kind: str, item_id: str, payload: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        """``kind`` about ``item_id``: ``workItemId`` in payload and envelope, and
+        ``expectedRevision`` when the catalogue says compare-and-set (§15.3)."""
+        if catalogue.command(kind).compare_and_set:
+            kw.setdefault("expected_revision", self.revision(item_id))
+        return agent.send(kind, self.group, {"workItemId": urn(item_id), **payload}, work_item_id=item_id, **kw)
+
     def authorize(self, c: dict[str, Any] | None = None, item_id: str | None = None) -> str:
         item_id = item_id or str(uuid.uuid4())
-        self.coordinator.send("work.authorize", self.group, {"workitem": item_id, "contract": c or contract()})
+        self.coordinator.send(
+            "work.authorize",
+            self.group,
+            {"workItemId": urn(item_id), "contract": c or contract()},
+            work_item_id=item_id,
+        )
         return item_id
 
     def offer(
-        self, item_id: str, agents: list[AgentKey] | None = None, expires_in: int = 600, **body: Any
+        self, item_id: str, agents: list[AgentKey] | None = None, expires_in: int = 600, **payload: Any
     ) -> dict[str, Any]:
         agents = agents or [self.worker]
-        expires = format_time(datetime.now(UTC) + timedelta(seconds=expires_in))
-        return self.coordinator.send(
-            "work.offer",
-            self.group,
-            {"agents": [a.id for a in agents], "expires_at": expires, "selection_basis": BASIS, **body},
-            target=self.target(item_id),
-        )
+        body = {
+            "candidateAgentIds": [a.urn for a in agents],
+            "offerExpiresInSeconds": expires_in,
+            "selectionBasis": BASIS,
+        }
+        return self.send(self.coordinator, "work.offer", item_id, {**body, **payload})
 
     def accept(self, item_id: str, agent: AgentKey | None = None) -> dict[str, Any]:
-        return (agent or self.worker).send("work.accept_offer", self.group, {}, target=self.target(item_id))
+        return self.send(agent or self.worker, "work.accept_offer", item_id, {})
 
     def approve(self, item_id: str) -> dict[str, Any]:
-        return self.owner.send("approval.grant_execution", self.group, {"note": "ok"}, target=self.target(item_id))
+        payload = {
+            "approvalId": urn(uuid.uuid4()),
+            "ownershipEpoch": self.item(item_id).ownership_epoch,
+            "operations": ["email.send"],
+            "comments": "ok",
+        }
+        return self.send(self.owner, "approval.grant_execution", item_id, payload)
 
     def start(self, item_id: str, agent: AgentKey | None = None) -> dict[str, Any]:
-        agent = agent or self.worker
-        receipt = agent.send(
-            "work.start",
-            self.group,
-            {},
-            target=self.target(item_id),
-            ownership_epoch=self.item(item_id).ownership_epoch,
-        )
-        self.leases[item_id] = receipt["grants"]["lease_id"]
+        epoch = self.item(item_id).ownership_epoch
+        receipt = self.send(agent or self.worker, "work.start", item_id, {"ownershipEpoch": epoch})
+        self.leases[item_id] = bare(receipt["grants"]["executionLeaseId"], "grants")
         return receipt
 
     def lease_command(
         self,
-        type_: str,
+        kind: str,
         item_id: str,
-        body: dict[str, Any],
+        payload: dict[str, Any],
         agent: AgentKey | None = None,
         lease_id: str | None = None,
         **kw: Any,
     ) -> dict[str, Any]:
-        return (agent or self.worker).send(
-            type_, self.group, body, target=self.target(item_id, None), lease_id=lease_id or self.leases[item_id], **kw
-        )
+        """A Command citing the Ownership Epoch and the current Execution Lease (catalogue ``LEASED``, §11.3)."""
+        fences = {
+            "ownershipEpoch": self.item(item_id).ownership_epoch,
+            "executionLeaseId": urn(lease_id or self.leases[item_id]),
+        }
+        return self.send(agent or self.worker, kind, item_id, {**fences, **payload}, **kw)
+
+    def renew(self, item_id: str, **kw: Any) -> dict[str, Any]:
+        return self.lease_command(RENEW, item_id, {}, **kw)
 
     def checkpoint(self, item_id: str, **kw: Any) -> dict[str, Any]:
-        return self.lease_command("work.checkpoint", item_id, {"checkpoint": {"step": 1}, "progress": PROGRESS}, **kw)
+        return self.lease_command("work.checkpoint", item_id, {"checkpoint": checkpoint(), "progress": PROGRESS}, **kw)
 
     def block(self, item_id: str, **kw: Any) -> dict[str, Any]:
-        return self.lease_command(
-            "work.block",
-            item_id,
-            {"checkpoint": {"step": 1}, "progress": PROGRESS, "resolution_required": "need data access"},
-            **kw,
-        )
+        payload = {"reason": "needs access to the raw survey data", "checkpoint": checkpoint()}
+        return self.lease_command("work.block", item_id, payload, **kw)
 
-    def submit(self, item_id: str, **kw: Any) -> dict[str, Any]:
+    def publish(self, item_id: str, sha: str, agent: AgentKey | None = None, lease_id: str | None = None) -> str:
+        """``artifact.publish`` of stored bytes under the current lease; the Artifact ID (urn)."""
+        agent = agent or self.worker
+        cards = AgentCard.objects.filter(agent_id=agent.id).order_by("-version").values_list("version", flat=True)
+        manifest = {
+            "artifactId": urn(uuid.uuid4()),
+            "contentHash": "sha256:" + sha,
+            "uri": f"https://portal.example.org/artifacts/{sha}",
+            "sizeBytes": Blob.objects.get(pk=sha).size,
+            "mediaType": "text/markdown",
+            "schemaUri": "https://schemas.example.org/summary",
+            "producer": {"agentId": agent.urn, "agentCardVersion": cards.first() or 1, "capabilities": [CAPABILITY]},
+            "missionId": urn(self.mission),
+            "groupId": urn(self.group),
+            "workItemId": urn(item_id),
+            "sourceArtifactHashes": [],
+            "toolVersions": [],
+            "modelVersions": [],
+            "classification": "internal",
+            "createdAt": stamp(),
+        }
+        signed = sign_document(manifest, key_id=agent.key.key_id, seed=agent.key.seed, profile="artifact")
+        self.lease_command("artifact.publish", item_id, {"artifact": signed}, agent=agent, lease_id=lease_id)
+        return str(manifest["artifactId"])
+
+    def submit(
+        self,
+        item_id: str,
+        agent: AgentKey | None = None,
+        lease_id: str | None = None,
+        publish: bool | None = None,
+        **kw: Any,
+    ) -> dict[str, Any]:
+        """Publish the deliverable under the lease, then submit it with Evidence for every criterion.
+
+        ``publish`` defaults to "the item is active and the lease is its current
+        one": a stale lease cannot publish, and its submission (a late result,
+        §11.5) cites an Artifact ID that names nothing here."""
+        agent = agent or self.worker
         sha = self.blob()
-        body = {"artifacts": [sha], "evidence": self.evidence(item_id, self.worker, artifacts=[sha])}
-        return self.lease_command("work.submit", item_id, body, **kw)
+        if publish is None:
+            publish = self.item(item_id).state == "active" and lease_id in (None, self.leases.get(item_id))
+        artifact = self.publish(item_id, sha, agent, lease_id) if publish else urn(uuid.uuid4())
+        payload = {"artifactIds": [artifact], "evidence": self.evidence(item_id, agent, artifacts=[sha])}
+        return self.lease_command("work.submit", item_id, payload, agent=agent, lease_id=lease_id, **kw)
+
+    def create_child(self, item_id: str, policy: str = "fail_parent_work_item") -> tuple[str, str]:
+        """``mission.create_child`` of ``item_id`` (§14); the child's (Mission, Group) IDs."""
+        mission, group = str(uuid.uuid4()), str(uuid.uuid4())
+        payload = {
+            "missionId": urn(mission),
+            "groupId": urn(group),
+            "parentWorkItemId": urn(item_id),
+            "title": "Deep dive",
+            "objective": "Research the free-text answers in depth",
+            "definitionOfDone": [
+                {"criterionId": "done", "description": "the research is complete", "evidenceRequired": ["human_review"]}
+            ],
+            "deadline": stamp(datetime.now(UTC) + timedelta(days=7)),
+            "budget": {"currency": "EUR", "financialLimit": 10},
+            "failurePolicy": policy,
+        }
+        self.coordinator.send(
+            "mission.create_child", self.group, payload, expected_revision=self.revision(item_id), work_item_id=item_id
+        )
+        return mission, group
 
     def unblock(self, item_id: str) -> dict[str, Any]:
-        return self.coordinator.send("work.unblock", self.group, {"resolution": "granted"}, target=self.target(item_id))
+        return self.send(self.coordinator, "work.unblock", item_id, {"resolution": "access granted"})
 
     def accept_result(self, item_id: str) -> dict[str, Any]:
-        return self.coordinator.send(
-            "work.accept_result",
-            self.group,
-            {"evidence": self.evidence(item_id, self.coordinator)},
-            target=self.target(item_id),
+        return self.send(
+            self.coordinator, "work.accept_result", item_id, {"evidence": self.evidence(item_id, self.coordinator)}
         )
 
     def fail(self, item_id: str) -> dict[str, Any]:
-        return self.coordinator.send(
-            "work.fail", self.group, {"evidence": self.evidence(item_id, self.coordinator)}, target=self.target(item_id)
+        evidence = self.evidence(item_id, self.coordinator, result="failed")
+        return self.send(
+            self.coordinator,
+            "work.fail",
+            item_id,
+            {"reason": "the source is unreadable", "evidence": evidence},
+            expected_revision=self.revision(item_id),
         )
 
     def cancel(self, item_id: str) -> dict[str, Any]:
-        return self.coordinator.send("work.cancel", self.group, {"reason": "not needed"}, target=self.target(item_id))
+        return self.send(self.coordinator, "work.cancel", item_id, {"reason": "not needed"})
 
     def drive_to(self, state: str) -> str:
         """A new WorkItem in ``state`` through legal Commands only."""
         item_id = self.authorize()
-        # The deliverable submit() cites is uploaded up front: its upload is
-        # an Event of its own (artifact.uploaded), not part of the submission.
-        self.blob()
         if state == "open":
             return item_id
         self.offer(item_id)

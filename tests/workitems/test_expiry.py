@@ -1,66 +1,86 @@
-"""Expiry by the Celery tasks (spec 11.3/11.5): idempotent system Commands."""
+"""Expiry by the Celery tasks (PROTOCOL §11.3, §11.5): idempotent Commands of the
+Organization's control plane (``ext.mwportal.work.lease_expire``, ``Auth.SERVICE``)."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-import pytest
 import time_machine
 from django.utils import timezone
 
-from missions.models import GroupEvent
-from mwportal.protocol import ErrorCode, ProtocolError
-from tests.workitems.flow import Flow
+from missions import service_keys
+from missions.models import ActionReceipt, Group, GroupEvent
+from mwportal.protocol import ErrorCode, schemas
+from mwportal.protocol.ids import urn
+from tests.conftest import refused
+from tests.workitems.flow import Flow, contract
 from workitems import tasks
 from workitems.models import ExecutionLease
 
+LEASE_EXPIRED = "ext.mwportal.work.lease_expired"
+FENCED = "ext.mwportal.work.ownership_fenced"
 
-def events_of(item: str) -> list[str]:
+
+def kinds_of(item: str) -> list[str]:
     return list(GroupEvent.objects.filter(aggregate_id=item).order_by("sequence").values_list("type", flat=True))
 
 
-def test_expire_leases_twice_appends_once(flow: Flow) -> None:
+def test_expire_leases_twice_appends_once_spec_11_3(flow: Flow) -> None:
     item = flow.drive_to("active")
     with time_machine.travel(timezone.now() + timedelta(hours=1)):
         assert tasks.expire_leases() == 1
         assert tasks.expire_leases() == 0
-    assert events_of(item).count("work.lease_expired") == 1
+    assert kinds_of(item).count(LEASE_EXPIRED) == 1
     assert ExecutionLease.objects.get(id=flow.leases[item]).status == "expired"
     assert flow.item(item).state == "queued"
+    expired = GroupEvent.objects.get(aggregate_id=item, type=LEASE_EXPIRED)
+    assert (expired.body["leaseType"], expired.body["leaseId"], expired.body["status"]) == (
+        "execution",
+        urn(flow.leases[item]),
+        "queued",
+    )
+    assert expired.body["startBy"] and expired.body["retryNotBefore"]
 
 
-def test_expiry_command_issued_twice_is_replayed(flow: Flow) -> None:
-    """Two beat processes racing: the same deterministic system Command twice."""
+def test_the_expiry_command_is_the_control_planes_signed_command_spec_15_1(flow: Flow) -> None:
+    """Two beat processes racing issue the same deterministic Command: accepted once."""
     item = flow.drive_to("active")
-    lease = ExecutionLease.objects.get(id=flow.leases[item])
+    lease = ExecutionLease.objects.select_related("workitem__group").get(id=flow.leases[item])
+    key = (lease.id, lease.expires_at.isoformat())
     with time_machine.travel(timezone.now() + timedelta(hours=1)):
-        first = tasks._issue(
-            "work.expire_lease",
-            flow.group,
-            {"workitem": item, "ownership_epoch": 1, "lease_id": str(lease.id)},
-            (lease.id, lease.expires_at.isoformat()),
-            lease.expires_at,
-        )
-        second = tasks._issue(
-            "work.expire_lease",
-            flow.group,
-            {"workitem": item, "ownership_epoch": 1, "lease_id": str(lease.id)},
-            (lease.id, lease.expires_at.isoformat()),
-            lease.expires_at,
-        )
+        first = tasks.issue_expiry(lease.workitem, "execution", str(lease.id), key, lease.expires_at)
+        second = tasks.issue_expiry(lease.workitem, "execution", str(lease.id), key, lease.expires_at)
     assert (first, second) == (True, False)
-    assert events_of(item).count("work.lease_expired") == 1
+    assert kinds_of(item).count(LEASE_EXPIRED) == 1
+    event = GroupEvent.objects.get(aggregate_id=item, type=LEASE_EXPIRED)
+    document = event.as_wire()
+    schemas.validate("event", document)
+    organization = str(Group.objects.get(id=flow.group).organization_id)
+    control_plane = service_keys.principal_id(organization, service_keys.CONTROL_PLANE)
+    assert document["actor"] == {"type": "service", "id": urn(control_plane)}
+    receipt = ActionReceipt.objects.get(action_id=document["cause"]["id"].removeprefix("urn:uuid:"))
+    assert str(receipt.actor) == control_plane
 
 
-def test_expire_start_by_twice_appends_once_and_fences_the_owner_MWP_WRK_019(flow: Flow) -> None:
+def test_an_agent_cannot_expire_a_lease_spec_11_5(flow: Flow) -> None:
+    item = flow.drive_to("active")
+    payload = {"ownershipEpoch": 1, "leaseType": "execution", "leaseId": urn(flow.leases[item])}
+    refused(ErrorCode.AUTH_FORBIDDEN, flow.send, flow.coordinator, "ext.mwportal.work.lease_expire", item, payload)
+
+
+def test_expire_start_by_twice_appends_once_and_fences_the_owner_spec_11_5(flow: Flow) -> None:
     item = flow.drive_to("queued")
     with time_machine.travel(timezone.now() + timedelta(hours=1)):
         assert tasks.expire_start_by() == 1
         assert tasks.expire_start_by() == 0
-        assert events_of(item).count("work.start_deadline_missed") == 1
-        with pytest.raises(ProtocolError) as info:
-            flow.start(item)
-        assert info.value.code == ErrorCode.WORK_STALE_OWNERSHIP
+        assert kinds_of(item).count(FENCED) == 1
+        fenced = GroupEvent.objects.get(aggregate_id=item, type=FENCED).body
+        assert (fenced["reason"], fenced["agentId"], fenced["ownershipEpoch"]) == (
+            "start_by_missed",
+            flow.worker.urn,
+            1,
+        )
+        refused(ErrorCode.WORK_STALE_OWNERSHIP, flow.start, item)
         # The Coordinator reassigns under a higher Ownership Epoch.
         flow.offer(item, agents=[flow.worker2])
         flow.accept(item, flow.worker2)
@@ -68,17 +88,22 @@ def test_expire_start_by_twice_appends_once_and_fences_the_owner_MWP_WRK_019(flo
         flow.start(item, flow.worker2)
 
 
-def test_expire_blocked_leases_twice_appends_once_then_unblock_reopens(flow: Flow) -> None:
+def test_expire_blocked_leases_twice_appends_once_then_unblock_reopens_spec_10_2(flow: Flow) -> None:
     item = flow.drive_to("blocked")
     with time_machine.travel(timezone.now() + timedelta(days=2)):
         assert tasks.expire_blocked_leases() == 1
         assert tasks.expire_blocked_leases() == 0
-        assert events_of(item).count("work.blocked_lease_expired") == 1
-        flow.unblock(item)
+        assert kinds_of(item).count(FENCED) == 1
+        assert GroupEvent.objects.get(aggregate_id=item, type=LEASE_EXPIRED).body["leaseType"] == "blocked"
+        receipt = flow.unblock(item)
     assert flow.item(item).state == "open"
+    assert (
+        GroupEvent.objects.get(event_id=receipt["events"][0]["eventId"].removeprefix("urn:uuid:")).body["status"]
+        == "open"
+    )
 
 
-def test_unblock_with_a_live_owner_requeues(flow: Flow) -> None:
+def test_unblock_with_a_live_owner_requeues_spec_10_2(flow: Flow) -> None:
     item = flow.drive_to("blocked")
     flow.unblock(item)
     it = flow.item(item)
@@ -86,26 +111,22 @@ def test_unblock_with_a_live_owner_requeues(flow: Flow) -> None:
     flow.start(item)
 
 
-def test_lease_expiry_without_attempts_left_fails_with_evidence(flow: Flow) -> None:
-    from tests.workitems.flow import contract
-
-    item = flow.authorize(
-        contract(
-            retry={"max_attempts": 1, "backoff_seconds": 0, "backoff_multiplier": 1, "deadline": None, "max_cost": None}
-        )
-    )
+def test_lease_expiry_without_attempts_left_fails_with_evidence_spec_11_4(flow: Flow) -> None:
+    item = flow.authorize(contract(retryPolicy={"maxAttempts": 1, "backoff": "none", "maxDelay": "PT0S",
+                                                "retryableFailures": []}))  # fmt: skip
     flow.offer(item)
     flow.accept(item)
     flow.start(item)
     with time_machine.travel(timezone.now() + timedelta(hours=1)):
         tasks.expire_leases()
     assert flow.item(item).state == "failed"
-    failed = GroupEvent.objects.filter(aggregate_id=item, type="work.failed").get()
-    assert failed.body["evidence"][0]["result"] == "fail"
-    assert "retries exhausted" in failed.body["reason"]
+    failed = GroupEvent.objects.get(aggregate_id=item, type="work.failed").body
+    schemas.validate("evidence", failed["evidence"][0])
+    assert failed["evidence"][0]["result"] == "failed" and failed["evidence"][0]["generatedBy"]["type"] == "service"
+    assert "retries exhausted" in failed["reason"]
 
 
-def test_offer_expiry_appends_nothing_but_acceptance_is_refused(flow: Flow) -> None:
+def test_offer_expiry_appends_nothing_but_acceptance_is_refused_spec_10_2(flow: Flow) -> None:
     item = flow.authorize()
     flow.offer(item, expires_in=60)
     count = GroupEvent.objects.count()
@@ -113,9 +134,7 @@ def test_offer_expiry_appends_nothing_but_acceptance_is_refused(flow: Flow) -> N
         for task in (tasks.expire_leases, tasks.expire_start_by, tasks.expire_blocked_leases):
             task()
         assert GroupEvent.objects.count() == count
-        with pytest.raises(ProtocolError) as info:
-            flow.accept(item)
-    assert info.value.code == ErrorCode.WORK_OFFER_EXPIRED
+        refused(ErrorCode.WORK_OFFER_EXPIRED, flow.accept, item)
     assert flow.item(item).state == "offered"
 
 

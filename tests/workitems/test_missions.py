@@ -1,98 +1,90 @@
-"""Child Missions and terminal Mission states (spec 10.2, last rows)."""
+"""Child Missions and terminal Mission states (PROTOCOL §7.3, §10.2 last rows, §14)."""
 
 from __future__ import annotations
 
 import uuid
 
-import pytest
-
 from missions.models import Group, GroupEvent, Mission
 from missions.verify import verify_group_log
-from mwportal.protocol import ErrorCode, ProtocolError
-from tests.conftest import group_revision
+from mwportal.protocol import ErrorCode, schemas
+from mwportal.protocol.ids import urn
+from tests.conftest import AgentKey, group_revision, refused
 from tests.workitems.flow import Flow
 from workitems.models import ExecutionLease
 
 
-def group_target(group: str) -> dict[str, object]:
-    return {"kind": "group", "id": group, "revision": group_revision(group)}
+def end_mission(by: AgentKey, kind: str, group: str, reason: str = "customer withdrew") -> dict[str, object]:
+    return by.send(kind, group, {"reason": reason}, expected_revision=group_revision(group))
 
 
-def test_parent_mission_cancellation_reaches_every_unfinished_workitem(flow: Flow) -> None:
+def approve(by: AgentKey, group: str) -> dict[str, object]:
+    revision = group_revision(group)
+    payload = {
+        "approvalId": urn(uuid.uuid4()),
+        "missionRevision": revision,
+        "artifactHashes": ["sha256:" + "ab" * 32],
+        "acceptancePolicyVersion": "1.0.0",
+    }
+    return by.send("mission.approve", group, payload, expected_revision=revision)
+
+
+def test_cancelling_the_mission_reaches_every_unfinished_workitem_spec_10_2(flow: Flow) -> None:
     items = {
         state: flow.drive_to(state)
         for state in ("open", "offered", "queued", "active", "blocked", "submitted", "verified", "failed")
     }
     lease = flow.leases[items["active"]]
-    flow.owner.send("mission.cancel", flow.group, {"reason": "customer withdrew"}, target=group_target(flow.group))
+    end_mission(flow.owner, "mission.cancel", flow.group)
     states = {state: flow.item(i).state for state, i in items.items()}
     assert states == {
-        "open": "cancelled",
-        "offered": "cancelled",
-        "queued": "cancelled",
-        "active": "cancelled",
-        "blocked": "cancelled",
-        "submitted": "cancelled",
-        "verified": "verified",
-        "failed": "failed",
-    }
+        "open": "cancelled", "offered": "cancelled", "queued": "cancelled", "active": "cancelled",
+        "blocked": "cancelled", "submitted": "cancelled", "verified": "verified", "failed": "failed",
+    }  # fmt: skip
     assert ExecutionLease.objects.get(id=lease).status == "revoked"
     assert Mission.objects.get(id=flow.mission).status == "cancelled"
     assert verify_group_log(Group.objects.get(id=flow.group))[1] is None
-    with pytest.raises(ProtocolError) as info:
-        flow.authorize()
-    assert info.value.code == ErrorCode.INVALID_STATE_TRANSITION
+    refused(ErrorCode.INVALID_STATE_TRANSITION, flow.authorize)
 
 
-def test_parent_mission_failure_fails_unfinished_workitems_with_evidence(flow: Flow) -> None:
+def test_terminating_the_mission_fails_unfinished_workitems_with_evidence_spec_10_2(flow: Flow) -> None:
     item = flow.drive_to("queued")
-    flow.owner.send("mission.fail", flow.group, {"reason": "funding cut"}, target=group_target(flow.group))
+    end_mission(flow.coordinator, "mission.terminate", flow.group, "funding cut")
     assert flow.item(item).state == "failed"
-    failed = GroupEvent.objects.get(aggregate_id=item, type="work.failed")
-    assert failed.body["evidence"][0]["result"] == "fail"
+    failed = GroupEvent.objects.get(aggregate_id=item, type="work.failed").body
+    schemas.validate("evidence", failed["evidence"][0])
+    assert failed["evidence"][0]["result"] == "failed"
+    assert Mission.objects.get(id=flow.mission).status == "failed"
 
 
-def _child(flow: Flow, item: str, policy: str) -> tuple[str, str]:
-    mission, group = str(uuid.uuid4()), str(uuid.uuid4())
-    flow.coordinator.send(
-        "mission.create_child",
-        flow.group,
-        {
-            "mission": mission,
-            "group": group,
-            "title": "Deep dive",
-            "objective": "sub-research",
-            "failure_policy": policy,
-        },
-        target=flow.target(item),
-    )
-    return mission, group
-
-
-def test_child_mission_blocks_parent_and_its_approval_verifies_it(flow: Flow) -> None:
+def test_a_child_mission_blocks_its_parent_and_its_approval_verifies_it_spec_14(flow: Flow) -> None:
     item = flow.drive_to("active")
-    mission, group = _child(flow, item, "fail_parent")
+    mission, group = flow.create_child(item, "fail_parent_work_item")
     parent = flow.item(item)
     assert (parent.state, parent.owner_id, str(parent.child_mission_id)) == ("blocked", None, mission)
+    blocked = GroupEvent.objects.get(aggregate_id=item, type="work.blocked").body
+    assert blocked["childMissionId"] == urn(mission)
     child = Mission.objects.get(id=mission)
     assert (str(child.parent_group_id), str(child.parent_workitem_id)) == (flow.group, item)
+    created = GroupEvent.objects.get(group_id=group, type="mission.created").body["mission"]
+    assert created["parent"] == {"missionId": urn(flow.mission), "workItemId": urn(item), "depth": 1}
     assert verify_group_log(Group.objects.get(id=group))[1] is None
-    with pytest.raises(ProtocolError):
-        flow.unblock(item)  # waits for the child
-    flow.coordinator.send("mission.approve", group, {}, target=group_target(group))  # coordinator is child owner
+    refused(ErrorCode.INVALID_STATE_TRANSITION, flow.unblock, item)  # it waits for the child
+    approve(flow.coordinator, group)  # the parent Coordinator is the child's MissionOwner
     assert flow.item(item).state == "verified"
-    approved = GroupEvent.objects.get(group_id=flow.group, type="work.child_approved")
-    assert approved.body["evidence"][0]["result"] == "pass"
+    accepted = GroupEvent.objects.get(group_id=flow.group, type="work.result.accepted").body
+    assert accepted["evidence"][0]["result"] == "passed"
+    approved = GroupEvent.objects.get(group_id=group, type="mission.approved").body["approval"]
+    assert approved["kind"] == "child_mission"
     assert verify_group_log(Group.objects.get(id=flow.group))[1] is None
 
 
-def test_child_failure_follows_the_declared_policy(flow: Flow) -> None:
+def test_a_child_failure_follows_the_declared_policy_spec_14(flow: Flow) -> None:
     fail_item = flow.drive_to("open")
-    _, fail_group = _child(flow, fail_item, "fail_parent")
+    _, fail_group = flow.create_child(fail_item, "fail_parent_work_item")
     keep_item = flow.drive_to("open")
-    _, keep_group = _child(flow, keep_item, "keep_blocked")
-    flow.coordinator.send("mission.fail", fail_group, {"reason": "dead end"}, target=group_target(fail_group))
-    flow.coordinator.send("mission.cancel", keep_group, {"reason": "dead end"}, target=group_target(keep_group))
+    _, keep_group = flow.create_child(keep_item, "block_parent_work_item")
+    end_mission(flow.coordinator, "mission.terminate", fail_group, "dead end")
+    end_mission(flow.coordinator, "mission.cancel", keep_group, "dead end")
     assert flow.item(fail_item).state == "failed"
     kept = flow.item(keep_item)
     assert (kept.state, kept.child_mission_id) == ("blocked", None)
@@ -100,18 +92,36 @@ def test_child_failure_follows_the_declared_policy(flow: Flow) -> None:
     assert flow.item(keep_item).state == "open"
 
 
-def test_mission_approval_needs_finished_workitems(flow: Flow) -> None:
-    flow.drive_to("queued")
-    with pytest.raises(ProtocolError) as info:
-        flow.owner.send("mission.approve", flow.group, {}, target=group_target(flow.group))
-    assert info.value.code == ErrorCode.INVALID_STATE_TRANSITION
-
-
-def test_a_failed_parent_workitem_stops_waiting_for_its_child(flow: Flow) -> None:
-    """Found by the stateful test: fail, re-offer, block, unblock must work, and
-    the old child's approval no longer touches the WorkItem."""
+def test_a_child_failure_can_fail_the_parent_mission_spec_14(flow: Flow) -> None:
     item = flow.drive_to("open")
-    _, child_group = _child(flow, item, "keep_blocked")
+    other = flow.drive_to("queued")
+    _, child_group = flow.create_child(item, "fail_parent_mission")
+    end_mission(flow.coordinator, "mission.terminate", child_group, "dead end")
+    assert (flow.item(item).state, flow.item(other).state) == ("failed", "failed")
+    assert Mission.objects.get(id=flow.mission).status == "failed"
+    assert GroupEvent.objects.filter(group_id=flow.group, type="mission.terminated").count() == 1
+
+
+def test_mission_approval_needs_finished_workitems_spec_7_3(flow: Flow) -> None:
+    flow.drive_to("queued")
+    refused(ErrorCode.INVALID_STATE_TRANSITION, approve, flow.owner, flow.group)
+
+
+def test_mission_approval_by_its_human_owner_spec_7_3(flow: Flow) -> None:
+    flow.drive_to("verified")
+    receipt = approve(flow.owner, flow.group)
+    approval = GroupEvent.objects.get(group_id=flow.group, type="mission.approved").body["approval"]
+    schemas.validate("approval", approval)
+    assert (approval["kind"], approval["approver"]) == ("mission_final", flow.owner.actor)
+    assert receipt["events"][-1]["kind"] == "mission.approved"
+    assert Mission.objects.get(id=flow.mission).status == "completed"
+
+
+def test_a_failed_parent_workitem_stops_waiting_for_its_child_spec_14(flow: Flow) -> None:
+    """Found by the stateful test: fail, re-offer, block, unblock must work, and
+    the old child's end no longer touches the WorkItem."""
+    item = flow.drive_to("open")
+    _, child_group = flow.create_child(item, "block_parent_work_item")
     flow.fail(item)
     flow.offer(item)
     flow.accept(item)
@@ -119,5 +129,5 @@ def test_a_failed_parent_workitem_stops_waiting_for_its_child(flow: Flow) -> Non
     flow.block(item)
     flow.unblock(item)
     assert flow.item(item).state == "queued"
-    flow.coordinator.send("mission.cancel", child_group, {"reason": "moot"}, target=group_target(child_group))
+    end_mission(flow.coordinator, "mission.cancel", child_group, "moot")
     assert flow.item(item).state == "queued"

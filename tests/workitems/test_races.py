@@ -1,4 +1,4 @@
-"""Real threads against PostgreSQL: a bounded candidate set has one winner (spec 10.3)."""
+"""Real threads against PostgreSQL: a bounded candidate set has one winner (PROTOCOL §10.3, §15.3)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 
 from missions.models import GroupEvent
 from mwportal.protocol import ProtocolError
-from tests.conftest import ON_POSTGRES, AgentKey, group_revision, make_agent
+from mwportal.protocol.ids import urn
+from tests.conftest import ON_POSTGRES, AgentKey, add_member, make_agent
 from tests.core.test_races import run_threads
 from tests.workitems.flow import Flow
 from workitems.models import Offer
@@ -20,20 +21,19 @@ pytestmark = [
 ]
 
 
-def test_eight_workers_accept_one_bounded_offer_exactly_one_epoch(flow: Flow, owner: AgentKey) -> None:
+def test_eight_workers_accept_one_bounded_offer_exactly_one_epoch_spec_10_3(flow: Flow, owner: AgentKey) -> None:
     workers = [make_agent("acme", f"racer-{i}", ["worker"]) for i in range(8)]
     for w in workers:
-        owner.send(
-            "membership.add",
-            flow.group,
-            {"agent": w.id, "roles": ["worker"]},
-            target={"kind": "group", "id": flow.group, "revision": group_revision(flow.group)},
-        )
+        add_member(owner, flow.group, w, ["worker"])
     item = flow.authorize()
     flow.offer(item, agents=workers)
-    revision = flow.item(item).revision
-    target = {"kind": "workitem", "id": item, "revision": revision}
-    results = run_threads(8, lambda i: workers[i].send("work.accept_offer", flow.group, {}, target=target))
+    revision = flow.revision(item)
+    documents = [
+        w.command("work.accept_offer", flow.group, {"workItemId": urn(item)}, expected_revision=revision,
+                  work_item_id=item)
+        for w in workers
+    ]  # fmt: skip
+    results = run_threads(8, lambda i: workers[i].send_document(documents[i]))
     winners = [r for r in results if isinstance(r, dict)]
     assert len(winners) == 1, results
     assert all(isinstance(r, ProtocolError) for r in results if not isinstance(r, dict))
@@ -41,4 +41,4 @@ def test_eight_workers_accept_one_bounded_offer_exactly_one_epoch(flow: Flow, ow
     assert (it.state, it.ownership_epoch) == ("queued", 1)
     statuses = Counter(Offer.objects.filter(workitem_id=item).values_list("status", flat=True))
     assert statuses == Counter({"accepted": 1, "withdrawn": 7})
-    assert GroupEvent.objects.filter(aggregate_id=item, type="work.offer_accepted").count() == 1
+    assert GroupEvent.objects.filter(aggregate_id=item, type="work.offer.accepted").count() == 1

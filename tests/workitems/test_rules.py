@@ -1,244 +1,209 @@
-"""Contracts, the Approval gate, dependencies, budgets, retries and Evidence."""
+"""The approval gate (§12), dependencies (§10.4), budgets (§12), retries (§11.4) and
+Evidence (§13.2) of WorkItems."""
 
 from __future__ import annotations
 
 import uuid
 from datetime import timedelta
 
-import pytest
 import time_machine
 from django.utils import timezone
 
 from missions.models import Approval, GroupEvent, Mission
-from mwportal.protocol import ErrorCode
+from mwportal.protocol import ErrorCode, schemas
+from mwportal.protocol.ids import bare, urn
 from tests.conftest import Because, refused
-from tests.workitems.flow import PROGRESS, Flow, contract
+from tests.workitems.flow import PROGRESS, Flow, checkpoint, contract
 from workitems.models import WorkItem
 
-# --- Work Contract (spec 10.1) ----------------------------------------------
+USAGE = "ext.missionweaveprotocol.core.resource_usage_record"
+USAGE_RECORDED = "ext.missionweaveprotocol.core.resource_usage_recorded"
+DEPENDENCY_ADD = "ext.missionweaveprotocol.core.work_dependency_add"
+
+# --- the approval gate (§12) ----------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "field", ["goal", "acceptance_criteria", "budgets", "retry", "risk", "capabilities", "deadline", "urgency"]
-)
-def test_missing_contract_field_is_work_contract_incomplete_naming_it(flow: Flow, field: str) -> None:
-    c = contract()
-    del c[field]
-    err = refused(Because(ErrorCode.WORK_CONTRACT_INCOMPLETE, "contract_invalid"), flow.authorize, c)
-    assert err.details["field"] == f"contract.{field}"
-
-
-def test_nested_contract_errors_name_the_path(flow: Flow) -> None:
-    c = contract()
-    del c["budgets"]["tokens"]
-    incomplete = Because(ErrorCode.WORK_CONTRACT_INCOMPLETE, "contract_invalid")
-    assert refused(incomplete, flow.authorize, c).details["field"] == "contract.budgets.tokens"
-    # Present but wrong is INVALID_COMMAND, not "incomplete".
-    wrong = Because(ErrorCode.INVALID_COMMAND, "contract_invalid")
-    c = contract(urgency="yesterday")
-    assert refused(wrong, flow.authorize, c).details["field"] == "contract.urgency"
-    c = contract(opinion="prose instead of fields")
-    assert refused(wrong, flow.authorize, c).details["field"] == "contract.opinion"
-
-
-def test_contract_schema_is_served(client) -> None:  # type: ignore[no-untyped-def]
-    response = client.get("/api/v1/schema/work-contract.json")
-    assert response.status_code == 200
-    schema = response.json()
-    assert set(schema["required"]) >= {"goal", "acceptance_criteria", "budgets", "retry", "risk"}
-    from jsonschema import Draft202012Validator
-
-    Draft202012Validator.check_schema(schema)
-    Draft202012Validator(schema).validate(contract())
-
-
-def test_proposal_then_authorization(flow: Flow) -> None:
-    proposal = str(uuid.uuid4())
-    flow.worker.send("work.propose", flow.group, {"proposal": proposal, "contract": contract()})
-    item = str(uuid.uuid4())
-    flow.coordinator.send(
-        "work.authorize", flow.group, {"workitem": item, "contract": contract(), "proposal": proposal}
-    )
-    assert str(flow.item(item).proposal_id) == proposal
-    refused(
-        ErrorCode.INVALID_STATE_TRANSITION,
-        flow.coordinator.send,
-        "work.authorize",
-        flow.group,
-        {"workitem": str(uuid.uuid4()), "contract": contract(), "proposal": proposal},
-    )
-
-
-def test_only_coordinators_authorize(flow: Flow) -> None:
-    refused(
-        ErrorCode.AUTH_FORBIDDEN,
-        flow.worker.send,
-        "work.authorize",
-        flow.group,
-        {"workitem": str(uuid.uuid4()), "contract": contract()},
-    )
-
-
-# --- Approval gate -----------------------------------------------------------
-
-
-def test_risky_contract_cannot_start_before_execution_approval(flow: Flow) -> None:
-    item = flow.authorize(contract(risk={"class": "high", "requires_execution_approval": True}))
+def test_a_contract_asking_for_approval_cannot_start_before_it_spec_12(flow: Flow) -> None:
+    item = flow.authorize(contract(sideEffectRisk="external", executionApproval="human_required"))
     flow.offer(item)
     flow.accept(item)
     refused(ErrorCode.APPROVAL_REQUIRED, flow.start, item)
-    refused(
-        ErrorCode.AUTH_FORBIDDEN,
-        flow.coordinator.send,
-        "approval.grant_execution",
-        flow.group,
-        {},
-        target=flow.target(item),
-    )
-    flow.approve(item)
+    payload = {"approvalId": urn(uuid.uuid4()), "ownershipEpoch": 1, "operations": ["email.send"]}
+    refused(ErrorCode.AUTH_FORBIDDEN, flow.send, flow.coordinator, "approval.grant_execution", item, payload)
+    receipt = flow.approve(item)
     assert Approval.objects.get(subject_id=item).kind == "execution"
+    granted = GroupEvent.objects.get(event_id=bare(receipt["events"][0]["eventId"], "eventId")).body
+    schemas.validate("approval", granted["approval"])
+    assert (granted["approval"]["kind"], granted["approval"]["workItemId"]) == ("work_execution", urn(item))
+    assert granted["ownershipEpoch"] == 1 and granted["operations"] == ["email.send"]
     flow.start(item)
 
 
-# --- Dependencies (spec 10.4) --------------------------------------------------
+def test_an_approval_names_the_current_ownership_epoch_spec_12(flow: Flow) -> None:
+    item = flow.authorize(contract(executionApproval="policy_required"))
+    flow.offer(item)
+    flow.accept(item)
+    payload = {"approvalId": urn(uuid.uuid4()), "ownershipEpoch": 2, "operations": ["email.send"]}
+    refused(ErrorCode.WORK_STALE_OWNERSHIP, flow.send, flow.owner, "approval.grant_execution", item, payload)
 
 
-def test_dependency_gates_start_until_its_policy_holds(flow: Flow) -> None:
+# --- dependencies (§10.4) -----------------------------------------------------------
+
+
+def test_a_dependency_gates_start_until_its_policy_holds_spec_10_4(flow: Flow) -> None:
     first = flow.authorize()
-    second = flow.authorize(contract(dependencies=[{"workitem": first, "policy": "verified"}]))
+    second = flow.authorize(contract(dependencyWorkItemIds=[urn(first)]))
     flow.offer(second)
     flow.accept(second)
     err = refused(Because(ErrorCode.INVALID_STATE_TRANSITION, "dependency_unmet"), flow.start, second)
-    assert err.details["workitems"] == [first]
+    assert err.details["workItemIds"] == [urn(first)]
     flow.offer(first, agents=[flow.worker2])
     flow.accept(first, flow.worker2)
     flow.start(first, flow.worker2)
-    flow.lease_command(
-        "work.submit", first, {"artifacts": [], "evidence": flow.evidence(first, flow.worker2)}, agent=flow.worker2
-    )
+    flow.submit(first, agent=flow.worker2)
     refused(Because(ErrorCode.INVALID_STATE_TRANSITION, "dependency_unmet"), flow.start, second)
     flow.accept_result(first)
     flow.start(second)
 
 
-def test_dependency_cycles_are_refused(flow: Flow) -> None:
+def test_a_submitted_policy_is_met_by_a_submission_spec_10_4(flow: Flow) -> None:
+    first = flow.drive_to("submitted")
+    second = flow.authorize(contract(dependencyWorkItemIds=[urn(first)], constraints={"dependencyPolicy": "submitted"}))
+    flow.offer(second)
+    flow.accept(second)
+    flow.start(second)
+
+
+def test_dependency_cycles_are_refused_spec_10_4(flow: Flow) -> None:
     a = flow.authorize()
-    b = flow.authorize(contract(dependencies=[{"workitem": a, "policy": "verified"}]))
-    # Revising a's contract to depend on b closes a cycle.
-    refused(
-        Because(ErrorCode.INVALID_COMMAND, "dependency_cycle"),
-        flow.offer,
-        a,
-        contract=contract(dependencies=[{"workitem": b, "policy": "verified"}]),
-    )
+    b = flow.authorize(contract(dependencyWorkItemIds=[urn(a)]))
+    cycle = Because(ErrorCode.INVALID_COMMAND, "dependency_cycle")
+    # Revising a's contract to depend on b closes a cycle; so does adding the edge.
+    refused(cycle, flow.offer, a, contract=contract(dependencyWorkItemIds=[urn(b)], contractVersion=2))
+    refused(cycle, flow.send, flow.coordinator, DEPENDENCY_ADD, a, {"dependencyId": urn(b)})
     c = str(uuid.uuid4())
-    refused(
-        Because(ErrorCode.INVALID_COMMAND, "dependency_cycle"),
-        flow.authorize,
-        contract(dependencies=[{"workitem": c, "policy": "verified"}]),
-        c,
-    )
+    refused(cycle, flow.authorize, contract(dependencyWorkItemIds=[urn(c)]), c)
 
 
-def test_unknown_dependency_is_contract_invalid(flow: Flow) -> None:
+def test_adding_a_dependency_revises_the_contract_and_needs_renewed_acceptance_spec_10_4_spec_10_1(
+    flow: Flow,
+) -> None:
+    first = flow.authorize()
+    second = flow.drive_to("queued")
+    receipt = flow.send(flow.coordinator, DEPENDENCY_ADD, second, {"dependencyId": urn(first)})
+    revised = GroupEvent.objects.get(event_id=bare(receipt["events"][0]["eventId"], "eventId")).body
+    assert (revised["revision"], revised["dependencyId"]) == (2, urn(first))
+    assert revised["contract"]["dependencyWorkItemIds"] == [urn(first)]
+    assert revised["contract"]["contractVersion"] == 2
+    refused(ErrorCode.INVALID_STATE_TRANSITION, flow.start, second)  # the owner accepted version 1
+
+
+def test_an_unknown_dependency_is_contract_invalid_spec_10_4(flow: Flow) -> None:
     err = refused(
         Because(ErrorCode.INVALID_COMMAND, "contract_invalid"),
         flow.authorize,
-        contract(dependencies=[{"workitem": str(uuid.uuid4()), "policy": "verified"}]),
+        contract(dependencyWorkItemIds=[urn(uuid.uuid4())]),
     )
-    assert err.details["field"] == "contract.dependencies.0.workitem"
+    assert err.details["field"] == "/payload/contract/dependencyWorkItemIds/0"
 
 
-# --- Budgets (spec 11.4) -----------------------------------------------------
+# --- budgets (§12) ---------------------------------------------------------------
 
 
-def test_usage_is_charged_to_workitem_and_mission(flow: Flow) -> None:
+def test_usage_is_charged_to_the_workitem_and_the_mission_spec_12(flow: Flow) -> None:
     item = flow.drive_to("active")
-    flow.lease_command(
-        "work.checkpoint", item, {"checkpoint": {}, "progress": PROGRESS, "usage": {"tokens": 1000, "tool_calls": 3}}
+    delta = {"modelTokens": 1000, "toolCalls": 3}
+    receipt = flow.lease_command("work.checkpoint", item, {"checkpoint": checkpoint(), "usageDelta": delta})
+    assert [e["kind"] for e in receipt["events"]] == [USAGE_RECORDED, "work.checkpointed"]
+    recorded = GroupEvent.objects.get(event_id=bare(receipt["events"][0]["eventId"], "eventId")).body
+    assert recorded["usageDelta"] == delta and recorded["cumulativeUsage"] == delta
+    assert recorded["remainingBudget"]["toolCalls"] == 47
+    assert flow.item(item).usage == delta
+    assert Mission.objects.get(id=flow.mission).usage == delta
+
+
+def test_a_usage_record_charges_under_the_current_lease_spec_12(flow: Flow) -> None:
+    item = flow.drive_to("active")
+    receipt = flow.lease_command(USAGE, item, {"usageDelta": {"computeSeconds": 30}})
+    assert [e["kind"] for e in receipt["events"]] == [USAGE_RECORDED]
+    assert flow.item(item).usage == {"computeSeconds": 30}
+    zero = {"usageDelta": {"computeSeconds": 0}}
+    assert (
+        refused(ErrorCode.INVALID_COMMAND, flow.lease_command, USAGE, item, zero).details["field"]
+        == "/payload/usageDelta"
     )
-    assert flow.item(item).usage == {"tokens": 1000, "tool_calls": 3}
-    assert Mission.objects.get(id=flow.mission).usage == {"tokens": 1000, "tool_calls": 3}
 
 
-def test_budget_overflow_rejects_charge_and_progress_together(flow: Flow) -> None:
+def test_a_budget_overflow_rejects_the_charge_and_the_progress_together_spec_12(flow: Flow) -> None:
     item = flow.drive_to("active")
     before = flow.item(item)
-    err = refused(
-        ErrorCode.BUDGET_EXCEEDED,
-        flow.lease_command,
-        "work.checkpoint",
-        item,
-        {"checkpoint": {}, "progress": PROGRESS, "usage": {"tool_calls": 51}},
-    )
-    assert err.details["dimension"] == "tool_calls"
+    payload = {"checkpoint": checkpoint(), "progress": PROGRESS, "usageDelta": {"toolCalls": 51}}
+    err = refused(ErrorCode.BUDGET_EXCEEDED, flow.lease_command, "work.checkpoint", item, payload)
+    assert err.details["dimension"] == "toolCalls"
     after = flow.item(item)
     assert (after.state, after.usage, after.checkpoint_count) == (before.state, before.usage, 0)
     assert Mission.objects.get(id=flow.mission).usage == {}
 
 
-def test_mission_budget_caps_all_its_workitems(flow: Flow, owner) -> None:  # type: ignore[no-untyped-def]
-    Mission.objects.filter(id=flow.mission).update(budgets={"financial": 10})
-    item = flow.drive_to("active")
-    flow.lease_command("work.checkpoint", item, {"checkpoint": {}, "progress": PROGRESS, "usage": {"financial": 8}})
-    other = flow.drive_to("active")
-    refused(
-        ErrorCode.BUDGET_EXCEEDED,
-        flow.lease_command,
-        "work.checkpoint",
-        other,
-        {"checkpoint": {}, "progress": PROGRESS, "usage": {"financial": 3}},
-    )
+def test_the_mission_budget_caps_all_its_workitems_spec_12(flow: Flow) -> None:
+    Mission.objects.filter(id=flow.mission).update(budgets={"currency": "EUR", "financialLimit": 10})
+    ten = contract(budget={"currency": "EUR", "financialLimit": 10})
+    item, other = flow.authorize(ten), flow.authorize(ten)
+    for each in (item, other):
+        flow.offer(each)
+        flow.accept(each)
+        flow.start(each)
+    eight = {"checkpoint": checkpoint(), "usageDelta": {"financialMicrounits": 8_000_000}}
+    flow.lease_command("work.checkpoint", item, eight)
+    three = {"checkpoint": checkpoint(), "usageDelta": {"financialMicrounits": 3_000_000}}
+    err = refused(ErrorCode.BUDGET_EXCEEDED, flow.lease_command, "work.checkpoint", other, three)
+    assert err.details["dimension"] == "financialMicrounits"
 
 
-# --- Retries (spec 11.4; MWP-WRK-018) -------------------------------------------
+# --- retries (§11.4) --------------------------------------------------------------
 
 
-def test_retryable_failure_requeues_with_backoff_until_attempts_run_out(flow: Flow) -> None:
-    item = flow.authorize(
-        contract(
-            retry={
-                "max_attempts": 2,
-                "backoff_seconds": 30,
-                "backoff_multiplier": 2,
-                "deadline": None,
-                "max_cost": None,
-            }
-        )
-    )
+def test_a_retryable_failure_requeues_with_backoff_until_attempts_run_out_spec_11_4(flow: Flow) -> None:
+    retry = {"maxAttempts": 2, "backoff": "fixed", "maxDelay": "PT30S", "retryableFailures": []}
+    item = flow.authorize(contract(retryPolicy=retry))
     flow.offer(item)
     flow.accept(item)
     flow.start(item)
-    evidence = flow.evidence(item, flow.worker)
-    flow.lease_command("work.fail", item, {"evidence": evidence, "retryable": True})
+    failure = {"reason": "the source timed out", "retryable": True}
+    receipt = flow.lease_command(
+        "work.fail", item, {**failure, "evidence": flow.evidence(item, flow.worker, result="failed")}
+    )
+    assert receipt["events"][0]["kind"] == "ext.mwportal.work.attempt_failed"
     it = flow.item(item)
     assert (it.state, it.attempt, it.needs_new_attempt) == ("queued", 1, True)
     err = refused(ErrorCode.INVALID_STATE_TRANSITION, flow.start, item)  # still backing off
-    assert "retry_not_before" in err.details
+    assert "retryNotBefore" in err.details
     with time_machine.travel(timezone.now() + timedelta(seconds=31)):
         flow.start(item)
         assert flow.item(item).attempt == 2
-        flow.lease_command("work.fail", item, {"evidence": evidence, "retryable": True})
-    it = flow.item(item)
-    assert it.state == "failed"
+        evidence = flow.evidence(item, flow.worker, result="failed")
+        flow.lease_command("work.fail", item, {**failure, "evidence": evidence})
+    assert flow.item(item).state == "failed"
     failed = GroupEvent.objects.get(aggregate_id=item, type="work.failed")
     assert failed.body["reason"].startswith("retries exhausted")
     assert failed.body["evidence"] == evidence
 
 
-def test_failure_needs_evidence(flow: Flow) -> None:
+def test_a_failure_needs_evidence_spec_10_2(flow: Flow) -> None:
     item = flow.drive_to("open")
-    refused(
-        Because(ErrorCode.INVALID_STATE_TRANSITION, "evidence_required"),
-        flow.coordinator.send,
-        "work.fail",
-        flow.group,
-        {"evidence": []},
-        target=flow.target(item),
-    )
+    payload = {"reason": "no idea"}
+    refused(Because(ErrorCode.INVALID_STATE_TRANSITION, "evidence_required"), flow.send, flow.coordinator, "work.fail",
+            item, payload, expected_revision=flow.revision(item))  # fmt: skip
 
 
-def test_attempt_key_is_deterministic_MWP_WRK_031() -> None:
+def test_a_coordinators_failure_is_compare_and_set_spec_15_3(flow: Flow) -> None:
+    item = flow.drive_to("open")
+    payload = {"reason": "no idea", "evidence": flow.evidence(item, flow.coordinator, result="failed")}
+    err = refused(ErrorCode.SCHEMA_VALIDATION_FAILED, flow.send, flow.coordinator, "work.fail", item, payload)
+    assert err.details["field"] == "expectedRevision"
+
+
+def test_the_attempt_key_is_deterministic_spec_11_4() -> None:
     from mwportal.protocol import attempt_key
 
     args = ("m", "w", 3, "send-email")
@@ -247,54 +212,71 @@ def test_attempt_key_is_deterministic_MWP_WRK_031() -> None:
     assert len(attempt_key(*args)) == 64
 
 
-# --- Submission and Evidence (spec 13.2) ----------------------------------------
+# --- submission and Evidence (§13.2) -------------------------------------------------
 
 
-def test_submit_needs_evidence_for_every_criterion(flow: Flow) -> None:
+def test_a_submission_needs_evidence_for_every_criterion_spec_13_2(flow: Flow) -> None:
     item = flow.drive_to("active")
-    body = {"artifacts": [], "evidence": flow.evidence(item, flow.worker, criteria=["complete"])}
-    err = refused(
-        Because(ErrorCode.INVALID_STATE_TRANSITION, "evidence_required"), flow.lease_command, "work.submit", item, body
-    )
+    artifact = flow.publish(item, flow.blob())
+    payload = {"artifactIds": [artifact], "evidence": flow.evidence(item, flow.worker, criteria=["complete"])}
+    err = refused(Because(ErrorCode.INVALID_STATE_TRANSITION, "evidence_required"), flow.lease_command, "work.submit",
+                  item, payload)  # fmt: skip
     assert err.details["criteria"] == ["accurate"]
 
 
-def test_submit_refuses_artifacts_not_in_the_store(flow: Flow) -> None:
+def test_a_submission_refuses_artifacts_not_in_the_group_spec_13_3(flow: Flow) -> None:
     item = flow.drive_to("active")
-    ghost = "ab" * 32
-    body = {"artifacts": [ghost], "evidence": flow.evidence(item, flow.worker)}
-    err = refused(Because(ErrorCode.INVALID_COMMAND, "not_found"), flow.lease_command, "work.submit", item, body)
-    assert err.details["artifacts"] == [ghost]
+    ghost = urn(uuid.uuid4())
+    payload = {"artifactIds": [ghost], "evidence": flow.evidence(item, flow.worker)}
+    err = refused(Because(ErrorCode.INVALID_COMMAND, "not_found"), flow.lease_command, "work.submit", item, payload)
+    assert err.details["artifactIds"] == [ghost]
+    cited = {
+        "artifactIds": [flow.publish(item, flow.blob())],
+        "evidence": flow.evidence(item, flow.worker, artifacts=["ab" * 32]),
+    }
+    err = refused(Because(ErrorCode.INVALID_COMMAND, "not_found"), flow.lease_command, "work.submit", item, cited)
+    assert err.details["artifacts"] == ["sha256:" + "ab" * 32]
 
 
-def test_evidence_refuses_free_form_members(flow: Flow) -> None:
+def test_evidence_refuses_free_form_members_spec_13_2(flow: Flow) -> None:
     item = flow.drive_to("active")
     evidence = flow.evidence(item, flow.worker)
-    evidence[0]["chain_of_thought"] = "first I considered..."
-    err = refused(
-        ErrorCode.SCHEMA_VALIDATION_FAILED,
-        flow.lease_command,
-        "work.submit",
-        item,
-        {"artifacts": [], "evidence": evidence},
-    )
-    assert err.details["field"] == "body.evidence.0.chain_of_thought"
+    evidence[0]["chainOfThought"] = "first I considered..."
+    payload = {"artifactIds": [urn(uuid.uuid4())], "evidence": evidence}
+    err = refused(ErrorCode.SCHEMA_VALIDATION_FAILED, flow.lease_command, "work.submit", item, payload)
+    assert err.details["field"].startswith("/payload/evidence/0")
 
 
-def test_progress_is_structured(flow: Flow) -> None:
+def test_evidence_must_be_signed_by_its_generator_spec_13_2_spec_6_4(flow: Flow) -> None:
     item = flow.drive_to("active")
-    err = refused(
-        ErrorCode.SCHEMA_VALIDATION_FAILED,
-        flow.lease_command,
-        "work.checkpoint",
-        item,
-        {"checkpoint": {}, "progress": {**PROGRESS, "percent": 40}},
-    )
-    assert err.details["field"] == "body.progress.percent"
+    artifact = flow.publish(item, flow.blob())
+    evidence = flow.evidence(item, flow.worker)
+    evidence[0]["method"] = "tampered after signing"
+    payload = {"artifactIds": [artifact], "evidence": evidence}
+    err = refused(ErrorCode.AUTH_INVALID_SIGNATURE, flow.lease_command, "work.submit", item, payload)
+    assert err.details["field"] == "/payload/evidence/0"
+    foreign = {"artifactIds": [artifact], "evidence": flow.evidence(item, flow.worker2)}
+    err = refused(ErrorCode.INVALID_COMMAND, flow.lease_command, "work.submit", item, foreign)
+    assert err.details["field"] == "/payload/evidence/0/generatedBy"
 
 
-def test_workitem_rows_match_events(flow: Flow) -> None:
-    """Every WorkItem Event carries the aggregate revision the row now has."""
+def test_evidence_is_about_this_workitem_spec_13_2(flow: Flow) -> None:
+    item = flow.drive_to("active")
+    other = flow.drive_to("open")
+    payload = {"artifactIds": [flow.publish(item, flow.blob())], "evidence": flow.evidence(other, flow.worker)}
+    err = refused(ErrorCode.INVALID_COMMAND, flow.lease_command, "work.submit", item, payload)
+    assert err.details["field"] == "/payload/evidence/0/workItemId"
+
+
+def test_progress_is_structured_spec_11_4(flow: Flow) -> None:
+    item = flow.drive_to("active")
+    payload = {"checkpoint": checkpoint(), "progress": {**PROGRESS, "percent": 40}}
+    err = refused(ErrorCode.SCHEMA_VALIDATION_FAILED, flow.lease_command, "work.checkpoint", item, payload)
+    assert err.details["field"].startswith("/payload/progress")
+
+
+def test_workitem_rows_match_events_spec_15_2(flow: Flow) -> None:
+    """The last Event about a WorkItem carries the aggregate revision the row now has."""
     item = flow.drive_to("verified")
     last = GroupEvent.objects.filter(aggregate_id=item).order_by("-sequence").first()
     assert last is not None

@@ -1,71 +1,68 @@
-"""What a Group snapshot carries of its WorkItems (spec 16): enough for a
-Worker restored from it alone to renew the lease it holds, see the offers
+"""What a Group snapshot's state carries of its WorkItems (PROTOCOL §16): normative
+WorkItems with their owner and offers, the start-by deadlines and execution
+Approvals in force, the active Execution Leases and the latest checkpoints, so
+a Worker restored from it alone can renew the lease it holds, see the offers
 made to it and resume from the latest checkpoint."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
-from missions.server_key import server_keypair
-from missions.snapshots import snapshot_now
-from mwportal.protocol.snapshot import verify_snapshot
-from mwworker import Store
-from tests.workitems.flow import PROGRESS, Flow
+from missions.snapshots import group_state, snapshot_now, state_hash
+from mwportal.protocol import schemas
+from mwportal.protocol.ids import urn
+from tests.workitems.flow import Flow, checkpoint, contract, progress
 
 
-def _items(flow: Flow) -> dict[str, Any]:
-    snap = snapshot_now(flow.group)
-    doc = snap.document
-    _, public = server_keypair()
-    state = verify_snapshot(doc, server_public_key=public, organization=doc["organization"], group=flow.group)
-    return {item["id"]: item for item in state["workitems"]}
+def by_item(entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {entry["workItemId"]: entry for entry in entries}
 
 
-def test_snapshot_carries_active_lease_open_offers_and_latest_checkpoint(flow: Flow) -> None:
+def test_the_state_carries_normative_workitems_leases_offers_and_checkpoints_spec_16(flow: Flow) -> None:
     active = flow.drive_to("active")
     offered = flow.drive_to("offered")
     resumed = flow.drive_to("active")
     flow.checkpoint(resumed)
     flow.start(resumed)
-    flow.lease_command(
-        "work.checkpoint", resumed, {"checkpoint": {"step": 2}, "progress": {**PROGRESS, "phase": "two"}}
-    )
+    flow.lease_command("work.checkpoint", resumed, {"checkpoint": checkpoint("two"), "progress": progress("two")})
+    submitted = flow.drive_to("submitted")
 
-    items = _items(flow)
+    state = group_state(flow.group)
+    items = by_item(state["workItems"])
+    for item in items.values():
+        schemas.validate("work-item", item)
+    assert items[urn(active)]["owner"]["agentId"] == flow.worker.urn
+    assert items[urn(active)]["owner"]["ownershipEpoch"] == 1
+    assert [o["agentId"] for o in items[urn(offered)]["offers"]] == [flow.worker.urn]
+    assert items[urn(offered)]["offers"][0]["status"] == "pending"
+    assert "owner" not in items[urn(offered)]
+    assert items[urn(submitted)]["submission"]["evidenceIds"]
 
-    lease = items[active]["lease"]
-    assert lease is not None and lease["lease_id"] == flow.leases[active]
-    assert lease["agent"] == flow.worker.id and lease["expires_at"]
-    assert "token" not in str(lease)  # the capability token never enters the log or a snapshot
-    assert items[offered]["offers"] == [
-        {"agent": flow.worker.id, "expires_at": items[offered]["offers"][0]["expires_at"]}
-    ]
-    assert items[offered]["lease"] is None and items[offered]["latest_checkpoint"] is None
-    latest = items[resumed]["latest_checkpoint"]
-    assert latest["number"] == 2 and latest["state"] == {"step": 2} and latest["progress"]["phase"] == "two"
-    assert items[resumed]["lease"] is None  # a checkpoint releases the lease
-    assert items[resumed]["start_by"] and items[resumed]["owner_expires_at"]
+    leases = by_item(state["executionLeases"])
+    for lease in leases.values():
+        schemas.validate("lease", lease)
+    assert leases[urn(active)]["leaseId"] == urn(flow.leases[active])
+    assert "token" not in str(leases)  # the capability token never enters the log or a snapshot
+    assert urn(resumed) not in leases  # a checkpoint releases the lease
+
+    latest = by_item(state["checkpoints"])[urn(resumed)]
+    assert latest["number"] == 2 and latest["checkpoint"]["phase"] == "two"
+    assert latest["progress"]["currentPhase"] == "two"
+    starts = by_item(state["ownershipLeases"])
+    assert starts[urn(resumed)]["startBy"] and urn(offered) not in starts
 
 
-def test_a_worker_restored_from_the_snapshot_alone_knows_its_lease_offer_and_checkpoint(
-    flow: Flow, tmp_path: Path
-) -> None:
-    """Spec 16: a Worker whose cursor fell out of the replay window restores
-    from the signed snapshot and can go on: renew the lease it holds, accept
-    the offer made to it, resume from the latest checkpoint."""
-    active = flow.drive_to("active")
-    offered = flow.drive_to("offered")
-    resumed = flow.drive_to("active")
-    flow.checkpoint(resumed)
-    snap = snapshot_now(flow.group)
-    _, public = server_keypair()
-    with Store(tmp_path / "w.sqlite3", agent=flow.worker.id) as store:
-        store.restore_snapshot(snap.document, public, snap.document["organization"], flow.group)
-        rows = {row.workitem: row for row in store.queue(flow.group)}
-        assert rows[active].lease_id == flow.leases[active] and rows[active].lease_expires_at
-        assert json.loads(rows[offered].offered_to or "null") == [flow.worker.id]
-        assert rows[offered].offer_expires_at
-        (cp,) = store.checkpoints(flow.group, resumed)
-        assert cp.number == 1 and json.loads(cp.state or "null") == {"step": 1}
+def test_the_state_lists_execution_approvals_in_force_spec_12_spec_16(flow: Flow) -> None:
+    item = flow.authorize(contract(executionApproval="human_required", sideEffectRisk="external"))
+    flow.offer(item)
+    flow.accept(item)
+    assert group_state(flow.group)["executionApprovals"] == []
+    flow.approve(item)
+    assert group_state(flow.group)["executionApprovals"] == [{"workItemId": urn(item), "contractVersion": 1}]
+
+
+def test_the_snapshot_commits_to_this_state_spec_16(flow: Flow) -> None:
+    flow.drive_to("active")
+    expected = state_hash(group_state(flow.group))
+    snapshot = snapshot_now(flow.group)
+    assert snapshot.document["stateHash"] == expected

@@ -1,5 +1,5 @@
 """A hypothesis stateful test of the WorkItem lifecycle against a model of
-the transition table (spec 10.2): random Command sequences through
+the transition table (PROTOCOL §10.2): random Command sequences through
 ``accept()``; every step is accepted exactly when the model says so, and the
 stored state always equals the model's."""
 
@@ -20,7 +20,8 @@ from hypothesis.stateful import (
 )
 
 from mwportal.protocol import ErrorCode, ProtocolError
-from tests.workitems.flow import Flow
+from tests.workitems.flow import DECLINE, Flow
+from tests.workitems.test_transition_table import ROWS
 from workitems import state_machine as sm
 from workitems.models import ExecutionLease
 
@@ -45,7 +46,7 @@ class Lifecycle(RuleBasedStateMachine):
         """Run ``command``; it must succeed iff ``expected`` (else INVALID_STATE_TRANSITION)."""
         self.steps += 1
         if expected:
-            assert sm.allowed(self.state, transition), (self.state, transition)
+            assert self.state in ROWS[transition][0], (self.state, transition)
             command()
             return True
         try:
@@ -58,7 +59,7 @@ class Lifecycle(RuleBasedStateMachine):
     @rule()
     def offer(self) -> None:
         f = self.flow
-        ok = bool(sm.allowed(self.state, "work.offer")) and not self.owner_live
+        ok = self.state in ROWS["work.offer"][0] and not self.owner_live
         if self.attempt("work.offer", ok, lambda: f.offer(self.item, agents=[f.worker, f.worker2])):
             self.state, self.offered, self.owner_live = sm.OFFERED, True, False
 
@@ -75,9 +76,9 @@ class Lifecycle(RuleBasedStateMachine):
         ok = self.state == sm.OFFERED and self.offered
 
         def decline() -> dict[str, Any]:
-            return f.worker.send("work.decline_offer", f.group, {"reason": "capacity"}, target=f.target(self.item))
+            return f.send(f.worker, DECLINE, self.item, {"reason": "capacity"})
 
-        if self.attempt("work.decline_offer", ok, decline):
+        if self.attempt(DECLINE, ok, decline):
             self.offered = False
 
     @rule()
@@ -96,11 +97,7 @@ class Lifecycle(RuleBasedStateMachine):
 
     @rule()
     def renew(self) -> None:
-        self.attempt(
-            "work.renew_lease",
-            self.state == sm.ACTIVE,
-            lambda: self.flow.lease_command("work.renew_lease", self.item, {}, lease_id=self.lease_id()),
-        )
+        self.attempt(sm.RENEW, self.state == sm.ACTIVE, lambda: self.flow.renew(self.item, lease_id=self.lease_id()))
 
     @rule()
     def checkpoint(self) -> None:
@@ -141,33 +138,21 @@ class Lifecycle(RuleBasedStateMachine):
     @precondition(lambda self: self.steps >= 8)
     @rule()
     def fail(self) -> None:
-        if self.attempt("work.fail", bool(sm.allowed(self.state, "work.fail")), lambda: self.flow.fail(self.item)):
+        if self.attempt("work.fail", self.state in ROWS["work.fail"][0], lambda: self.flow.fail(self.item)):
             self.state, self.owner_live, self.offered, self.child = sm.FAILED, False, False, False
 
     @precondition(lambda self: self.steps >= 8)
     @rule()
     def cancel(self) -> None:
-        if self.attempt(
-            "work.cancel", bool(sm.allowed(self.state, "work.cancel")), lambda: self.flow.cancel(self.item)
-        ):
+        if self.attempt("work.cancel", self.state in ROWS["work.cancel"][0], lambda: self.flow.cancel(self.item)):
             self.state, self.owner_live, self.offered = sm.CANCELLED, False, False
 
     @precondition(lambda self: self.steps >= 8)
     @rule()
     def create_child(self) -> None:
-        f = self.flow
-        body = {
-            "mission": str(uuid.uuid4()),
-            "group": str(uuid.uuid4()),
-            "title": "child",
-            "objective": "x",
-            "failure_policy": "keep_blocked",
-        }
-        ok = bool(sm.allowed(self.state, "mission.create_child"))
+        ok = self.state in ROWS["mission.create_child"][0]
         if self.attempt(
-            "mission.create_child",
-            ok,
-            lambda: f.coordinator.send("mission.create_child", f.group, body, target=f.target(self.item)),
+            "mission.create_child", ok, lambda: self.flow.create_child(self.item, "block_parent_work_item")
         ):
             self.state, self.owner_live, self.offered, self.child = sm.BLOCKED, False, False, True
 
@@ -182,7 +167,7 @@ class Lifecycle(RuleBasedStateMachine):
     # so that runs travel the whole table (three rules: three times the weight).
     def legal_moves(self) -> list[str]:
         moves = {
-            "offer": bool(sm.allowed(self.state, "work.offer")) and not self.owner_live,
+            "offer": self.state in ROWS["work.offer"][0] and not self.owner_live,
             "accept_offer": self.state == sm.OFFERED and self.offered,
             "start": self.state == sm.QUEUED and self.owner_live,
             "renew": self.state == sm.ACTIVE,

@@ -1,5 +1,4 @@
-"""Child Missions and Mission outcomes (PROTOCOL §7.3, §10.2 last rows, §14), and
-the WorkItems in a Group snapshot (§16).
+"""Child Missions and Mission outcomes (PROTOCOL §7.3, §10.2 last rows, §14).
 
 ``mission.create_child`` promotes a WorkItem to a linked child Mission in a new
 Group: the WorkItem blocks with its ownership fenced while the child runs. The
@@ -15,12 +14,10 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from django.db.models import F, Prefetch
-
 from missions.authority import AggregateRef, Decision, Emit, GroupHead, HandlerContext, check_revision
 from missions.handlers.missions import coordinator_of, found_mission, mission_terms
 from missions.models import Agent, AgentCard, Approval, Mission
-from missions.registry import command, snapshot_contributors
+from missions.registry import command
 from mwportal.protocol import GENESIS_HASH, ErrorCode
 from mwportal.protocol.ids import bare, urn
 
@@ -28,7 +25,7 @@ from .. import state_machine as sm
 from ..content import content
 from ..documents import POLICY_VERSION, actor_of, authority_signed
 from ..evidence import authority_evidence
-from ..models import Checkpoint, ExecutionLease, Offer, WorkItem
+from ..models import WorkItem
 from ..wire import refuse, when
 from .common import active_lease, emit, end_item, end_lease, item_ref, save, withdraw_offers
 
@@ -284,90 +281,3 @@ def terminate_mission(ctx: HandlerContext) -> Decision:
     reason = ctx.payload["reason"]
     items = _propagate(ctx, "parent.failed", sm.FAILED, f"mission terminated: {reason}"[:4000])
     return _close(ctx, mission, "failed", "mission.terminated", {"missionId": urn(mission.id), "reason": reason}, items)
-
-
-# --- the WorkItems of a Group snapshot (§16) ----------------------------------------
-
-
-def _when(value: Any) -> str | None:
-    return when(value) if value is not None else None
-
-
-def _item_state(item: WorkItem) -> dict[str, Any]:
-    """One WorkItem as a snapshot carries it: the state, and every timer, lease,
-    open offer and the latest checkpoint a Worker needs to go on from the
-    snapshot alone (a restored owner renews its lease, an offered Worker still
-    sees its offer, a new owner resumes from the checkpoint; §16)."""
-    # The prefetches of snapshot_workitems hold only the active lease, the
-    # open offers and the latest checkpoint.
-    lease = next(iter(item.leases.all()), None)
-    latest = next(iter(item.checkpoints.all()), None)
-    return {
-        "workItemId": urn(item.id),
-        "state": item.state,
-        "revision": item.revision,
-        "contract": item.contract,
-        "contractVersion": item.contract_revision,
-        "acceptedContractVersion": item.accepted_contract_revision,
-        "ownerId": urn(item.owner_id) if item.owner_id else None,
-        "ownershipEpoch": item.ownership_epoch,
-        "startBy": _when(item.start_by),
-        "ownershipLeaseExpiresAt": _when(item.owner_expires_at),
-        "approvedContractVersion": item.approved_contract_revision,
-        "attempt": item.attempt,
-        "needsNewAttempt": item.needs_new_attempt,
-        "retryNotBefore": _when(item.retry_not_before),
-        "usage": item.usage,
-        "checkpointCount": item.checkpoint_count,
-        "dependencies": sorted(
-            ({"workItemId": urn(d.depends_on_id), "policy": d.policy} for d in item.dependencies.all()),
-            key=lambda d: d["workItemId"],
-        ),
-        # The Lease ID and its holder are in the work.started Event already;
-        # the capability token is never in the log.
-        "executionLease": {
-            "leaseId": urn(lease.id),
-            "holderAgentId": urn(lease.agent_id),
-            "sessionEpoch": lease.session_epoch,
-            "ownershipEpoch": lease.ownership_epoch,
-            "expiresAt": when(lease.expires_at),
-        }
-        if lease
-        else None,
-        "offers": sorted(
-            ({"agentId": urn(o.agent_id), "expiresAt": when(o.expires_at)} for o in item.offers.all()),
-            key=lambda o: o["agentId"],
-        ),
-        "latestCheckpoint": {
-            "number": latest.number,
-            "ownershipEpoch": latest.ownership_epoch,
-            "executionLeaseId": urn(latest.lease_id),
-            "checkpoint": latest.state,
-            "progress": latest.progress,
-            "createdAt": when(latest.created_at),
-        }
-        if latest
-        else None,
-        "childMissionId": urn(item.child_mission_id) if item.child_mission_id else None,
-        "childFailurePolicy": item.child_failure_policy or None,
-    }
-
-
-def snapshot_workitems(group_id: str) -> tuple[str, Any]:
-    """The WorkItems of a Group as its snapshot carries them (what a Worker's
-    per-Group queue needs to restore)."""
-    rows = (
-        WorkItem.objects.filter(group_id=group_id)
-        .prefetch_related(
-            "dependencies",
-            Prefetch("leases", queryset=ExecutionLease.objects.filter(status="active")),
-            Prefetch("offers", queryset=Offer.objects.filter(status="open")),
-            # Only the latest checkpoint: its number is the item's count.
-            Prefetch("checkpoints", queryset=Checkpoint.objects.filter(number=F("workitem__checkpoint_count"))),
-        )
-        .order_by("id")
-    )
-    return "workitems", [_item_state(item) for item in rows]
-
-
-snapshot_contributors.append(snapshot_workitems)
