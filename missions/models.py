@@ -256,7 +256,8 @@ class ActionReceipt(models.Model):
 
     actor = models.CharField(max_length=64)
     action_id = models.UUIDField()
-    content_hash = models.CharField(max_length=64)
+    # The Command's signing hash, "sha256:" and 64 hex digits (§6.4).
+    content_hash = models.CharField(max_length=71)
     # None for an Organization-scoped Command (PROTOCOL §15.1: no Group ID).
     group = models.ForeignKey(Group, on_delete=models.PROTECT, related_name="+", null=True)
     receipt = models.JSONField()
@@ -295,16 +296,20 @@ class Approval(models.Model):
 
 
 class GroupSnapshot(models.Model):
-    """A signed snapshot of a Group's state at a sequence (spec 16; MWP-MSN-009).
+    """A signed snapshot of a Group's state through a sequence (PROTOCOL §7.4, §16).
 
-    ``document`` is the signed document of ``mwportal.protocol.snapshot``;
-    ``final`` marks the snapshot taken on archival.
+    ``document`` is the normative Group Snapshot (``group-snapshot.schema.json``)
+    signed by the Organization's Group Authority; ``state`` is the state its
+    ``stateHash`` commits to (``sha256:`` of the state's JCS bytes), what a
+    client restores; ``final`` marks the snapshot taken on archival
+    (``missions.snapshots``).
     """
 
     group = models.ForeignKey(Group, on_delete=models.PROTECT, related_name="snapshots")
     sequence = models.BigIntegerField()
     head_hash = models.CharField(max_length=64)
     document = models.JSONField()
+    state = models.JSONField(default=dict)
     final = models.BooleanField(default=False)
     created_at = models.DateTimeField()
 
@@ -313,16 +318,6 @@ class GroupSnapshot(models.Model):
 
     def __str__(self) -> str:
         return f"snapshot of {self.group_id} at {self.sequence}"
-
-    def reference(self) -> dict[str, object]:
-        """The snapshot reference of CURSOR_TOO_OLD (DESIGN §4)."""
-        return {
-            "group": str(self.group_id),
-            "sequence": self.sequence,
-            "hash": self.document["state_hash"],
-            "signature": self.document["signature"],
-            "url": f"/api/v1/groups/{self.group_id}/snapshots/{self.sequence}",
-        }
 
 
 class AgentCursor(models.Model):
