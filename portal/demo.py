@@ -196,7 +196,8 @@ def contract(
             "toolCallLimit": 120,
             "computeSecondsLimit": 3600,
             "wallClockSecondsLimit": 14400,
-            "externalSideEffectLimit": 3 if approval else 0,
+            # A zero limit would be spent before the start (workitems: usage >= limit); none is named instead.
+            **({"externalSideEffectLimit": 3} if approval else {}),
         },  # fmt: skip
         "sideEffectRisk": risk,
         "executionApproval": "human_required" if approval else "not_required",
@@ -280,11 +281,14 @@ def seed(keys: Path | None = None) -> list[str]:
     publish_card(coordinator, [COORDINATION])
     for worker in workers:
         publish_card(worker, [ANALYSIS, MAILING])
-    for agent in (coordinator, *workers):
-        agent.open_session()
     w1, w2 = workers
     everyone = [people[username] for username, *_ in PEOPLE]
     report = DemoMission("report", owner, coordinator, everyone)
+    web = DemoMission("web", owner, coordinator, everyone)
+    if Mission.objects.filter(id__in=[report.mission, web.mission]).count() < 2:
+        # A new Session Epoch revokes the Agent's leases (§11.3): only when there is something to seed.
+        for agent in (coordinator, *workers):
+            agent.open_session()
     if not Mission.objects.filter(id=report.mission).exists():
         report.create("Quarterly market report", "Publish the Q3 market report to customers, with every figure "
                       "traced to its source.", workers)  # fmt: skip
@@ -304,7 +308,6 @@ def seed(keys: Path | None = None) -> list[str]:
             ("sent", "the mailing went to the approved list", "deterministic_test")], risk="external",
             approval=True, capability=MAILING))  # fmt: skip
         report.queue(publish, w2)
-    web = DemoMission("web", owner, coordinator, everyone)
     if not Mission.objects.filter(id=web.mission).exists():
         web.create("Website refresh", "Faster pages and clearer copy on the public site.", workers)
         speed = web.authorize("speed", contract("Audit page speed", [
