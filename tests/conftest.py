@@ -186,15 +186,34 @@ def outsider(org: dict[str, str]) -> AgentKey:
 
 @pytest.fixture
 def mission(owner: AgentKey, coordinator: AgentKey, worker: AgentKey, worker2: AgentKey) -> dict[str, str]:
-    """A Mission Group owned by Olivia with Carl coordinating and Wanda and Walt working."""
+    """A Mission Group owned by Olivia with Carl coordinating and Wanda and Walt working.
+
+    ``mission.create`` names the Coordinator, whose lease pins his Agent Card
+    (§6.1, §7.2), and declares §7.1's terms; the Workers join by ``membership.change``."""
+    from datetime import UTC, datetime, timedelta
+
+    from missions.handlers.sessions import capability, issue_agent_card
+    from mwportal.protocol.command import format_timestamp
+
+    issue_agent_card(coordinator.id, [capability("mission.coordinate", "1.0.0", verified_evidence=[urn(uuid.uuid4())])])
     group_id, mission_id = str(uuid.uuid4()), str(uuid.uuid4())
+    criterion = {
+        "criterionId": "mapped",
+        "description": "Every district is mapped.",
+        "evidenceRequired": ["human_review"],
+    }
     owner.send(
         "mission.create",
         group_id,
-        {"missionId": urn(mission_id), "groupId": urn(group_id), "title": "Survey", "objective": "Map it"},
-    )
-    for member, roles in ((coordinator, ["coordinator"]), (worker, ["worker"]), (worker2, ["worker"])):
-        add_member(owner, group_id, member, roles)
+        {
+            "missionId": urn(mission_id), "groupId": urn(group_id), "coordinatorId": coordinator.urn,
+            "title": "Survey", "objective": "Map it", "definitionOfDone": [criterion],
+            "deadline": format_timestamp(datetime.now(UTC) + timedelta(days=30)),
+            "budget": {"currency": "EUR", "financialLimit": 100, "modelTokenLimit": 1_000_000},
+        },
+    )  # fmt: skip
+    for member in (worker, worker2):
+        add_member(owner, group_id, member, ["worker"])
     return {"group": group_id, "mission": mission_id}
 
 
