@@ -1,10 +1,12 @@
-"""The MissionWeave Worker runtime (DESIGN §5; STYLE §7). Django-free.
+"""The MissionWeave Worker runtime (DESIGN §6; STYLE §7): MWP 0.1 end to end. Django-free.
 
 Public API (everything else is private):
 
 - ``Store``: the local SQLite per-Group inbox, Cursor and Work queue, with the
-  apply cycle, snapshot restore and rebuild (``store.py``);
-- ``ClientSession`` and its protocol events: the sans-I/O agent WebSocket
+  apply cycle, snapshot restore and rebuild (``store.py``); ``EventVerifier``
+  and ``KeyCache``: the Group Authority signature check of every Event
+  (``events.py``);
+- ``ClientSession`` and its protocol events: the sans-I/O ``/mwp/0.1``
   client (``protocol.py``);
 - ``Worker`` and what a capability handler sees (``SlotContext``,
   ``Result``), the ``Picker`` protocol with ``FifoPicker``, admission control
@@ -29,24 +31,28 @@ from .errors import (
     Preempted,
     ProjectionError,
     Refused,
+    SignatureRefused,
     SlotStopped,
     SnapshotRefused,
     StoreLocked,
     StoreMismatch,
     WorkerError,
 )
+from .events import EventVerifier, KeyCache
 from .picker import Picker
 from .projection import CheckpointRow, GroupMeta, OutboxRow, WorkRow
 from .protocol import (
+    Backpressure,
     BadFrame,
     ClientSession,
     Closed,
+    CommandAccepted,
     CommandRefused,
     CursorTooOld,
     EventReceived,
-    MembershipChanged,
+    HelloRefused,
+    Pong,
     ProtocolEvent,
-    ReceiptReceived,
     ServerError,
     SessionClosed,
     SubscriptionRefused,
@@ -56,6 +62,7 @@ from .runtime import Worker
 from .store import Cursor, Store
 
 __all__ = [
+    "Backpressure",
     "BadFrame",
     "Blocked",
     "BudgetExceeded",
@@ -63,30 +70,34 @@ __all__ = [
     "CheckpointRow",
     "ClientSession",
     "Closed",
+    "CommandAccepted",
     "CommandRefused",
     "Cursor",
     "CursorTooOld",
     "Decline",
     "EventReceived",
+    "EventVerifier",
     "Fatal",
     "FifoPicker",
     "GroupMeta",
+    "HelloRefused",
     "Identity",
+    "KeyCache",
     "LeaseLost",
     "MalformedEvent",
-    "MembershipChanged",
     "OutboxRow",
     "PermanentFailure",
     "Picker",
+    "Pong",
     "Preempted",
     "ProjectionError",
     "ProtocolEvent",
-    "ReceiptReceived",
     "Refused",
     "Result",
     "RetryDecision",
     "ServerError",
     "SessionClosed",
+    "SignatureRefused",
     "SlotContext",
     "SlotStopped",
     "SnapshotRefused",

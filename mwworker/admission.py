@@ -2,7 +2,7 @@
 
 The policy is pure (``admit``, ``retry_decision``, ``FifoPicker``): every
 input is an argument. ``Admission`` feeds it from the store and answers
-offers with ``work.accept_offer`` or a structured ``work.decline_offer``.
+offers with ``work.accept_offer`` or a structured ``ext.mwportal.work.offer_decline``.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from mwportal.protocol import parse_time
+from mwportal.protocol.catalogue import PROJECT
 
 from .commands import Commands
-from .context import Capability, utcnow
+from .context import BUDGET_DIMENSIONS, Capability, budget_limit, utcnow
 from .errors import Refused
 from .projection import GroupMeta, OutboxRow, WorkRow
 
@@ -43,8 +43,27 @@ _DEP_IMPOSSIBLE = {  # states from which the policy can no longer be met without
 def required_capabilities(row: WorkRow) -> frozenset[tuple[str, str]]:
     """The ``(id, version)`` pairs the row's Work Contract requires."""
     contract = json.loads(row.contract)
-    caps = contract.get("capabilities") if isinstance(contract, dict) else None
+    caps = contract.get("requiredCapabilities") if isinstance(contract, dict) else None
     return frozenset((str(c.get("id")), str(c.get("version"))) for c in caps or [] if isinstance(c, dict))
+
+
+def parse_time(value: str, what: str) -> datetime:
+    """An RFC 3339 UTC timestamp (``...Z``) of a projection column."""
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{what}: not a timestamp: {value!r}") from None
+
+
+def _duration_seconds(value: Any) -> float:
+    """An ISO 8601 duration of the Work Contract (``PT5M``, ``P1DT2H``) in seconds."""
+    import re
+
+    m = re.fullmatch(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?", str(value or ""))
+    if m is None:
+        return 0.0
+    days, hours, minutes, seconds = (float(g) if g else 0.0 for g in m.groups())
+    return days * 86400 + hours * 3600 + minutes * 60 + seconds
 
 
 class FifoPicker:
@@ -128,7 +147,7 @@ def admit(
     missing = sorted(needed - set(capabilities))
     if missing:
         return Decline("capability", "missing capabilities: " + ", ".join(f"{i}@{v}" for i, v in missing))
-    for dep in contract.get("dependencies") or []:
+    for dep in json.loads(row.dependencies or "[]"):
         state = dependency_states.get(str(dep.get("workitem")))
         if state is not None and state in _DEP_IMPOSSIBLE.get(str(dep.get("policy")), frozenset()):
             return Decline("dependency", f"dependency {dep.get('workitem')} is {state}; its policy cannot hold")
@@ -136,15 +155,14 @@ def admit(
     deadline = contract.get("deadline")
     if isinstance(deadline, str) and parse_time(deadline, "deadline") <= now + timedelta(seconds=duration):
         return Decline("deadline", f"cannot finish before the deadline {deadline}")
-    budgets = contract.get("budgets") if isinstance(contract.get("budgets"), dict) else {}
     usage = json.loads(row.usage) if row.usage else {}
     for cap in needed:
         for dim, expected in capabilities[cap].estimate.items():
-            limit = budgets.get(dim)
+            limit = budget_limit(contract, dim) if dim in BUDGET_DIMENSIONS else None
             if limit is not None and usage.get(dim, 0) + expected > limit:
                 return Decline("budget", f"expected {dim} {expected} exceeds the budget left")
-    retry = contract.get("retry") if isinstance(contract.get("retry"), dict) else {}
-    if row.needs_new_attempt and row.attempt >= int(retry.get("max_attempts", 1)):
+    retry = contract.get("retryPolicy") if isinstance(contract.get("retryPolicy"), dict) else {}
+    if row.needs_new_attempt and row.attempt >= int(retry.get("maxAttempts", 1)):
         return Decline("budget", "every attempt of the retry policy is used")
     if committed >= queue_limit:
         return Decline("capacity", f"{committed} WorkItems already committed (limit {queue_limit})")
@@ -161,24 +179,26 @@ class RetryDecision:
 def retry_decision(
     contract: Mapping[str, Any], *, attempt: int, usage: Mapping[str, float], now: datetime
 ) -> RetryDecision:
-    """Whether a failed attempt may be retried within the Work Contract's
-    attempts, deadline and cost (spec 11.4; MWP-WRK-018), and not before when
-    (the backoff: ``backoff_seconds * backoff_multiplier ** (attempt - 1)``,
-    as the Group Authority computes it)."""
-    retry: Mapping[str, Any] = contract["retry"] if isinstance(contract.get("retry"), dict) else {}
-    max_attempts = int(retry.get("max_attempts", 1))
+    """Whether a failed attempt may be retried within the Work Contract's retry
+    policy, deadline and budget (§11.4; MWP-WRK-018), and not before when:
+    ``backoff`` ``none`` at once, ``fixed`` after ``maxDelay``, ``exponential``
+    after ``2 ** (attempt - 1)`` seconds capped at ``maxDelay``."""
+    retry: Mapping[str, Any] = contract["retryPolicy"] if isinstance(contract.get("retryPolicy"), dict) else {}
+    max_attempts = int(retry.get("maxAttempts", 1))
     if attempt >= max_attempts:
         return RetryDecision(False, f"all {max_attempts} attempts are used")
-    deadline = retry.get("deadline")
-    if isinstance(deadline, str) and parse_time(deadline, "retry.deadline") <= now:
-        return RetryDecision(False, "the retry deadline has passed")
-    max_cost = retry.get("max_cost")
-    if max_cost is not None and usage.get("financial", 0) >= max_cost:
-        return RetryDecision(False, "the retry cost limit is reached")
-    delay = float(retry.get("backoff_seconds", 0)) * float(retry.get("backoff_multiplier", 1)) ** max(attempt - 1, 0)
+    deadline = contract.get("deadline")
+    if isinstance(deadline, str) and parse_time(deadline, "deadline") <= now:
+        return RetryDecision(False, "the deadline has passed")
+    limit = budget_limit(contract, "financialMicrounits")
+    if limit is not None and usage.get("financialMicrounits", 0) >= limit:
+        return RetryDecision(False, "the financial budget is used")
+    cap = _duration_seconds(retry.get("maxDelay"))
+    backoff = retry.get("backoff", "none")
+    delay = 0.0 if backoff == "none" else cap if backoff == "fixed" else min(cap, 2.0 ** max(attempt - 1, 0))
     not_before = now + timedelta(seconds=delay)
-    if isinstance(deadline, str) and parse_time(deadline, "retry.deadline") <= not_before:
-        return RetryDecision(False, "the backoff would end after the retry deadline")
+    if isinstance(deadline, str) and parse_time(deadline, "deadline") <= not_before:
+        return RetryDecision(False, "the backoff would end after the deadline")
     return RetryDecision(True, f"attempt {attempt} failed; retrying after {delay:g} s", not_before)
 
 
@@ -222,16 +242,15 @@ class Admission(Commands):
         if row.offer_expires_at is not None and parse_time(row.offer_expires_at, "offer") <= now:
             return {"answered": False, "reason": "the offer expired"}
         decline = self._admission(row, self.store.meta(row.group_id), now)
-        target = {"kind": "workitem", "id": row.workitem, "revision": row.revision}
         try:
             if decline is None:
-                receipt = await self._command("work.accept_offer", row.group_id, {}, target=target)
+                event = await self._command("work.accept_offer", row.group_id, {"workItemId": row.workitem},
+                                            workitem=row.workitem)  # fmt: skip
                 self._accepted.add((row.group_id, row.workitem))
                 self.log.append(("offer.accepted", row.workitem, ""))
-                return {"accepted": True, "receipt": receipt["action_id"]}
-            await self._command(
-                "work.decline_offer", row.group_id, {"reason": decline.reason, "detail": decline.detail}, target=target
-            )
+                return {"accepted": True, "event": event.get("eventId")}
+            payload = {"workItemId": row.workitem, "reason": decline.reason, "detail": decline.detail[:2000]}
+            await self._command(f"{PROJECT}.work.offer_decline", row.group_id, payload, workitem=row.workitem)
             self.log.append(("offer.declined", row.workitem, decline.reason))
             return {"accepted": False, "reason": decline.reason}
         except Refused as exc:

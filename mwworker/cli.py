@@ -43,7 +43,7 @@ def _worker(config: WorkerConfig) -> Worker:
     identity = Identity.from_key_file(config.key_file)
     worker = Worker(
         portal=config.portal, identity=identity, store=config.store, slots=config.slots,
-        queue_limit=config.queue_limit, server_public_key=config.server_public_key,
+        queue_limit=config.queue_limit,
     )  # fmt: skip
     module_name = config.capabilities or "mwworker.demo"
     module = importlib.import_module(module_name)
@@ -132,6 +132,10 @@ def _status_rows(path: Path, agent: str) -> list[dict[str, Any]]:
         conn.close()
 
 
+def _short(identifier: str) -> str:
+    return identifier.removeprefix("urn:uuid:")[:8]
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     config = WorkerConfig.load(args.config)
     identity = Identity.from_key_file(config.key_file)
@@ -151,8 +155,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     table.add_column("leases", no_wrap=True, min_width=8)
     for r in rows:
         table.add_row(
-            r["group"][:8], r["kind"] or "?", r["title"][:30], str(r["cursor"]), str(r["offered"]), str(r["queued"]),
-            str(r["active"]), str(r["blocked"]), "\n".join(lease[:8] for lease in r["leases"]) or "-",
+            _short(r["group"]), r["kind"] or "?", r["title"][:30], str(r["cursor"]), str(r["offered"]), str(r["queued"]),
+            str(r["active"]), str(r["blocked"]), "\n".join(_short(lease) for lease in r["leases"]) or "-",
         )  # fmt: skip
     active = sum(r["active"] for r in rows)
     Console().print(table)
@@ -164,7 +168,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from . import demo
 
     identity = Identity.from_key_file(args.key)
-    store = Path(args.store or f"mwworker-demo-{identity.agent_id[:8]}.sqlite3")
+    store = Path(args.store or f"mwworker-demo-{identity.agent_id.removeprefix('urn:uuid:')[:8]}.sqlite3")
     worker = Worker(portal=args.portal, identity=identity, store=store, slots=args.slots)
     demo.register(worker)
     console.print(f"demo worker {worker.me} -> {args.portal}: capabilities {sorted(worker.capabilities)}")
@@ -175,7 +179,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     finally:
         worker.close()
     for kind, item, detail in worker.log:
-        console.print(f"  {kind:16} {item[:8]} {detail}")
+        console.print(f"  {kind:16} {_short(item)} {detail}")
     return 0
 
 
@@ -213,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     explain.add_argument("--now", help="RFC 3339 time to explain at (default: the clock)")
     demo = sub.add_parser("demo", help="run the demo capabilities against a portal")
     demo.add_argument("--portal", required=True, help="e.g. http://127.0.0.1:8000")
-    demo.add_argument("--key", required=True, type=Path, help="the key file of mwp create-agent")
+    demo.add_argument("--key", required=True, type=Path, help="the DESIGN §4 key file of mwp create-agent / mwp demo")
     demo.add_argument("--store", default=None)
     demo.add_argument("--slots", type=int, default=2)
     demo.add_argument("--items", type=int, default=None, help="stop after this many submissions")

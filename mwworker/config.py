@@ -7,6 +7,10 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from mwportal.protocol.command import Key
+from mwportal.protocol.errors import ProtocolError
+from mwportal.protocol.ids import urn
+
 from .errors import Fatal
 
 log = logging.getLogger("mwworker")
@@ -14,12 +18,18 @@ log = logging.getLogger("mwworker")
 
 @dataclass(frozen=True, slots=True)
 class Identity:
-    """The Worker's Agent: the key file of DESIGN §4 as ``mwp create-agent`` writes it."""
+    """The Worker's Agent: the DESIGN §4 key file (``manage.py mwp create-agent --out FILE``)::
+
+        {"principal": {"type": "agent", "id": "urn:uuid:..."}, "organizationId": "urn:uuid:...",
+         "keyId": "urn:uuid:...", "privateKey": "<base64url seed>", "publicKey": "<base64url>"}
+
+    ``agent_id`` and ``organization`` are ``urn:uuid:`` URIs; ``key`` signs
+    the HELLO challenge and every Command.
+    """
 
     agent_id: str
     organization: str
-    private_key: str
-    public_key: str = ""
+    key: Key
 
     @classmethod
     def from_key_file(cls, path: str | Path) -> Identity:
@@ -28,13 +38,17 @@ class Identity:
             data = json.loads(p.read_text())
         except (OSError, ValueError) as exc:
             raise Fatal(f"cannot read the key file {p}: {exc}") from None
-        if not isinstance(data, dict) or not all(
-            isinstance(data.get(k), str) for k in ("agent_id", "organization", "private_key")
-        ):
-            raise Fatal(f"{p}: a key file holds agent_id, organization, private_key and public_key")
+        try:
+            key = Key.from_data(data)
+        except (KeyError, TypeError, ValueError, ProtocolError) as exc:
+            raise Fatal(
+                f"{p}: a key file holds principal {{type, id}}, organizationId, keyId, privateKey and publicKey ({exc})"
+            ) from None
+        if key.principal is None or key.principal[0] != "agent" or key.organization_id is None:
+            raise Fatal(f"{p}: the key file's principal must be an agent")
         if p.stat().st_mode & 0o077:
             log.warning("key file %s is readable by others; it should be mode 0600", p)
-        return cls(data["agent_id"], data["organization"], data["private_key"], str(data.get("public_key", "")))
+        return cls(urn(key.principal[1]), urn(key.organization_id), key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +62,6 @@ class WorkerConfig:
     capabilities = "mwworker.demo"   # a module with register(worker)
     slots = 2
     queue_limit = 8                  # optional: admission capacity (default 4 x slots)
-    server_public_key = "..."        # optional: pin the snapshot-signing key
     """
 
     portal: str
@@ -57,7 +70,6 @@ class WorkerConfig:
     capabilities: str | None = None
     slots: int = 2
     queue_limit: int | None = None
-    server_public_key: str | None = None
 
     @classmethod
     def load(cls, path: str | Path) -> WorkerConfig:
@@ -69,8 +81,7 @@ class WorkerConfig:
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise Fatal(f"cannot read {p}: {exc}") from None
         section = raw.get("worker", raw)
-        unknown = set(section) - {"portal", "key_file", "store", "capabilities", "slots", "queue_limit",
-                                  "server_public_key"}  # fmt: skip
+        unknown = set(section) - {"portal", "key_file", "store", "capabilities", "slots", "queue_limit"}
         if unknown:
             raise Fatal(f"{p}: unknown settings {sorted(unknown)}")
         for name in ("portal", "key_file", "store"):
@@ -87,5 +98,4 @@ class WorkerConfig:
             capabilities=section.get("capabilities"),
             slots=slots,
             queue_limit=section.get("queue_limit"),
-            server_public_key=section.get("server_public_key"),
         )

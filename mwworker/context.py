@@ -14,11 +14,32 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, NoReturn
 
-from mwportal.protocol import attempt_key, format_time
+from mwportal.protocol import attempt_key
+from mwportal.protocol.command import format_timestamp
 
 from .errors import Blocked, BudgetExceeded, Preempted
 
-BUDGET_DIMENSIONS = ("financial", "tokens", "tool_calls", "compute_seconds", "wall_clock_seconds", "side_effects")
+# The six usage dimensions (docs/protocol-choices.md: the reference
+# implementation's names) and the Work Contract budget member limiting each.
+BUDGET_DIMENSIONS = (
+    "financialMicrounits", "modelTokens", "toolCalls", "computeSeconds", "wallClockSeconds", "externalActions"
+)  # fmt: skip
+BUDGET_LIMITS = {
+    "financialMicrounits": ("financialLimit", 1_000_000),  # the budget is in currency units
+    "modelTokens": ("modelTokenLimit", 1),
+    "toolCalls": ("toolCallLimit", 1),
+    "computeSeconds": ("computeSecondsLimit", 1),
+    "wallClockSeconds": ("wallClockSecondsLimit", 1),
+    "externalActions": ("externalSideEffectLimit", 1),
+}
+
+
+def budget_limit(contract: Mapping[str, Any], dimension: str) -> float | None:
+    """The Work Contract's limit on a usage dimension, in that dimension's unit (None: no limit)."""
+    member, scale = BUDGET_LIMITS[dimension]
+    budget = contract.get("budget")
+    limit = budget.get(member) if isinstance(budget, Mapping) else None
+    return None if limit is None else float(limit) * scale
 
 
 def utcnow() -> datetime:
@@ -67,32 +88,42 @@ class _Port:
 
 
 def _progress(phase: str, milestones: Sequence[str], next_checkpoint: str | None, blockers: Sequence[str],
-              estimate: Mapping[str, Any] | None, evidence: Sequence[str]) -> dict[str, Any]:  # fmt: skip
-    """The structured progress of spec 11.4 (no percentages)."""
-    return {
-        "phase": phase,
-        "milestones": list(milestones),
-        "next_checkpoint": next_checkpoint,
-        "blockers": list(blockers),
-        "estimate": dict(estimate) if estimate is not None else None,
-        "evidence": list(evidence),
-    }
+              estimate: str | None, evidence: Sequence[str]) -> dict[str, Any]:  # fmt: skip
+    """The structured progress of §11.4 (the WorkItem schema's ``progress``; no percentages)."""
+    out: dict[str, Any] = {"currentPhase": phase, "completedMilestones": list(milestones), "blockers": list(blockers),
+                           "evidenceIds": list(evidence)}  # fmt: skip
+    if next_checkpoint:
+        out["nextCheckpoint"] = next_checkpoint
+    if estimate:
+        out["updatedCompletionEstimate"] = estimate
+    return out
+
+
+def _checkpoint(phase: str, milestones: Sequence[str], next_step: str | None, state_hash: str | None) -> dict[str, Any]:
+    """A normative checkpoint (§11.3, §11.4): phase, milestones, next step, the state Artifact's hash."""
+    out: dict[str, Any] = {"phase": phase, "createdAt": format_timestamp(utcnow()),
+                           "completedMilestones": list(milestones)}  # fmt: skip
+    if next_step:
+        out["nextStep"] = next_step
+    if state_hash:
+        out["stateArtifactHash"] = state_hash
+    return out
 
 
 class SlotContext:
     """What one WorkItem's handler may see and do (MWP-WRK-011).
 
     Holds only its own Mission's data (``mission``), the Work Contract
-    (``contract``), the capability token bound to the current lease
-    (``token``), the checkpoints accepted for this WorkItem
-    (``checkpoints``, ``resume_state``), its budget (``charge``) and its
+    (``contract``), its current Execution Lease (``lease``), the checkpoints
+    accepted for this WorkItem (``checkpoints``: normative checkpoint
+    objects; ``resume_state`` the last), its budget (``charge``) and its
     side-effect key namespace (``idempotency_key``, ``side_effect``).
     Everything else goes through the slot's own request channel.
     """
 
     __slots__ = (
         "agent", "group", "workitem", "mission", "contract", "ownership_epoch", "attempt", "checkpoints",
-        "resume_state", "_token", "_lease_id", "_port", "_usage", "_spent",
+        "resume_state", "_lease", "_port", "_usage", "_spent",
     )  # fmt: skip
 
     def __init__(
@@ -107,8 +138,7 @@ class SlotContext:
         attempt: int,
         checkpoints: Sequence[Mapping[str, Any]],
         usage: Mapping[str, float],
-        token: str,
-        lease_id: str,
+        lease: Mapping[str, Any],
         port: _Port,
     ):
         self.agent = agent
@@ -121,33 +151,31 @@ class SlotContext:
         self.checkpoints: tuple[Mapping[str, Any], ...] = tuple(MappingProxyType(dict(c)) for c in checkpoints)
         # Resumption restores the last accepted checkpoint (spec 11.3, 11.5).
         self.resume_state: Mapping[str, Any] | None = self.checkpoints[-1] if self.checkpoints else None
-        self._token = token
-        self._lease_id = lease_id
+        self._lease: Mapping[str, Any] = MappingProxyType(dict(lease))
         self._port = port
         self._usage = dict(usage)  # the WorkItem's usage totals as the Group log tells
         self._spent: dict[str, float] = {}  # this slot's usage not yet reported
 
     @property
-    def token(self) -> str:
-        """The capability token bound to the current Execution Lease (rotated on renewal)."""
-        return self._token
+    def lease(self) -> Mapping[str, Any]:
+        """The current Execution Lease (lease.schema.json; a new one after a checkpoint, renewed in place)."""
+        return self._lease
 
     @property
     def lease_id(self) -> str:
-        return self._lease_id
+        return str(self._lease.get("leaseId", ""))
 
-    def _rebind(self, lease_id: str, token: str) -> None:
-        self._lease_id, self._token = lease_id, token
+    def _rebind(self, lease: Mapping[str, Any]) -> None:
+        self._lease = MappingProxyType(dict(lease))
 
     # --- budgets and side effects ----------------------------------------------
 
     def budget_left(self, dimension: str) -> float | None:
-        """What is left of a budget dimension (None: no limit)."""
-        budgets = self.contract.get("budgets") or {}
-        limit = budgets.get(dimension)
+        """What is left of a usage dimension under the contract's budget (None: no limit)."""
+        limit = budget_limit(self.contract, dimension)
         if limit is None:
             return None
-        return float(limit) - self._usage.get(dimension, 0) - self._spent.get(dimension, 0)
+        return limit - self._usage.get(dimension, 0) - self._spent.get(dimension, 0)
 
     def charge(self, **usage: float) -> None:
         """Count usage against the contract's budgets; ``BudgetExceeded`` (and
@@ -158,22 +186,26 @@ class SlotContext:
                 raise ValueError(f"{dim}: not a budget dimension or negative")
             left = self.budget_left(dim)
             if left is not None and value > left:
-                limit = float((self.contract.get("budgets") or {})[dim])
+                limit = budget_limit(self.contract, dim) or 0.0
                 raise BudgetExceeded(dim, limit, limit - left + value)
         for dim, value in usage.items():
             self._spent[dim] = self._spent.get(dim, 0) + value
 
     def use_tool(self, tool: str) -> None:
         """Count one call of ``tool``: it must be among the contract's allowed
-        tools (``PermissionError`` otherwise) and fit the tool-call budget
-        (``BudgetExceeded``)."""
-        allowed = (self.contract.get("allowed") or {}).get("tools") or ()
+        resources (``allowedResources``, a ``tool`` grant naming it; ``PermissionError``
+        otherwise) and fit the tool-call budget (``BudgetExceeded``)."""
+        allowed: set[str] = set()
+        for grant in self.contract.get("allowedResources") or ():
+            allowed.add(str(grant["resource"]))
+            allowed.update(str(op) for op in grant["operations"])
         if tool not in allowed:
             raise PermissionError(f"the Work Contract does not allow the tool {tool!r}")
-        self.charge(tool_calls=1)
+        self.charge(toolCalls=1)
 
-    def _take_usage(self) -> dict[str, float]:
-        spent = {k: v for k, v in self._spent.items() if v}
+    def _take_usage(self) -> dict[str, int]:
+        """The usage not yet reported, as the integer delta a Command carries (§12)."""
+        spent = {k: int(round(v)) for k, v in self._spent.items() if round(v)}
         for dim, value in spent.items():
             self._usage[dim] = self._usage.get(dim, 0) + value
         self._spent = {}
@@ -213,7 +245,7 @@ class SlotContext:
                     await self._port.call("effect.settle", key=key, status="done", receipt=found)
                     return found
         else:
-            self.charge(side_effects=1)  # a new external operation counts once, not per retry
+            self.charge(externalActions=1)  # a new external operation counts once, not per retry
         await self._port.call("effect.intent", key=key, name=operation)
         try:
             receipt = await dispatch(key)
@@ -227,60 +259,65 @@ class SlotContext:
 
     async def checkpoint(
         self,
-        state: Mapping[str, Any],
         *,
         phase: str,
         milestones: Sequence[str] = (),
-        next_checkpoint: str | None = None,
-        estimate: Mapping[str, Any] | None = None,
+        next_step: str | None = None,
+        state_artifact: str | None = None,
+        estimate: str | None = None,
         evidence: Sequence[str] = (),
     ) -> None:
-        """A safe, idempotent point: ``state`` is durable in the Group log when this returns.
+        """A safe, idempotent point: the checkpoint (§11.3: ``phase``, the
+        ``milestones`` done, the ``next_step``, and the hash of an Artifact
+        holding the handler's state, ``put_artifact``) is durable in the Group
+        log when this returns.
 
-        A checkpoint releases the Execution Lease (spec 10.2). If preemption was
-        requested, the slot pauses here: the five steps of spec 11.3
+        A checkpoint releases the Execution Lease (§10.2). If preemption was
+        requested, the slot pauses here: the five steps of §11.3
         (MWP-WRK-015) end with ``Preempted`` raised into the handler and the
         WorkItem back in its Group queue. Otherwise the slot starts again under
         a new lease and the handler continues.
         """
-        progress = _progress(phase, milestones, next_checkpoint, [], estimate, evidence)
-        outcome = await self._port.call("checkpoint", state=dict(state), progress=progress, usage=self._take_usage())
+        progress = _progress(phase, milestones, next_step, [], estimate, evidence)
+        checkpoint = _checkpoint(phase, milestones, next_step, state_artifact)
+        outcome = await self._port.call("checkpoint", checkpoint=checkpoint, progress=progress,
+                                        usage=self._take_usage())  # fmt: skip
         if outcome == _PAUSED:
             raise Preempted(f"{self.workitem} paused at checkpoint")
 
     async def block(
         self,
         resolution_required: str,
-        state: Mapping[str, Any],
         *,
         phase: str,
-        blockers: Sequence[str] = (),
         milestones: Sequence[str] = (),
+        next_step: str | None = None,
+        state_artifact: str | None = None,
     ) -> NoReturn:
-        """Checkpoint, emit ``work.blocked`` with the required resolution, release
-        the slot (spec 11.4; MWP-WRK-017). Raises ``Blocked``; the WorkItem
+        """Checkpoint, emit ``work.blocked`` naming the required resolution, release
+        the slot (§11.4; MWP-WRK-017). Raises ``Blocked``; the WorkItem
         resumes from this checkpoint once a Coordinator unblocks it."""
-        progress = _progress(phase, milestones, None, list(blockers) or [resolution_required], None, [])
-        await self._port.call(
-            "block", state=dict(state), progress=progress, usage=self._take_usage(), resolution=resolution_required
-        )
+        checkpoint = _checkpoint(phase, milestones, next_step, state_artifact)
+        await self._port.call("block", checkpoint=checkpoint, usage=self._take_usage(), resolution=resolution_required)
         raise Blocked(resolution_required)
 
     async def put_artifact(self, data: bytes, media_type: str = "application/octet-stream") -> str:
-        """Store bytes as an Artifact of this Mission's Group; its SHA-256."""
+        """Store bytes as content of this Mission's Group; its ``sha256:`` content hash."""
         return str(await self._port.call("artifact", data=data, media_type=media_type))
 
     def evidence(
-        self, criteria: Sequence[str], *, result: str, method: str, summary: str, artifacts: Sequence[str] = ()
-    ) -> dict[str, Any]:
-        """An Evidence record (spec 13.2) produced by this Worker about this WorkItem."""
+        self, criteria: Sequence[str], *, result: str, method: str, summary: str, artifacts: Sequence[str] = (),
+        type: str = "deterministic_test",
+    ) -> dict[str, Any]:  # fmt: skip
+        """Evidence (§13.2) about this WorkItem for ``criteria`` (criterion IDs of the
+        contract): ``result`` is ``passed``, ``failed`` or ``inconclusive``. The
+        runtime completes and signs it as this Agent when it is submitted."""
         return {
-            "subject": self.workitem,
-            "criteria": list(criteria),
+            "type": type,
+            "subject": {"type": "work_item", "id": self.workitem},
+            "criterionIds": list(criteria),
             "method": method,
             "result": result,
-            "producer": self.agent,
-            "timestamp": format_time(utcnow()),
-            "artifacts": list(artifacts),
-            "summary": summary,
+            "artifactHashes": list(artifacts),
+            "details": {"summary": summary},
         }

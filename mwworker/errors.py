@@ -3,16 +3,18 @@
 Exception tree::
 
     WorkerError               every refusal of the Worker library
-    ├── MalformedEvent        not an Event of DESIGN §4 (a member missing or of the wrong type)
-    ├── ChainBroken           the Event does not continue the Group's hash chain, or a
-    │                         different Event claims a sequence already applied
+    ├── MalformedEvent        not a Group Event document (§15.2), or a payload the
+    │                         catalogue refuses for its kind
+    ├── SignatureRefused      the Group Authority's signature does not verify (§6.4)
+    ├── ChainBroken           a different Event claims a sequence already applied, or an
+    │                         Event ID applied at another position
     ├── ProjectionError       the Event is authentic but names what the projection lacks
     │                         (a WorkItem Event before its ``work.authorized``)
     ├── SnapshotRefused       a snapshot failed verification (``check`` says which) or
     │                         is behind the durable Cursor
     ├── StoreMismatch         the store file belongs to another Agent or schema
     ├── StoreLocked           another process has the store file open
-    ├── Refused               the Group Authority refused a Command (``code`` of DESIGN §4)
+    ├── Refused               the Group Authority refused a Command (``code`` of §19)
     ├── BudgetExceeded        a slot would overrun its Work Contract budget (checked locally)
     ├── PermanentFailure      raised by a handler: fail the WorkItem now, no retry
     └── Fatal                 the runtime cannot go on (the key is refused, bad config)
@@ -37,11 +39,18 @@ class WorkerError(Exception):
 
 
 class MalformedEvent(WorkerError):
-    """The object is not an Event of DESIGN §4."""
+    """The object is not a Group Event document (§15.2), or its payload is not
+    one the catalogue accepts for its kind."""
+
+
+class SignatureRefused(WorkerError):
+    """The Event's signature does not verify against the Group Authority's key
+    in the Registry (§6.4, profile ``event``): refused, not applied."""
 
 
 class ChainBroken(WorkerError):
-    """The Event breaks its Group's hash chain (MWP-EVT-005): refused, not applied.
+    """The Event does not continue its Group's log (another Event at an applied
+    position, an Event ID seen elsewhere; MWP-EVT-005): refused, not applied.
 
     ``applied`` lists the sequences that were applied in the same ``apply()``
     call before the break was found (a buffered Event that turned out bad).

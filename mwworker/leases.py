@@ -1,5 +1,7 @@
-"""Execution Leases: taking one (``work.start``), renewing it before it ends, and
-naming the current Lease ID on every lease-bound Command (MWP-WRK-013).
+"""Execution Leases (§11.3): taking one (``work.start``), renewing it before it ends
+(``ext.missionweaveprotocol.core.work_execution_lease_renew``, yielding
+``work.progressed``), and citing the current lease on every lease-bound Command
+(``ownershipEpoch`` and ``executionLeaseId`` in the payload; MWP-WRK-013).
 """
 
 from __future__ import annotations
@@ -7,15 +9,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
-
-from mwportal.protocol import parse_time
 
 from .commands import Commands
 from .errors import LeaseLost, Refused
 from .state import _Slot
 
 log = logging.getLogger("mwworker")
+
+RENEW = "ext.missionweaveprotocol.core.work_execution_lease_renew"
 
 # Refusals that mean "this lease is not yours any more": the slot stops, no further lease-bound Command.
 LEASE_GONE = frozenset({"WORK_LEASE_EXPIRED", "WORK_STALE_OWNERSHIP", "AUTH_STALE_SESSION", "INVALID_STATE_TRANSITION"})
@@ -37,8 +40,12 @@ def renew_delay(lease_seconds: float, *, fraction: float = 0.5, margin: float = 
     return max(0.0, min(lease_seconds * fraction, lease_seconds - margin))
 
 
+def _instant(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
 class Leases(Commands):
-    """A slot's lease: start, grants, lease-bound Commands, renewal."""
+    """A slot's lease: start, the lease an Event grants, lease-bound Commands, renewal."""
 
     async def _start_lease(self, slot: _Slot) -> None:
         if not self._caught_up(slot.group):
@@ -52,48 +59,41 @@ class Leases(Commands):
                 or row.ownership_epoch != slot.ownership_epoch
             ):  # fmt: skip
                 raise Refused("WORK_STALE_OWNERSHIP", f"{slot.workitem} is no longer this Worker's to start")
-            slot.revision = row.revision
-        target = {"kind": "workitem", "id": slot.workitem, "revision": slot.revision}
-        receipt = await self._command("work.start", slot.group, {}, target=target,
-                                      ownership_epoch=slot.ownership_epoch)  # fmt: skip
-        self._take_grants(slot, receipt)
-        slot.revision = int(receipt["aggregate"]["revision"])
+        payload = {"workItemId": slot.workitem, "ownershipEpoch": slot.ownership_epoch}
+        event = await self._command("work.start", slot.group, payload, workitem=slot.workitem, owned=True)
+        self._take_lease(slot, event)
         self.log.append(("started", slot.workitem, str(slot.lease_id)))
 
-    def _take_grants(self, slot: _Slot, receipt: Mapping[str, Any]) -> None:
-        grants = receipt.get("grants") or {}
-        slot.lease_id = str(grants["lease_id"])
-        slot.token = str(grants["capability_token"])
-        accepted = parse_time(receipt["accepted_at"], "accepted_at")
-        slot.lease_expires_at = parse_time(grants["lease_expires_at"], "lease_expires_at")
-        slot.lease_seconds = (slot.lease_expires_at - accepted).total_seconds()
+    def _take_lease(self, slot: _Slot, event: Mapping[str, Any]) -> None:
+        """The Execution Lease a ``work.started`` or ``work.progressed`` grants (lease.schema.json)."""
+        lease = event["payload"]["executionLease"]
+        slot.lease = dict(lease)
+        slot.lease_id = str(lease["leaseId"])
+        slot.lease_expires_at = _instant(str(lease["expiresAt"]))
+        granted = _instant(str(lease.get("lastRenewedAt") or lease["issuedAt"]))
+        slot.lease_seconds = (slot.lease_expires_at - granted).total_seconds()
         if slot.ctx is not None:
-            slot.ctx._rebind(slot.lease_id, slot.token)
+            slot.ctx._rebind(slot.lease)
 
-    async def _lease_command(
-        self, slot: _Slot, type_: str, body: dict[str, Any], *, revision: bool = False
-    ) -> dict[str, Any]:
-        """A Command naming the slot's current Lease ID (MWP-WRK-013); ``LeaseLost``
-        when the Group Authority says the lease is not ours any more."""
+    def _leased(self, slot: _Slot, lease_id: str) -> dict[str, Any]:
+        return {"workItemId": slot.workitem, "ownershipEpoch": slot.ownership_epoch, "executionLeaseId": lease_id}
+
+    async def _lease_command(self, slot: _Slot, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """A Command citing the slot's current Execution Lease (§11.3; MWP-WRK-013);
+        ``LeaseLost`` when the Group Authority says the lease is not ours any more."""
         async with slot.lock:
             # Caught up first (issue 16 item 12): a revocation still in the
             # replay stops the slot here instead of earning a refusal.
             if not await self._catch_up(slot.group, slot) or slot.lease_id is None:
                 raise LeaseLost("no current lease")
-            lease_id = slot.lease_id
-            target = {"kind": "workitem", "id": slot.workitem, "revision": slot.revision if revision else None}
-            if not revision:
-                del target["revision"]
+            body = {**self._leased(slot, slot.lease_id), **payload}
             try:
-                receipt = await self._command(type_, slot.group, body, target=target,
-                                              ownership_epoch=slot.ownership_epoch, lease_id=lease_id)  # fmt: skip
+                return await self._command(kind, slot.group, body, workitem=slot.workitem, owned=True)
             except Refused as exc:
                 if lease_gone(exc):
                     slot.lease_id = None
-                    raise LeaseLost(f"{type_}: {exc.code}") from exc
+                    raise LeaseLost(f"{kind}: {exc.code}") from exc
                 raise
-            slot.revision = int(receipt["aggregate"]["revision"])
-            return receipt
 
     async def _renew_loop(self, slot: _Slot) -> None:
         """Renew before expiry; a refusal means the lease is gone: stop the slot."""
@@ -110,15 +110,14 @@ class Leases(Commands):
                     return  # stopped while its Group caught up (issue 16 item 12)
                 if slot.lease_id != lease:
                     continue
-                target = {"kind": "workitem", "id": slot.workitem}
                 try:
-                    receipt = await self._command("work.renew_lease", slot.group, {}, target=target,
-                                                  ownership_epoch=slot.ownership_epoch, lease_id=lease)  # fmt: skip
+                    event = await self._command(RENEW, slot.group, self._leased(slot, lease), workitem=slot.workitem,
+                                                owned=True)  # fmt: skip
                 except Refused as exc:
                     log.info("renewal of %s refused: %s", slot.workitem, exc)
                     self._stop_slot(slot, f"renewal refused: {exc.code}")
                     return
-                self._take_grants(slot, receipt)
+                self._take_lease(slot, event)
                 slot.renewals += 1
                 self.log.append(("renewed", slot.workitem, str(slot.renewals)))
             self._notify()

@@ -1,29 +1,37 @@
-"""The per-Group projection as a pure fold (spec 11.1; DESIGN §5; MWP-WRK-008).
+"""The per-Group projection as a pure fold (PROTOCOL §11, §16; DESIGN §6; MWP-WRK-008).
 
 Everything the store writes about a Group comes from here, from two places:
 
-- ``fold(event, me=..., meta=..., row=...)``: one accepted Event folded onto
-  the rows it touches (the Group's ``GroupMeta`` and at most one WorkItem's
-  ``WorkRow``), returning a ``Change``: the new rows plus the checkpoint and
-  outbox intents the Event implies. ``reads(event)`` says which rows to load.
+- ``fold(event, me=..., meta=..., row=...)``: one verified Event document
+  folded onto the rows it touches (the Group's ``GroupMeta`` and at most one
+  WorkItem's ``WorkRow``), returning a ``Change``: the new rows plus the
+  checkpoint and outbox intents the Event implies. ``reads(event)`` says
+  which rows to load.
 - ``restore(document, state, me=...)``: the rows of a verified Group snapshot.
 
 Both are pure functions of their arguments (no clock, no randomness, no I/O),
 so the incremental apply cycle and ``Store.rebuild()`` produce the same rows,
-byte for byte. ``me`` is the Worker's own Agent ID: it decides "my
-Membership", "offered to me" and "my lease".
+byte for byte. ``me`` is the Worker's own Agent ID (``urn:uuid:``): it
+decides "my Membership", "offered to me" and "my lease".
 
-The rows mirror the server's WorkItem (``workitems/models.py``) as far as the
-Event bodies tell. A field an Event leaves unknown is ``None`` (not a guess):
-the server sets a new ``start_by`` on ``work.checkpointed``,
-``work.unblocked``, ``work.attempt_failed`` and ``work.lease_revoked``
-without putting it in the body, so after those Events ``start_by`` is
-``None`` until an Event states it again. A snapshot carries neither Lease IDs
-nor open offers, so rows restored from one have ``lease_id`` and
-``offered_to`` unknown until the next Event that sets them.
+The fold reads Event kinds and payloads through the catalogue
+(``mwportal.protocol.catalogue``, DESIGN §2): which aggregate a kind is about
+comes from its definition, every folded kind must be one the catalogue
+defines (checked at import: ``FOLDED_KINDS``), and the store hands the fold
+only payloads the catalogue's schema accepted, so a folder reads the members
+the schema requires without guessing. A kind the catalogue lacks, or one the
+Worker does not fold, still advances the Cursor (and a WorkItem's revision).
 
-JSON-valued columns hold ``events.text()`` (sorted, compact), so equal values
-are equal text.
+Every timer an Event sets travels in its payload (docs/protocol-choices.md:
+``startBy`` on ``work.offer.accepted``'s ownership lease, ``work.checkpointed``,
+``work.unblocked``, ``ext.mwportal.work.lease_expired`` and
+``ext.mwportal.work.attempt_failed``), so ``start_by`` is what the Group
+Authority set, never a guess. A snapshot carries neither Lease IDs nor open
+offers, so rows restored from one have ``lease_id`` and ``offered_to``
+unknown until the next Event that sets them.
+
+JSON-valued columns hold ``events.text()`` (RFC 8785), so equal values are
+equal text.
 """
 
 from __future__ import annotations
@@ -33,6 +41,9 @@ import operator
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import Any
+
+from mwportal.protocol import catalogue
+from mwportal.protocol.catalogue import PROJECT
 
 from .errors import ProjectionError
 from .events import Event, text
@@ -48,7 +59,7 @@ class WorkRow:
     workitem: str
     state: str
     revision: int
-    contract: str  # the Work Contract with its revision, as JSON text
+    contract: str  # the Work Contract (work-contract.schema.json), as JSON text
     contract_revision: int
     accepted_contract_revision: int | None
     approved_contract_revision: int | None
@@ -84,7 +95,7 @@ class GroupMeta:
     """What the Worker knows of a Group as a whole (table ``group_meta``)."""
 
     group_id: str
-    kind: str | None  # "mission" or "admin"
+    kind: str | None  # "mission" or "admin" (the Organization's administrative Group)
     organization: str | None
     revision: int
     mission: str | None
@@ -119,7 +130,8 @@ class GroupMeta:
 @dataclass(frozen=True, slots=True)
 class CheckpointRow:
     """A checkpoint accepted into the Group log (``work.checkpointed`` or
-    ``work.blocked``): what a later owner resumes from (spec 11.5; MWP-WRK-019)."""
+    ``work.blocked``): what a later owner resumes from (§11.3, §11.5; MWP-WRK-019).
+    ``state`` is the normative checkpoint object, ``number`` counts them per WorkItem."""
 
     group_id: str
     workitem: str
@@ -164,43 +176,61 @@ class Change:
     redact_sequences: tuple[int, ...] = ()
 
 
-# --- which rows an Event touches -------------------------------------------------
+# --- which rows an Event touches: the catalogue says which aggregate it is about -------------
 
-_META_TYPES = frozenset(
+_MISSION_KINDS = frozenset(
     {
-        "org.created", "org.priority_policy_set", "mission.created", "membership.added", "membership.removed",
-        "membership.roles_set", "mission.approved", "mission.failed", "mission.cancelled", "mission.archived",
-        "group.snapshot_taken", "event.redacted",
+        "mission.created", "mission.follow_up.created", "mission.approved", "mission.cancelled",
+        "mission.terminated", "mission.submitted_for_approval", "mission.changes_requested",
     }
 )  # fmt: skip
-# WorkItem Events that may charge usage to the Mission (charge_usage on the server).
-_USAGE_TYPES = frozenset({"work.checkpointed", "work.blocked", "work.submitted"})
+_META_KINDS = frozenset(
+    {
+        *_MISSION_KINDS, "membership.changed", "membership.ended", "group.snapshot.created", "group.archived",
+        f"{PROJECT}.admin.organization_created", f"{PROJECT}.scheduling.priority_policy_changed",
+        f"{PROJECT}.audit.event_redacted",
+    }
+)  # fmt: skip
+_USAGE_KIND = "ext.missionweaveprotocol.core.resource_usage_recorded"
+_GROUP_AGGREGATES = frozenset({"mission", "group", "membership"})
 
 
-def _usage_delta(event: Event) -> dict[str, Any]:
-    usage = event["body"].get("usage")
-    delta = usage.get("delta") if isinstance(usage, dict) else None
-    return delta if isinstance(delta, dict) else {}
+def _aggregate(kind: str) -> str | None:
+    """The catalogue's aggregate for ``kind``; None for a kind the catalogue lacks."""
+    return catalogue.event(kind).aggregate if catalogue.is_event(kind) else None
+
+
+def _item_of(event: Event) -> str | None:
+    """The WorkItem a WorkItem-aggregate Event is about: its payload names it (the
+    catalogue's ``workItemId``, a ``work.authorized``'s ``workItem``), else the envelope."""
+    payload = event["payload"]
+    if event["kind"] == "work.authorized":
+        return str(payload["workItem"]["workItemId"])
+    if event["kind"] == "mission.child.created":
+        return str(payload["parentWorkItemId"])
+    if event["kind"] == "approval.execution.granted" and "workItemId" in payload["approval"]:
+        return str(payload["approval"]["workItemId"])
+    found = payload.get("workItemId", event.get("workItemId"))
+    return found if isinstance(found, str) else None
 
 
 def reads(event: Event) -> tuple[bool, str | None]:
     """``(needs the GroupMeta, WorkItem ID or None)``: the rows ``fold`` needs."""
-    agg = event["aggregate"]
-    kind = agg["kind"]
-    etype = event["type"]
-    needs_meta = (
-        etype in _META_TYPES
-        or (kind == "group" and agg["id"] == event["group"])
-        or (etype in _USAGE_TYPES and bool(_usage_delta(event)))
-    )
-    return needs_meta, (agg["id"] if kind == "workitem" else None)
+    kind = event["kind"]
+    aggregate = _aggregate(kind)
+    # The Group's revision follows every Mission, Group and Membership Event, folded or not.
+    needs_meta = kind in _META_KINDS or kind == _USAGE_KIND or aggregate in _GROUP_AGGREGATES
+    if kind not in FOLDED_KINDS:
+        # Not folded: a WorkItem Event still moves its row's revision.
+        return needs_meta, (_item_of(event) if aggregate == "work_item" else None)
+    return needs_meta, (_item_of(event) if kind in _ITEM_FOLDERS else None)
 
 
 # --- the fold ----------------------------------------------------------------------
 
 
 def fold(event: Event, *, me: str, meta: GroupMeta | None, row: WorkRow | None) -> Change:
-    """Fold one accepted Event onto the rows ``reads(event)`` named.
+    """Fold one verified Event onto the rows ``reads(event)`` named.
 
     ``meta``/``row`` are the current rows (``None`` when absent). Raises
     ``ProjectionError`` when a WorkItem Event names a WorkItem the projection
@@ -208,27 +238,29 @@ def fold(event: Event, *, me: str, meta: GroupMeta | None, row: WorkRow | None) 
     """
     new_meta = None
     needs_meta, item_id = reads(event)
+    kind = event["kind"]
     if needs_meta:
-        folded = _fold_meta(meta or GroupMeta.empty(event["group"]), event, me)
+        folded = _fold_meta(meta or GroupMeta.empty(event["groupId"]), event, me)
         if folded != meta:
             new_meta = folded
     if item_id is None:
         redactions: tuple[int, ...] = ()
-        if event["type"] == "event.redacted" and isinstance(event["body"].get("sequence"), int):
-            redactions = (event["body"]["sequence"],)
+        if kind == f"{PROJECT}.audit.event_redacted":
+            redactions = (event["payload"]["sequence"],)
         return Change(meta=new_meta, redact_sequences=redactions)
-    folder = _ITEM_FOLDERS.get(event["type"])
+    folder = _ITEM_FOLDERS.get(kind)
+    revision = event.get("aggregateRevision", 0)
     if folder is None:
-        # A WorkItem Event this Worker does not know: its only certain effect
+        # A WorkItem Event this Worker does not fold: its only certain effect
         # is the aggregate revision, which later compare-and-set Commands need.
         if row is None:
             return Change(meta=new_meta)
-        new_row = replace(row, revision=event["aggregate"]["revision"], updated_sequence=event["sequence"])
-        return Change(meta=new_meta, row=new_row)
-    if row is None and event["type"] != "work.authorized":
-        raise ProjectionError(f"{event['type']} at sequence {event['sequence']} names unknown WorkItem {item_id}")
+        return Change(meta=new_meta, row=replace(row, revision=revision, updated_sequence=event["sequence"]))
+    if row is None and kind != "work.authorized":
+        raise ProjectionError(f"{kind} at sequence {event['sequence']} names unknown WorkItem {item_id}")
     change = folder(row, event)
-    change["revision"] = event["aggregate"]["revision"]
+    if kind != "mission.child.created":  # about the child Mission: the WorkItem's revision stays
+        change["revision"] = revision
     change["updated_sequence"] = event["sequence"]
     if row is None:
         new_row = WorkRow(**change)
@@ -257,64 +289,72 @@ def _gate_open(row: WorkRow) -> bool:
 
 # --- Group rows ------------------------------------------------------------------
 
+_MISSION_STATE = {
+    "mission.submitted_for_approval": "awaiting_approval",
+    "mission.changes_requested": "active",
+    "mission.approved": "approved",
+    "mission.cancelled": "cancelled",
+    "mission.terminated": "failed",
+}
+
 
 def _fold_meta(meta: GroupMeta, event: Event, me: str) -> GroupMeta:
-    etype = event["type"]
-    body = event["body"]
-    agg = event["aggregate"]
-    if agg["kind"] == "group" and agg["id"] == event["group"] and agg["revision"] > meta.revision:
-        # The Group revision moves on Membership and Mission status Events only
-        # (DESIGN §4a); the server keeps the highest one emitted.
-        meta = replace(meta, revision=agg["revision"])
-    if etype == "mission.created":
-        parent = body.get("parent") if isinstance(body.get("parent"), dict) else {}
+    kind = event["kind"]
+    payload = event["payload"]
+    if _aggregate(kind) in _GROUP_AGGREGATES:
+        # The Group's own revision: the highest revision of its Mission, Group
+        # and Membership aggregates the log has shown.
+        revision = event.get("aggregateRevision", 0)
+        if revision > meta.revision:
+            meta = replace(meta, revision=revision)
+    if kind in ("mission.created", "mission.follow_up.created"):
+        mission = payload["mission"]
+        parent = mission.get("parent") or {}
         meta = replace(
-            meta, kind="mission", organization=body.get("organization"), mission=body.get("mission"),
-            mission_title=body.get("title"), mission_objective=body.get("objective"), mission_status="active",
-            mission_budgets=text(body.get("budgets") or {}), mission_usage=text({}),
-            parent_group=parent.get("group"), parent_workitem=parent.get("workitem"),
+            meta, kind="mission", mission=mission["missionId"], mission_title=mission.get("title"),
+            mission_objective=mission["objective"], mission_status=mission["state"],
+            mission_budgets=text(mission["budget"]), mission_usage=text({}),
+            parent_group=None, parent_workitem=parent.get("workItemId"),
         )  # fmt: skip
-    elif etype == "org.created":
-        meta = replace(
-            meta,
-            kind="admin",
-            organization=body.get("organization"),
-            priority_policy=text(body.get("policy")),
-            policy_revision=0,  # Organization.policy_revision starts at 0
-        )
-    elif etype == "org.priority_policy_set":
-        meta = replace(meta, priority_policy=text(body.get("policy")), policy_revision=body.get("revision"))
-    elif etype in ("membership.added", "membership.roles_set") and body.get("agent") == me:
-        meta = replace(
-            meta, my_roles=text(body.get("roles") or []), my_membership_epoch=body.get("membership_epoch"),
-            my_active=True,
-        )  # fmt: skip
-    elif etype == "membership.removed" and body.get("agent") == me:
-        meta = replace(meta, my_roles=text([]), my_membership_epoch=body.get("membership_epoch"), my_active=False)
-    elif etype in _MISSION_STATUS:
-        meta = replace(meta, mission_status=_MISSION_STATUS[etype])
-        if etype == "mission.archived":
-            meta = replace(meta, final_snapshot_at=body.get("final_snapshot_at"))
-    elif etype == "group.snapshot_taken":
-        meta = replace(meta, server_snapshot_sequence=body.get("sequence"))
-    elif etype == "event.redacted" and isinstance(body.get("sequence"), int):
+    elif kind == f"{PROJECT}.admin.organization_created":
+        meta = replace(meta, kind="admin", organization=payload["organizationId"])
+    elif kind == f"{PROJECT}.scheduling.priority_policy_changed":
+        meta = replace(meta, priority_policy=text(payload["policy"]), policy_revision=payload["revision"])
+    elif kind == "membership.changed":
+        meta = _membership(meta, payload["membership"], me)
+    elif kind == "membership.ended" and payload["principal"].get("id") == me:
+        epoch = payload.get("membership", {}).get("membershipEpoch", meta.my_membership_epoch)
+        meta = replace(meta, my_roles=text([]), my_membership_epoch=epoch, my_active=False)
+    elif kind in _MISSION_STATE:
+        meta = replace(meta, mission_status=_MISSION_STATE[kind])
+    elif kind == "group.archived":
+        meta = replace(meta, mission_status="archived")
+    elif kind == "group.snapshot.created":
+        meta = replace(meta, server_snapshot_sequence=payload["throughSequence"])
+    elif kind == f"{PROJECT}.audit.event_redacted":
         known = _loads_list(meta.redacted)
-        meta = replace(meta, redacted=text(sorted({*known, body["sequence"]})))
-    delta = _usage_delta(event) if etype in _USAGE_TYPES else {}
-    if delta:
+        meta = replace(meta, redacted=text(sorted({*known, payload["sequence"]})))
+    elif kind == _USAGE_KIND:
         usage = _loads_dict(meta.mission_usage)
-        for dim, value in delta.items():
-            usage[dim] = usage.get(dim, 0) + value  # the server's charge_usage order and arithmetic
+        for dim, value in payload["usageDelta"].items():
+            usage[dim] = usage.get(dim, 0) + value  # charged to the whole budget ancestry (§12)
         meta = replace(meta, mission_usage=text(usage))
     return meta
 
 
-_MISSION_STATUS = {
-    "mission.approved": "completed",
-    "mission.failed": "failed",
-    "mission.cancelled": "cancelled",
-    "mission.archived": "archived",
-}
+def _membership(meta: GroupMeta, membership: dict[str, Any], me: str) -> GroupMeta:
+    """One ``membership.changed`` per role (docs/protocol-choices.md): this Worker's
+    roles are the roles whose latest Membership is active."""
+    if membership["member"].get("id") != me:
+        return meta
+    roles = set(_loads_list(meta.my_roles))
+    if membership["state"] == "active":
+        roles.add(membership["role"])
+    else:
+        roles.discard(membership["role"])
+    return replace(
+        meta, my_roles=text(sorted(roles)), my_membership_epoch=membership["membershipEpoch"], my_active=bool(roles)
+    )
 
 
 def _loads_list(value: str | None) -> list[Any]:
@@ -327,133 +367,129 @@ def _loads_dict(value: str | None) -> dict[str, Any]:
     return parsed if isinstance(parsed, dict) else {}
 
 
-# --- WorkItem rows: one folder per Event type, mirroring workitems/handlers/ --------
+# --- WorkItem rows: one folder per catalogue Event kind -----------------------------------
 
 # A folder returns the columns that change; ``fold`` applies them in one step.
 _Folder = Callable[[Any, Event], dict[str, Any]]
-_NONE: list[Any] = []
 _EMPTY_LIST = "[]"
 _EMPTY_OBJECT = "{}"
+# Every dependency of a Work Contract must be verified before its dependant starts (§10.4).
+DEPENDENCY_POLICY = "verified"
 
 
-def _contract_columns(contract: Any) -> dict[str, Any]:
-    """The contract and the scheduling metadata the Scheduler reads from it."""
-    c: dict[str, Any] = contract if isinstance(contract, dict) else {}
-    risk: dict[str, Any] = c["risk"] if isinstance(c.get("risk"), dict) else {}
-    deps: dict[str, Any] = {}
-    for dep in c.get("dependencies") or _NONE:
-        if isinstance(dep, dict) and isinstance(dep.get("workitem"), str):
-            deps[dep["workitem"]] = dep.get("policy")  # as set_dependencies: the last entry wins
+def contract_columns(contract: dict[str, Any]) -> dict[str, Any]:
+    """The Work Contract (``work-contract.schema.json``) and the scheduling fields read from it."""
+    deps = sorted(set(contract["dependencyWorkItemIds"]))
     return {
-        "contract": text(c),
-        "requires_approval": bool(risk.get("requires_execution_approval")),
-        "deadline": c.get("deadline"),
-        "urgency": c.get("urgency"),
-        "business_impact": c.get("business_impact"),
-        "risk_class": risk.get("class"),
-        "dependencies": text([{"workitem": w, "policy": deps[w]} for w in sorted(deps)]),
+        "contract": text(contract),
+        "contract_revision": contract["contractVersion"],
+        "requires_approval": contract["executionApproval"] != "not_required",
+        "deadline": contract["deadline"],
+        "urgency": contract["requestedUrgency"],
+        "business_impact": contract["businessImpact"],
+        "risk_class": contract["sideEffectRisk"],
+        "dependencies": text([{"workitem": w, "policy": DEPENDENCY_POLICY} for w in deps]),
     }
 
 
 def _authorized(row: WorkRow | None, event: Event) -> dict[str, Any]:
     if row is not None:
         raise ProjectionError(f"work.authorized at sequence {event['sequence']}: WorkItem exists")
-    contract = event["body"].get("contract")
-    revision = contract.get("revision", 1) if isinstance(contract, dict) else 1
+    item = event["payload"]["workItem"]
     return {
-        "group_id": event["group"], "workitem": event["aggregate"]["id"], "state": "open", "revision": 0,
-        "contract_revision": revision, "accepted_contract_revision": None, "approved_contract_revision": None,
+        "group_id": event["groupId"], "workitem": item["workItemId"], "state": item["state"], "revision": 0,
+        "accepted_contract_revision": None, "approved_contract_revision": None,
         "execution_approved": False, "owner": None, "ownership_epoch": 0, "start_by": None, "attempt": 0,
         "needs_new_attempt": True, "retry_not_before": None, "lease_id": None, "lease_expires_at": None,
         "checkpoint_count": 0, "usage": _EMPTY_OBJECT, "offered_to": _EMPTY_LIST, "offer_expires_at": None,
         "child_mission": None, "child_group": None, "child_failure_policy": None, "resolution_required": None,
-        "late_results": 0, "updated_sequence": 0, **_contract_columns(contract),
+        "late_results": 0, "updated_sequence": 0, **contract_columns(item["contract"]),
     }  # fmt: skip
 
 
 def _offered(row: WorkRow, event: Event) -> dict[str, Any]:
-    body = event["body"]
-    change = {
-        "state": "offered", "offered_to": text(list(body.get("agents") or _NONE)),
-        "offer_expires_at": body.get("expires_at"),
-        "contract_revision": body.get("contract_revision", row.contract_revision),
+    payload = event["payload"]
+    change: dict[str, Any] = {
+        "state": "offered", "offered_to": text(sorted(payload["candidateAgentIds"])),
+        "offer_expires_at": payload["offerExpiresAt"],
     }  # fmt: skip
-    if body.get("contract") is not None:
-        change.update(_contract_columns(body["contract"]))
-        if body.get("contract_changed"):
-            change["accepted_contract_revision"] = None  # renewed acceptance needed (spec 10.1)
+    if "contract" in payload:
+        change.update(contract_columns(payload["contract"]))
+        if payload.get("contractChanged"):
+            change["accepted_contract_revision"] = None  # renewed acceptance needed (§10.1)
+    elif "contractVersion" in payload:
+        change["contract_revision"] = payload["contractVersion"]
     return change
 
 
 def _offer_accepted(row: WorkRow, event: Event) -> dict[str, Any]:
-    body = event["body"]
+    payload = event["payload"]
     return {
-        "state": "queued", "owner": body.get("agent"),
-        "ownership_epoch": body.get("ownership_epoch", row.ownership_epoch), "start_by": body.get("start_by"),
-        "accepted_contract_revision": body.get("contract_revision"),
-        "offered_to": _EMPTY_LIST, "offer_expires_at": None,  # every other offer is withdrawn (spec 10.3)
+        "state": "queued", "owner": payload["assigneeId"], "ownership_epoch": payload["ownershipEpoch"],
+        # The ownership lease's start-by deadline is what the owner must honour (§11.3).
+        "start_by": payload["ownershipLease"].get("startBy"),
+        "accepted_contract_revision": payload.get("contractVersion", row.contract_revision),
+        "offered_to": _EMPTY_LIST, "offer_expires_at": None,  # every other offer is withdrawn (§10.3)
     }  # fmt: skip
 
 
 def _offer_declined(row: WorkRow, event: Event) -> dict[str, Any]:
     if row.offered_to is None:
         return {}
-    agent = event["body"].get("agent")
+    agent = event["payload"]["agentId"]
     return {"offered_to": text([a for a in _loads_list(row.offered_to) if a != agent])}
 
 
 def _execution_granted(row: WorkRow, event: Event) -> dict[str, Any]:
-    return {"approved_contract_revision": event["body"].get("contract_revision")}
+    return {"approved_contract_revision": event["payload"].get("contractVersion", row.contract_revision)}
 
 
 def _started(row: WorkRow, event: Event) -> dict[str, Any]:
-    body = event["body"]
+    payload = event["payload"]
+    lease = payload["executionLease"]
     return {
-        "state": "active", "owner": body.get("agent"),
-        "ownership_epoch": body.get("ownership_epoch", row.ownership_epoch), "lease_id": body.get("lease_id"),
-        "lease_expires_at": body.get("lease_expires_at"), "attempt": body.get("attempt", row.attempt),
-        "needs_new_attempt": False,
+        "state": "active", "owner": lease["holderAgentId"], "ownership_epoch": payload["ownershipEpoch"],
+        "lease_id": lease["leaseId"], "lease_expires_at": payload["executionLeaseExpiresAt"],
+        "attempt": payload.get("attempt", row.attempt), "needs_new_attempt": False, "start_by": None,
     }  # fmt: skip
 
 
-def _lease_renewed(row: WorkRow, event: Event) -> dict[str, Any]:
-    return {"lease_expires_at": event["body"].get("lease_expires_at")}
-
-
-def _usage_total(row: WorkRow, event: Event) -> str:
-    usage = event["body"].get("usage")
-    total = usage.get("workitem_total") if isinstance(usage, dict) else None
-    return text(total) if isinstance(total, dict) else row.usage
-
-
-def _released(row: WorkRow, event: Event, state: str) -> dict[str, Any]:
-    """Checkpoint and block: the lease is released with durable progress."""
-    number = event["body"].get("checkpoint_number")
-    return {
-        "state": state, "lease_id": None, "lease_expires_at": None, "usage": _usage_total(row, event),
-        "checkpoint_count": number if isinstance(number, int) else row.checkpoint_count,
-    }  # fmt: skip
+def _progressed(row: WorkRow, event: Event) -> dict[str, Any]:
+    payload = event["payload"]
+    return {"lease_id": payload["executionLease"]["leaseId"], "lease_expires_at": payload["executionLeaseExpiresAt"]}
 
 
 def _checkpointed(row: WorkRow, event: Event) -> dict[str, Any]:
-    # The server sets a new start_by (now + MWP_START_BY_SECONDS) that the body omits.
-    return {**_released(row, event, "queued"), "start_by": None}
+    # The Execution Lease is released with durable progress; the owner keeps
+    # the WorkItem and must start again before the Event's startBy (§11.3).
+    return {
+        "state": "queued", "lease_id": None, "lease_expires_at": None,
+        "checkpoint_count": row.checkpoint_count + 1, "start_by": event["payload"].get("startBy"),
+    }  # fmt: skip
 
 
 def _blocked(row: WorkRow, event: Event) -> dict[str, Any]:
-    return {**_released(row, event, "blocked"), "resolution_required": event["body"].get("resolution_required")}
+    payload = event["payload"]
+    change: dict[str, Any] = {
+        "state": "blocked", "lease_id": None, "lease_expires_at": None, "start_by": None,
+        "resolution_required": payload["reason"],
+    }  # fmt: skip
+    if "checkpoint" in payload:
+        change["checkpoint_count"] = row.checkpoint_count + 1
+    if "childMissionId" in payload:
+        change["child_mission"] = payload["childMissionId"]
+    return change
 
 
 def _unblocked(row: WorkRow, event: Event) -> dict[str, Any]:
-    state = event["body"].get("state", "queued")
-    if state == "open":
+    payload = event["payload"]
+    if payload["status"] == "open":
         return {"state": "open", "owner": None, "start_by": None, "resolution_required": None}
-    # Back in the owner's queue with a new start_by the body omits.
-    return {"state": state, "start_by": None, "resolution_required": None}
+    return {"state": "queued", "start_by": payload.get("startBy"), "resolution_required": None}
 
 
 def _submitted(row: WorkRow, event: Event) -> dict[str, Any]:
-    return {"state": "submitted", "lease_id": None, "lease_expires_at": None, "usage": _usage_total(row, event)}
+    return {"state": "submitted", "lease_id": None, "lease_expires_at": None, "start_by": None}
 
 
 def _verified(row: WorkRow, event: Event) -> dict[str, Any]:
@@ -461,7 +497,7 @@ def _verified(row: WorkRow, event: Event) -> dict[str, Any]:
 
 
 def _ended(state: str) -> dict[str, Any]:
-    """Fail or cancel (``_end`` on the server): lease revoked, offers withdrawn, no owner."""
+    """Fail or cancel: leases revoked, offers withdrawn, no owner."""
     return {
         "state": state, "owner": None, "start_by": None, "lease_id": None, "lease_expires_at": None,
         "offered_to": _EMPTY_LIST, "offer_expires_at": None,
@@ -477,82 +513,108 @@ def _cancelled(row: WorkRow, event: Event) -> dict[str, Any]:
 
 
 def _attempt_failed(row: WorkRow, event: Event) -> dict[str, Any]:
-    # start_by is retry_not_before + MWP_START_BY_SECONDS on the server; the body omits it.
+    payload = event["payload"]
     return {
         "state": "queued", "lease_id": None, "lease_expires_at": None, "needs_new_attempt": True,
-        "retry_not_before": event["body"].get("retry_not_before"), "start_by": None,
+        "attempt": payload["attempt"], "retry_not_before": payload.get("retryNotBefore"),
+        "start_by": payload.get("startBy"),
     }  # fmt: skip
 
 
 def _fenced(row: WorkRow, event: Event) -> dict[str, Any]:
-    """work.owner_fenced, work.start_deadline_missed, work.blocked_lease_expired:
-    the owner loses the WorkItem; its state keeps its place in the table."""
+    """The owner loses its Ownership Epoch (§11.5); the state keeps its place."""
     return {"owner": None, "start_by": None, "lease_id": None, "lease_expires_at": None}
 
 
 def _lease_expired(row: WorkRow, event: Event) -> dict[str, Any]:
-    body = event["body"]
-    # retry_not_before (now + backoff) is not in the body; start_by is.
-    return {
-        "state": "queued", "lease_id": None, "lease_expires_at": None, "needs_new_attempt": True,
-        "retry_not_before": None, "start_by": body.get("start_by"), "attempt": body.get("attempt", row.attempt),
+    payload = event["payload"]
+    change: dict[str, Any] = {
+        "lease_id": None, "lease_expires_at": None, "start_by": payload.get("startBy"),
+        "retry_not_before": payload.get("retryNotBefore"), "attempt": payload.get("attempt", row.attempt),
     }  # fmt: skip
+    if "status" in payload:
+        change["state"] = payload["status"]
+        if payload["status"] in ("open", "offered"):
+            change["owner"] = None
+    if payload["leaseType"] == "execution":
+        change["needs_new_attempt"] = True  # an execution that ended without a checkpoint (§11.4)
+    return change
 
 
 def _lease_revoked(row: WorkRow, event: Event) -> dict[str, Any]:
-    # Session replacement (MWP-WRK-014): back to queued under a new start_by the body omits.
-    return {"state": "queued", "lease_id": None, "lease_expires_at": None, "needs_new_attempt": True, "start_by": None}
+    # Session replacement (§11.3): the WorkItem returns to its queue.
+    status = event["payload"]["status"]
+    change: dict[str, Any] = {"state": status, "lease_id": None, "lease_expires_at": None, "needs_new_attempt": True}
+    change["start_by"] = event["payload"].get("startBy")
+    if status == "open":
+        change["owner"] = None
+    return change
+
+
+def _usage_recorded(row: WorkRow, event: Event) -> dict[str, Any]:
+    return {"usage": text(event["payload"]["cumulativeUsage"])}
 
 
 def _late_result(row: WorkRow, event: Event) -> dict[str, Any]:
-    # Kept for audit only; it never completes the WorkItem (MWP-WRK-019).
+    # Kept for audit only; it never completes the WorkItem (§11.5).
     return {"late_results": row.late_results + 1}
 
 
+def _contract_revised(row: WorkRow, event: Event) -> dict[str, Any]:
+    payload = event["payload"]
+    if "contract" in payload:
+        return contract_columns(payload["contract"])
+    if "dependencyId" in payload:
+        deps = {d["workitem"] for d in _loads_list(row.dependencies)} | {payload["dependencyId"]}
+        return {"dependencies": text([{"workitem": w, "policy": DEPENDENCY_POLICY} for w in sorted(deps)])}
+    return {}
+
+
 def _child_created(row: WorkRow, event: Event) -> dict[str, Any]:
-    body = event["body"]
-    return {
-        **_ended("blocked"), "child_mission": body.get("child_mission"), "child_group": body.get("child_group"),
-        "child_failure_policy": body.get("failure_policy"),
-    }  # fmt: skip
-
-
-def _child_failed(row: WorkRow, event: Event) -> dict[str, Any]:
-    if event["body"].get("state") == "failed":
-        return _ended("failed")
-    # keep_blocked: the Coordinator may now unblock or reassign.
-    return {"state": "blocked", "child_mission": None, "child_group": None}
+    payload = event["payload"]
+    return {"child_mission": payload["childMissionId"], "child_group": payload["childGroupId"]}
 
 
 _ITEM_FOLDERS: dict[str, _Folder] = {
     "work.authorized": _authorized,
-    "work.offered": _offered,
-    "work.offer_accepted": _offer_accepted,
-    "work.offer_declined": _offer_declined,
-    "approval.execution_granted": _execution_granted,
+    "work.offer.created": _offered,
+    "work.offer.accepted": _offer_accepted,
+    f"{PROJECT}.work.offer_declined": _offer_declined,
+    "approval.execution.granted": _execution_granted,
     "work.started": _started,
-    "work.lease_renewed": _lease_renewed,
+    "work.progressed": _progressed,
     "work.checkpointed": _checkpointed,
     "work.blocked": _blocked,
     "work.unblocked": _unblocked,
     "work.submitted": _submitted,
-    "work.result_accepted": _verified,
+    "work.result.accepted": _verified,
     "work.failed": _failed,
-    "work.attempt_failed": _attempt_failed,
     "work.cancelled": _cancelled,
-    "work.owner_fenced": _fenced,
-    "work.lease_expired": _lease_expired,
-    "work.start_deadline_missed": _fenced,
-    "work.blocked_lease_expired": _fenced,
-    "work.lease_revoked": _lease_revoked,
-    "work.late_result_recorded": _late_result,
-    "mission.child_created": _child_created,
-    "work.child_approved": _verified,
-    "work.child_failed": _child_failed,
+    "work.contract.revised": _contract_revised,
+    f"{PROJECT}.work.attempt_failed": _attempt_failed,
+    f"{PROJECT}.work.ownership_fenced": _fenced,
+    f"{PROJECT}.work.lease_expired": _lease_expired,
+    f"{PROJECT}.work.late_result_recorded": _late_result,
+    "ext.missionweaveprotocol.core.work_execution_lease_revoked": _lease_revoked,
+    _USAGE_KIND: _usage_recorded,
+    "mission.child.created": _child_created,
 }
 
-ITEM_EVENT_TYPES = frozenset(_ITEM_FOLDERS)
-GROUP_EVENT_TYPES = _META_TYPES
+ITEM_EVENT_KINDS = frozenset(_ITEM_FOLDERS)
+GROUP_EVENT_KINDS = _META_KINDS
+FOLDED_KINDS = ITEM_EVENT_KINDS | GROUP_EVENT_KINDS
+"""Every Event kind the fold reads: each one the catalogue defines (checked at import)."""
+
+
+def check_folded_kinds(kinds: frozenset[str]) -> None:
+    """``RuntimeError`` unless every kind is one the catalogue defines: a fold of
+    a kind nobody emits is a copy of a payload that drifted (DESIGN §2)."""
+    unknown = sorted(k for k in kinds if not catalogue.is_event(k))
+    if unknown:
+        raise RuntimeError(f"the Worker folds Event kinds the catalogue lacks: {unknown}")
+
+
+check_folded_kinds(FOLDED_KINDS)
 
 
 # --- checkpoint and outbox intents -------------------------------------------------
@@ -561,121 +623,105 @@ GROUP_EVENT_TYPES = _META_TYPES
 def _effects(
     prev: WorkRow | None, new: WorkRow, event: Event, me: str
 ) -> tuple[tuple[CheckpointRow, ...], tuple[OutboxRow, ...]]:
-    etype = event["type"]
-    body = event["body"]
-    group, seq = event["group"], event["sequence"]
+    kind = event["kind"]
+    payload = event["payload"]
+    group, seq = event["groupId"], event["sequence"]
     checkpoints: tuple[CheckpointRow, ...] = ()
-    if etype in ("work.checkpointed", "work.blocked") and isinstance(body.get("checkpoint_number"), int):
+    if kind in ("work.checkpointed", "work.blocked") and "checkpoint" in payload:
         checkpoints = (
             CheckpointRow(
-                group_id=group, workitem=new.workitem, number=body["checkpoint_number"],
-                ownership_epoch=new.ownership_epoch, lease_id=body.get("lease_id"), sequence=seq,
-                occurred_at=event["occurred_at"], state=text(body.get("checkpoint")),
-                progress=text(body.get("progress")), redacted=False,
+                group_id=group, workitem=new.workitem, number=new.checkpoint_count,
+                ownership_epoch=new.ownership_epoch, lease_id=prev.lease_id if prev else None, sequence=seq,
+                occurred_at=event["occurredAt"], state=text(payload["checkpoint"]),
+                progress=text(payload.get("progress", {})), redacted=False,
             ),
         )  # fmt: skip
     outbox: list[OutboxRow] = []
 
-    def intent(kind: str, payload: dict[str, Any]) -> None:
-        outbox.append(OutboxRow(f"{group}/{seq}/{kind}", group, seq, kind, new.workitem, text(payload)))
+    def intent(kind_: str, body: dict[str, Any]) -> None:
+        outbox.append(OutboxRow(f"{group}/{seq}/{kind_}", group, seq, kind_, new.workitem, text(body)))
 
-    if etype == "work.offered" and me in (body.get("agents") or []):
+    if kind == "work.offer.created" and me in payload["candidateAgentIds"]:
         intent(
             "offer.respond",
             {"revision": new.revision, "contract_revision": new.contract_revision, "expires_at": new.offer_expires_at},
         )
-    elif etype == "work.offer_accepted" and body.get("agent") == me:
+    elif kind == "work.offer.accepted" and payload["assigneeId"] == me:
         intent("schedule.disclose", {"ownership_epoch": new.ownership_epoch, "start_by": new.start_by})
+    actor = event.get("actor") or {}
     if (
         prev is not None
         and prev.owner == me
         and prev.lease_id is not None
         and new.lease_id is None
-        and (etype == "work.lease_revoked" or event["actor"] != me)
+        and (kind == "ext.missionweaveprotocol.core.work_execution_lease_revoked" or actor.get("id") != me)
     ):
-        intent("work.stop", {"lease_id": prev.lease_id, "ownership_epoch": prev.ownership_epoch, "reason": etype})
+        intent("work.stop", {"lease_id": prev.lease_id, "ownership_epoch": prev.ownership_epoch, "reason": kind})
     return checkpoints, tuple(outbox)
 
 
 # --- snapshots ----------------------------------------------------------------------
 
+SNAPSHOT_STATE_MEMBERS = ("mission", "group", "memberships", "workItems")
+"""What a Group Snapshot's state holds, each in its normative shape: the
+Mission, the Group, this Organization's Memberships and every WorkItem (with
+its ``owner`` and ``offers``). Optional beside them: ``ownershipLeases``
+(``{workItemId, startBy}`` of each owned WorkItem's start-by deadline),
+``executionApprovals`` (``{workItemId, contractVersion}`` in force),
+``missionUsage`` (the six usage dimensions) and, in an administrative Group,
+``priorityPolicy {policy, revision}``."""
+
 
 def restore(
     document: dict[str, Any], state: dict[str, Any], *, me: str
 ) -> tuple[GroupMeta, list[WorkRow], list[CheckpointRow]]:
-    """The rows of a verified snapshot (``missions/snapshots.py`` ``group_state``):
-    the Group's row, its WorkItems' rows and each WorkItem's latest checkpoint.
+    """The rows of a verified snapshot: ``document`` is the signed Group Snapshot
+    (``group-snapshot.schema.json``), ``state`` its verified state.
 
-    The snapshot carries each WorkItem's active lease, open offers, timers and
-    latest checkpoint; what it does not carry is ``None``: the parent link,
-    redactions before it, the child Mission's Group, an older snapshot's
-    missing members.
+    What the state does not carry is unknown: Lease IDs and their expiry,
+    attempts and retry timers, the parent Group, redactions before it, child
+    Missions. Checkpoints are not in a WorkItem object either: a restored
+    WorkItem resumes from its next checkpoint.
     """
-    group, sequence = document["group"], document["sequence"]
-    mission: dict[str, Any] | None = state["mission"] if isinstance(state.get("mission"), dict) else None
-    mine = next((m for m in state.get("memberships") or [] if isinstance(m, dict) and m.get("agent") == me), None)
-    policy = state.get("priority_policy") if isinstance(state.get("priority_policy"), dict) else None
-    meta = GroupMeta(
-        group_id=group, kind=state.get("kind"), organization=document["organization"],
-        revision=int(state.get("revision") or 0),
-        mission=mission.get("id") if mission else None,
+    group, sequence = document["groupId"], document["throughSequence"]
+    mission = state.get("mission") if isinstance(state.get("mission"), dict) else None
+    policy = state.get("priorityPolicy") if isinstance(state.get("priorityPolicy"), dict) else None
+    meta = GroupMeta.empty(group)
+    for membership in state.get("memberships") or []:
+        meta = _membership(meta, membership, me)
+    parent = (mission or {}).get("parent") or {}
+    archived = (state.get("group") or {}).get("state") == "archived"
+    meta = replace(
+        meta, kind="mission" if mission else ("admin" if policy else None),
+        revision=mission["revision"] if mission else 0,
+        mission=mission["missionId"] if mission else None,
         mission_title=mission.get("title") if mission else None,
-        mission_objective=mission.get("objective") if mission else None,
-        mission_status=mission.get("status") if mission else None,
-        mission_budgets=text(mission.get("budgets") or {}) if mission else None,
-        mission_usage=text(mission.get("usage") or {}) if mission else None,
-        parent_group=None, parent_workitem=None,
-        # A removed member keeps its roles on the server's row; "my roles" are none then.
-        my_roles=text(mine.get("roles") or [] if mine.get("active") else []) if mine else None,
-        my_membership_epoch=mine.get("membership_epoch") if mine else None,
-        my_active=bool(mine.get("active")) if mine else False,
-        priority_policy=text(policy.get("policy")) if policy else None,
-        policy_revision=policy.get("revision") if policy else None,
-        server_snapshot_sequence=sequence, restored_snapshot_sequence=sequence, redacted=None, final_snapshot_at=None,
+        mission_objective=mission["objective"] if mission else None,
+        mission_status=("archived" if archived else mission["state"]) if mission else None,
+        mission_budgets=text(mission["budget"]) if mission else None,
+        mission_usage=text(state.get("missionUsage") or {}) if mission else None,
+        parent_workitem=parent.get("workItemId"),
+        priority_policy=text(policy["policy"]) if policy else None,
+        policy_revision=policy["revision"] if policy else None,
+        server_snapshot_sequence=sequence, restored_snapshot_sequence=sequence, redacted=None,
     )  # fmt: skip
+    start_by = {str(x["workItemId"]): x.get("startBy") for x in state.get("ownershipLeases") or []}
+    approved = {str(x["workItemId"]): x["contractVersion"] for x in state.get("executionApprovals") or []}
     rows = []
-    checkpoints = []
-    for item in state.get("workitems") or []:
-        lease = item.get("lease") if isinstance(item.get("lease"), dict) else None
-        offers = item.get("offers")
-        offers = [o for o in offers if isinstance(o, dict)] if isinstance(offers, list) else None
-        needs_new_attempt = item.get("needs_new_attempt")
+    for item in state.get("workItems") or []:
+        owner = item.get("owner") or {}
+        pending = [o for o in item.get("offers") or [] if o.get("status") == "pending"]
         row = WorkRow(
-            group_id=group, workitem=item["id"], state=item["state"], revision=item["revision"],
-            contract_revision=item["contract_revision"],
-            accepted_contract_revision=item.get("accepted_contract_revision"),
-            approved_contract_revision=item.get("approved_contract_revision"), execution_approved=False,
-            owner=item.get("owner"), ownership_epoch=item.get("ownership_epoch", 0), start_by=item.get("start_by"),
-            attempt=item.get("attempt", 0),
-            needs_new_attempt=needs_new_attempt if isinstance(needs_new_attempt, bool) else None,
-            retry_not_before=item.get("retry_not_before"),
-            lease_id=lease.get("lease_id") if lease else None,
-            lease_expires_at=lease.get("expires_at") if lease else None,
-            checkpoint_count=item.get("checkpoint_count", 0),
-            usage=text(item.get("usage") or {}),
-            offered_to=text(sorted(str(o.get("agent")) for o in offers)) if offers is not None else None,
-            offer_expires_at=max((str(o.get("expires_at")) for o in offers), default=None) if offers else None,
-            child_mission=item.get("child_mission"), child_group=None,
-            child_failure_policy=item.get("child_failure_policy"),
-            resolution_required=None, late_results=0, updated_sequence=sequence,
-            **_contract_columns(item.get("contract")),
+            group_id=group, workitem=item["workItemId"], state=item["state"], revision=item["revision"],
+            accepted_contract_revision=None, approved_contract_revision=approved.get(item["workItemId"]),
+            execution_approved=False, owner=owner.get("agentId"), ownership_epoch=owner.get("ownershipEpoch", 0),
+            start_by=start_by.get(item["workItemId"]) if owner else None, attempt=0, needs_new_attempt=None,
+            retry_not_before=None, lease_id=None, lease_expires_at=None, checkpoint_count=0, usage=_EMPTY_OBJECT,
+            offered_to=text(sorted(o["agentId"] for o in pending)),
+            offer_expires_at=max((o["expiresAt"] for o in pending), default=None),
+            child_mission=None, child_group=None, child_failure_policy=None, resolution_required=None,
+            late_results=0, updated_sequence=sequence, **contract_columns(item["contract"]),
         )  # fmt: skip
-        # The snapshot's dependencies are the server's edges; they win over the contract's list.
-        deps = item.get("dependencies")
-        if isinstance(deps, list):
-            row = replace(row, dependencies=text(sorted(deps, key=lambda d: str(d.get("workitem")))))
-        rows.append(replace(row, execution_approved=_gate_open(row)))  # noqa: PERF401 (two steps read better)
-        latest = item.get("latest_checkpoint")
-        if isinstance(latest, dict) and isinstance(latest.get("number"), int):
-            checkpoints.append(
-                CheckpointRow(
-                    group_id=group, workitem=item["id"], number=latest["number"],
-                    ownership_epoch=int(latest.get("ownership_epoch") or 0), lease_id=latest.get("lease_id"),
-                    # The Event's sequence is not in the snapshot; 0 matches no redaction.
-                    sequence=0, occurred_at=str(latest.get("created_at") or ""),
-                    state=text(latest.get("state")), progress=text(latest.get("progress")), redacted=False,
-                )
-            )  # fmt: skip
+        rows.append(replace(row, execution_approved=_gate_open(row)))
     rows.sort(key=lambda r: r.workitem)
-    checkpoints.sort(key=lambda c: c.workitem)
-    return meta, rows, checkpoints
+    return meta, rows, []

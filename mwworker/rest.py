@@ -1,5 +1,8 @@
-"""The Worker's few REST calls to the portal (sessions, memberships, heads,
-snapshots, Artifact uploads), on a thread because the stdlib client blocks.
+"""The Worker's few REST calls to the portal (DESIGN §5, under ``/api/v0.1/``):
+``keys/{keyId}`` (the Group Authority's key bindings), ``memberships``,
+``groups/{groupId}/events`` (a Group's head), snapshots, ``commands`` (an
+in-doubt Command's receipt) and Artifact uploads, on a thread because the
+stdlib client blocks.
 """
 
 from __future__ import annotations
@@ -8,8 +11,11 @@ import asyncio
 import hashlib
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
+
+from mwportal.protocol.ids import bare
 
 from .errors import Refused
 from .protocol import error_reason
@@ -44,7 +50,7 @@ class _Http:
         content_type: str,
         headers: dict[str, str] | None = None,
     ) -> tuple[int, Any]:
-        url = path if path.startswith(("http://", "https://")) else self.base + path
+        url = path if path.startswith(("http://", "https://")) else self.base + urllib.parse.quote(path, safe="/?=&")
         if body is not None:
             data = json.dumps(body).encode("utf-8")
         request = urllib.request.Request(url, data=data, method=method)  # noqa: S310 (the configured portal URL)
@@ -76,19 +82,21 @@ class _Http:
         memory), resuming from the portal's offset after a lost answer.
         """
         if len(data) <= (self.chunk_max or SINGLE_UPLOAD_BYTES):
-            status, payload = self._call("POST", f"/api/v1/artifacts?group={group}", token, None, data, media_type)
+            status, payload = self._call(
+                "POST", f"/api/v0.1/artifacts?group={bare(group, 'groupId')}", token, None, data, media_type
+            )
             if status != 201:
                 raise _error_of(status, payload)
             return str(payload["sha256"])
         sha = hashlib.sha256(data).hexdigest()
         status, payload = self._call(
-            "POST", f"/api/v1/artifacts/uploads?group={group}", token, None, b"", media_type,
+            "POST", f"/api/v0.1/artifacts/uploads?group={bare(group, 'groupId')}", token, None, b"", media_type,
             {"Upload-Length": str(len(data))},
         )  # fmt: skip
         if status != 201:
             raise _error_of(status, payload)
         self.chunk_max = chunk_max = int(payload["chunk_max"])
-        url = f"/api/v1/artifacts/uploads/{payload['upload']}"
+        url = f"/api/v0.1/artifacts/uploads/{payload['upload']}"
         offset, tries = 0, 0
         while offset < len(data):
             chunk = data[offset : offset + chunk_max]

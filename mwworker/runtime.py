@@ -1,71 +1,51 @@
-"""The Worker runtime: asyncio over the sans-I/O session and the local store (DESIGN §5; STYLE §7).
+"""The Worker runtime: asyncio over the sans-I/O session and the local store (DESIGN §6; STYLE §7).
 
-``Worker`` connects with its agent key, opens a session (``POST
-/api/v1/sessions``), says ``hello``, learns its Groups (``GET
-/api/v1/memberships`` and ``membership`` frames) and subscribes every Group
-from its durable Cursor. Every Event goes through ``Store.apply`` (the apply
-cycle of the persistence guide) and the highest contiguous durable Cursors are
-ACKed (MWP-WRK-029/-030). ``cursor_too_old`` fetches the signed snapshot,
-which ``Store.restore_snapshot`` verifies before restoring; replay resumes
-strictly after it.
+``Worker`` connects to ``/mwp/0.1`` with its Agent key (the DESIGN §4 key
+file), completes the four-phase HELLO (§6.3), learns its Groups (``GET
+/api/v0.1/memberships``) and subscribes every Group from its durable Cursor
+(``afterSequence``). Every Event is verified against the Group Authority's
+key (``GET /api/v0.1/keys/{keyId}``) and goes through ``Store.apply`` (the
+apply cycle of DESIGN §6); the highest contiguous durable Cursors are ACKed
+(§16). PING carries the Presence Record (§6.2). BACKPRESSURE pauses one
+Group and resumes it after ``retryAfterMs`` (§17.3). CURSOR_TOO_OLD fetches
+the signed snapshot, which ``Store.restore_snapshot`` verifies before
+restoring; replay resumes strictly after it.
 
 The Worker is one object composed of rooms, a module each, over the state
 they share (``state``): ``connection`` (the socket and the session),
-``commands`` (sending Commands, catching up), ``offline`` (buffering and
-reconciliation), ``admission`` (which offers to take, what may start),
-``leases`` (taking, renewing and naming the Execution Lease) and ``slots``
-(running one WorkItem in isolation). This module composes them and runs the
-reactor.
+``commands`` (signed Command documents, their outcomes, catching up),
+``offline`` (buffering and reconciliation), ``admission`` (which offers to
+take, what may start), ``leases`` (taking, renewing and citing the Execution
+Lease) and ``slots`` (running one WorkItem in isolation). This module
+composes them and runs the reactor.
 
 What the projection asks for (the store's outbox intents) the reactor does
-after commit: answer offers through admission control (spec 10.3), stop a
-slot whose lease ended elsewhere. It then fills free slots with what the
+after commit: answer offers through admission control (§10.3), stop a slot
+whose lease ended elsewhere. It then fills free slots with what the
 ``Picker`` chooses among this Worker's queued WorkItems.
 
-A slot runs one WorkItem under an Execution Lease (``work.start``; the Lease
-ID, expiry and capability token come in the receipt's ``grants``), renews the
-lease before it expires, and names the current Lease ID on every checkpoint,
-block, submission and failure (MWP-WRK-013). The handler sees a
-``SlotContext`` holding only its own Mission's data, contract, token,
-checkpoints, budget and side-effect key namespace (MWP-WRK-011); everything
-it asks of the runtime travels over the slot's own request channel, so the
-context holds no reference to the Worker, the store or another slot (within
-one Python process, nothing stops code from walking the event loop's own
-machinery; the isolation test walks the context's references up to it).
+A slot runs one WorkItem under an Execution Lease (``work.start``; the lease
+comes in the ``work.started`` Event), renews it before it expires, and cites
+it (``ownershipEpoch``, ``executionLeaseId``) on every checkpoint, block,
+submission and failure (§11.3). The handler sees a ``SlotContext`` holding
+only its own Mission's data, contract, lease, checkpoints, budget and
+side-effect key namespace (MWP-WRK-011); everything it asks of the runtime
+travels over the slot's own request channel.
 
-A checkpoint releases the lease (spec 10.2: ``active`` -> ``work.checkpoint``
--> ``queued``), so a slot that checkpoints without a preemption request
-starts again at once under a new Lease ID and token (``ctx.lease_id`` and
-``ctx.token`` follow); with one, it pauses there: the five steps of spec
-11.3 (MWP-WRK-015). Blocking is the same safe sequence ending in
-``work.blocked`` (MWP-WRK-017).
-
-Failures: a handler's exception becomes ``work.fail`` with Evidence, marked
-retryable while the Work Contract's attempts, deadline and cost allow
-(``retry_decision``); the Group Authority then queues the next attempt after
-the backoff and the runtime starts it when the backoff ends (MWP-WRK-018).
-External operations go through ``SlotContext.side_effect``: a deterministic
-idempotency key, the intent durable before dispatch, the receipt kept, an
-uncertain outcome reconciled before a retry (MWP-WRK-031).
+A checkpoint releases the lease (§10.2: ``active`` -> ``work.checkpoint`` ->
+``queued``), so a slot that checkpoints without a preemption request starts
+again at once under a new lease; with one, it pauses there: the five steps
+of §11.3 (MWP-WRK-015). Blocking is the same safe sequence ending in
+``work.blocked`` (MWP-WRK-017). Failures: a handler's exception becomes
+``work.fail`` with failure Evidence, marked retryable while the Work
+Contract's retry policy allows (``retry_decision``); the Group Authority then
+queues the next attempt (MWP-WRK-018).
 
 Reconnection follows websockets' habit: a retry rule (``should_retry``) and a
-capped, jittered backoff generator (``backoff``). A lost connection keeps the
-session: in-flight Commands are sent again with the same action IDs (the
-server answers a repeat with its stored receipt, MWP-EVT-003). A replaced
-session (close 4001) revoked every lease on the server (MWP-WRK-014): every
-slot stops and the WorkItems wait in their queues for the new session.
-
-Catching up (issue 16 item 12): after every welcome, nothing bound to
-ownership (``work.start``, renewals, checkpoints, blocks, submissions,
-failures) goes out for a Group until its durable Cursor has reached the
-Group's head, read after that welcome (``GET /api/v1/groups/{id}/events``).
-A restarted Worker's store may still show a WorkItem as it was before the
-restart's own lease revocation; starting from that earned REVISION_CONFLICT.
-
-A Command refused ``AUTH_INVALID_SIGNATURE`` that was signed a while ago (a resend
-after a long disconnect outlives the server's ``issued_at`` freshness window)
-is sent once more as a new Command, with a new action ID, a current
-``issued_at`` and a new signature (spec §19); a second refusal stands.
+capped, jittered backoff generator (``backoff``). Commands unanswered when a
+connection drops are in doubt: ``POST /api/v0.1/commands`` with the same
+document answers each from its receipt (§19). A new Session Epoch fences the
+old one (§6.3): every slot stops and the WorkItems wait in their queues.
 """
 
 from __future__ import annotations
@@ -85,6 +65,7 @@ from .commands import REFRESH_AFTER_SECONDS
 from .config import Identity
 from .connection import Connection, backoff, should_retry
 from .context import Capability, Handler, utcnow
+from .events import EventVerifier, KeyCache
 from .offline import OFFLINE_GRACE_SECONDS
 from .picker import FairScheduler, Picker
 from .projection import OutboxRow
@@ -123,24 +104,31 @@ class Worker(Slots, Connection):
         slots: int = 2,
         picker: Picker | None = None,
         queue_limit: int | None = None,
-        server_public_key: str | None = None,
         renew_fraction: float = 0.5,
         reconnect: Callable[[], Iterator[float]] = backoff,
         offline_grace_seconds: float = OFFLINE_GRACE_SECONDS,
         refresh_after_seconds: float = REFRESH_AFTER_SECONDS,
+        presence_ttl_seconds: float = 60.0,
     ):
         if slots < 1:
             raise ValueError("slots must be at least 1")
         self.portal = portal.rstrip("/")
         self.identity = identity
         self.me = identity.agent_id
-        self.store = store if isinstance(store, Store) else Store(store, agent=identity.agent_id)
+        # The Group Authority's keys, as the Registry serves them: every Event
+        # is verified against them before it is applied (DESIGN §6).
+        self.keys = KeyCache(identity.organization)
+        verifier = EventVerifier(self.keys)
+        if isinstance(store, Store):
+            store.verifier = verifier
+            self.store = store
+        else:
+            self.store = Store(store, agent=identity.agent_id, verifier=verifier)
         self.slots = slots
         # The cross-Group Scheduler (weighted fair, anti-starvation; spec 11.1).
         self.picker: Picker = picker if picker is not None else FairScheduler()
         self.queue_limit = queue_limit if queue_limit is not None else 4 * slots
         self.renew_fraction = renew_fraction
-        self._server_key = server_public_key
         self._reconnect = reconnect
         self._http = _Http(self.portal)
         self.capabilities: dict[tuple[str, str], Capability] = {}
@@ -155,6 +143,9 @@ class Worker(Slots, Connection):
         self._ws: ClientConnection | None = None
         self._send_lock = asyncio.Lock()
         self._pending: dict[str, tuple[dict[str, Any], asyncio.Future[dict[str, Any]]]] = {}
+        self._in_doubt: dict[str, bool] = {}  # actionId -> unanswered when a connection dropped
+        self.presence_ttl = timedelta(seconds=presence_ttl_seconds)
+        self._last_pong = 0.0
         self._connected = asyncio.Event()
         # Buffered progress is reconciled before anything else is sent after a
         # reconnect (spec 11.5); set while nothing waits to be reconciled.
@@ -178,9 +169,7 @@ class Worker(Slots, Connection):
         self._changed = asyncio.Event()
         self._stopping = False
         self._stop_event = asyncio.Event()
-        self._admin_group: str | None = None
         self._policy_revision: int | None = None
-        self._card_published = False
         self._next_due: datetime | None = None
         self._last_ack = 0.0
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -246,18 +235,6 @@ class Worker(Slots, Connection):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(ws.close(), 2)
             ws.transport.abort()
-
-    async def until(self, predicate: Callable[[], bool], timeout: float = 20.0) -> None:
-        """Wait until ``predicate()`` holds (checked after every change); TimeoutError otherwise."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while not predicate():
-            left = deadline - loop.time()
-            if left <= 0:
-                raise TimeoutError("condition not reached")
-            changed = self._changed
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), min(left, 0.5))
 
     async def run(self) -> None:
         """Connect, and reconnect with backoff, until ``stop()``."""
@@ -336,11 +313,12 @@ class Worker(Slots, Connection):
         if intent.kind == "work.stop":
             payload = json.loads(intent.payload)
             slot = self._running.get(intent.workitem or "")
-            if slot is not None and slot.lease_id == payload.get("lease_id"):
+            if slot is not None and slot.lease_id == payload.get("lease_id"):  # the fold's intent body
                 self._stop_slot(slot, str(payload.get("reason")))
                 return {"stopped": True}
             return {"stopped": False}
         if intent.kind == "schedule.disclose":
+            # The catalogue has no schedule-disclosure Command yet: the intent is done, nothing sent.
             return {"disclosed": False, "reason": "no disclosure Command in the catalogue"}
         if intent.kind == "offer.respond":
             return await self._respond_to_offer(intent)

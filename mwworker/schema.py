@@ -13,7 +13,7 @@ from typing import Any
 
 from .projection import CheckpointRow, GroupMeta, OutboxRow, WorkRow
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: MWP 0.1 Event documents, Cursors by Event ID
 
 
 def _columns(cls: type) -> tuple[str, ...]:
@@ -43,8 +43,8 @@ SQL_OUTBOX = _insert("outbox", OUTBOX_COLS)
 SQL_SELECT_META = f"SELECT {', '.join(META_COLS)} FROM group_meta WHERE group_id = ?"
 SQL_SELECT_ROW = f"SELECT {', '.join(ROW_COLS)} FROM group_queue WHERE group_id = ? AND workitem = ?"
 SQL_CURSOR = (
-    "INSERT INTO cursor (group_id, sequence, last_hash) VALUES (?, ?, ?)"
-    " ON CONFLICT (group_id) DO UPDATE SET sequence = excluded.sequence, last_hash = excluded.last_hash"
+    "INSERT INTO cursor (group_id, sequence, last_event_id) VALUES (?, ?, ?)"
+    " ON CONFLICT (group_id) DO UPDATE SET sequence = excluded.sequence, last_event_id = excluded.last_event_id"
 )
 SQL_AUDIT = (
     "INSERT INTO apply_audit (event_id, group_id, sequence, applied) VALUES (?, ?, ?, 1)"
@@ -67,7 +67,7 @@ def _ddl(table: str, cls: type, key: tuple[str, ...]) -> str:
 # The projection: dropped and recreated by rebuild().
 PROJECTION_DDL = {
     "cursor": "CREATE TABLE IF NOT EXISTS cursor (group_id TEXT PRIMARY KEY, sequence INTEGER NOT NULL,"
-    " last_hash TEXT NOT NULL) WITHOUT ROWID",
+    " last_event_id TEXT NOT NULL) WITHOUT ROWID",
     "processed_event": "CREATE TABLE IF NOT EXISTS processed_event (event_id TEXT PRIMARY KEY,"
     " group_id TEXT NOT NULL, sequence INTEGER NOT NULL) WITHOUT ROWID",
     "group_meta": _ddl("group_meta", GroupMeta, ("group_id",)),
@@ -79,12 +79,12 @@ PROJECTION_DDL = {
 PROJECTION_INDEXES = ("CREATE INDEX IF NOT EXISTS checkpoint_by_sequence ON checkpoint (group_id, sequence)",)
 DURABLE_DDL = (
     "CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
-    # The Event as its hash covers it (canonical JSON without "hash"), and the hash.
+    # The signed Event document as its JCS text: what was verified, byte for byte.
     "CREATE TABLE IF NOT EXISTS inbox (group_id TEXT NOT NULL, sequence INTEGER NOT NULL,"
-    " event_id TEXT NOT NULL UNIQUE, event TEXT NOT NULL, hash TEXT NOT NULL,"
-    " PRIMARY KEY (group_id, sequence)) WITHOUT ROWID",
+    " event_id TEXT NOT NULL UNIQUE, event TEXT NOT NULL, PRIMARY KEY (group_id, sequence)) WITHOUT ROWID",
+    # The signed Group Snapshot and its verified state artifact.
     "CREATE TABLE IF NOT EXISTS snapshot (group_id TEXT PRIMARY KEY, sequence INTEGER NOT NULL,"
-    " head_hash TEXT NOT NULL, document TEXT NOT NULL) WITHOUT ROWID",
+    " last_event_id TEXT NOT NULL, document TEXT NOT NULL, state TEXT NOT NULL) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS outbox_done (intent_id TEXT PRIMARY KEY, result TEXT NOT NULL) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS buffered_command (id INTEGER PRIMARY KEY AUTOINCREMENT, group_id TEXT NOT NULL,"
     " workitem TEXT, action_id TEXT NOT NULL UNIQUE, envelope TEXT NOT NULL, binding TEXT NOT NULL)",

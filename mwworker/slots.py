@@ -1,6 +1,10 @@
 """Running one WorkItem in an isolated slot (MWP-WRK-011): the handler sees only
 its ``SlotContext``; the runtime serves the slot's own request channel, pauses
-it at a checkpoint (spec 11.3), blocks, submits or fails it (MWP-WRK-015..018).
+it at a checkpoint (§11.3), blocks, submits or fails it (MWP-WRK-015..018).
+
+A submission (``work.submit``, §13) cites the Artifacts the handler produced,
+each published first as a signed manifest (``artifact.publish``), and its
+Evidence, signed by this Agent (``results``).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from .errors import Blocked, BudgetExceeded, LeaseLost, PermanentFailure, Preemp
 from .leases import Leases
 from .offline import Offline
 from .projection import WorkRow
+from .results import artifact_manifest, signed_evidence
 from .state import _Slot
 
 log = logging.getLogger("mwworker")
@@ -81,8 +86,7 @@ class Slots(Admission, Leases, Offline):
         return SlotContext(
             agent=self.me, group=slot.group, workitem=slot.workitem, mission=mission,
             contract=json.loads(row.contract), ownership_epoch=slot.ownership_epoch, attempt=slot.attempt,
-            checkpoints=checkpoints, usage=json.loads(row.usage or "{}"), token=slot.token,
-            lease_id=slot.lease_id or "", port=port,
+            checkpoints=checkpoints, usage=json.loads(row.usage or "{}"), lease=slot.lease or {}, port=port,
         )  # fmt: skip
 
     def _handler_for(self, row: WorkRow) -> Capability | None:
@@ -174,11 +178,17 @@ class Slots(Admission, Leases, Offline):
         if not isinstance(result, Result):
             await self._fail(slot, ctx, "the handler returned no Result", retryable=False)
             return "failed"
-        body: dict[str, Any] = {"artifacts": list(result.artifacts), "evidence": list(result.evidence)}
-        usage = ctx._take_usage()
-        if usage:
-            body["usage"] = usage
+        if not result.artifacts or not result.evidence:
+            await self._fail(slot, ctx, "a submission needs an Artifact and Evidence (§13.2)", retryable=False)
+            return "failed"
         try:
+            body: dict[str, Any] = {
+                "artifactIds": [await self._publish(slot, ctx, h) for h in result.artifacts],
+                "evidence": [self._sign_evidence(ctx, e) for e in result.evidence],
+            }
+            usage = ctx._take_usage()
+            if usage:
+                body["usageDelta"] = usage
             await self._lease_command(slot, "work.submit", body)
         except LeaseLost:
             return "stopped"
@@ -187,25 +197,42 @@ class Slots(Admission, Leases, Offline):
             return "failed"
         return "submitted"
 
+    def _sign_evidence(self, ctx: SlotContext, draft: dict[str, Any]) -> dict[str, Any]:
+        return signed_evidence(draft, key=self.identity.key, agent=self.me, mission=str(ctx.mission["id"]),
+                               group=ctx.group, workitem=ctx.workitem, now=utcnow())  # fmt: skip
+
+    async def _publish(self, slot: _Slot, ctx: SlotContext, content_hash: str) -> str:
+        """``artifact.publish`` of the signed manifest of content this slot stored; its Artifact ID."""
+        size, media_type = slot.artifacts.get(content_hash, (0, "application/octet-stream"))
+        manifest = artifact_manifest(
+            content_hash, size=size, media_type=media_type, key=self.identity.key, agent=self.me, portal=self.portal,
+            mission=str(ctx.mission["id"]), group=ctx.group, workitem=ctx.workitem, contract=ctx.contract,
+            now=utcnow(),
+        )  # fmt: skip
+        await self._lease_command(slot, "artifact.publish", {"artifact": manifest})
+        return str(manifest["artifactId"])
+
     async def _fail(self, slot: _Slot, ctx: SlotContext, summary: str, *, retryable: bool) -> None:
-        """``work.fail`` with Evidence under the current lease; the Group Authority
-        turns a retryable failure within the retry budget into another attempt."""
+        """``work.fail`` with failure Evidence under the current lease (§10.2); the
+        Group Authority turns a retryable failure within the retry policy into
+        another attempt (§11.4)."""
         if slot.lease_id is None or slot.stopped is not None:
             return
-        criteria = [str(c["id"]) for c in ctx.contract.get("acceptance_criteria") or []]
-        evidence = [ctx.evidence(criteria, result="fail", method="other", summary=summary[:2000])]
-        body: dict[str, Any] = {"evidence": evidence, "retryable": retryable}
+        criteria = [str(c["criterionId"]) for c in ctx.contract.get("acceptanceCriteria") or []]
+        draft = ctx.evidence(criteria, result="failed", method=summary[:4000] or "failure", summary=summary[:2000],
+                             type="failure_report")  # fmt: skip
+        body: dict[str, Any] = {"reason": summary[:4000] or "failed", "evidence": [self._sign_evidence(ctx, draft)],
+                                "retryable": retryable}  # fmt: skip
         with contextlib.suppress(LeaseLost, Refused):
-            await self._lease_command(slot, "work.fail", body, revision=True)
+            await self._lease_command(slot, "work.fail", body)
 
     async def _serve_one(self, slot: _Slot, ctx: SlotContext, op: str, args: dict[str, Any]) -> Any:
         if op == "checkpoint":
             return await self._checkpoint(slot, args)
         if op == "block":
-            body = {"checkpoint": args["state"], "progress": args["progress"],
-                    "resolution_required": args["resolution"]}  # fmt: skip
             if args["usage"]:
-                body["usage"] = args["usage"]
+                await self._record_usage(slot, args["usage"])
+            body = {"checkpoint": args["checkpoint"], "reason": args["resolution"]}
             await self._lease_command(slot, "work.block", body)
             slot.lease_id = None
             self.log.append(("blocked", slot.workitem, args["resolution"]))
@@ -229,14 +256,21 @@ class Slots(Admission, Leases, Offline):
         if op == "effect.settle":
             return await asyncio.to_thread(self.store.side_effect_settle, args["key"], args["status"], args["receipt"])
         if op == "artifact":
-            return await self._http.put_artifact(self._token, slot.group, args["data"], args["media_type"])
+            stored = await self._http.put_artifact(self._token, slot.group, args["data"], args["media_type"])
+            content_hash = stored if stored.startswith("sha256:") else f"sha256:{stored}"
+            slot.artifacts[content_hash] = (len(args["data"]), args["media_type"])
+            return content_hash
         raise ValueError(f"unknown slot request {op}")
+
+    async def _record_usage(self, slot: _Slot, usage: dict[str, int]) -> None:
+        """Usage a Command without its own ``usageDelta`` cannot carry (§12)."""
+        await self._lease_command(slot, "ext.missionweaveprotocol.core.resource_usage_record", {"usageDelta": usage})
 
     async def _checkpoint(self, slot: _Slot, args: dict[str, Any]) -> str:
         """Checkpoint under the current lease; then pause (preemption) or start again."""
-        body = {"checkpoint": args["state"], "progress": args["progress"]}
+        body: dict[str, Any] = {"checkpoint": args["checkpoint"], "progress": args["progress"]}
         if args["usage"]:
-            body["usage"] = args["usage"]
+            body["usageDelta"] = args["usage"]
         if self._disconnected_at is not None and not self._connected.is_set():
             # The Group service is unreachable: the progress is buffered with
             # its binding and the slot pauses; no new lease is taken offline

@@ -10,6 +10,7 @@ only methods of the rooms it inherits from, and those here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -19,6 +20,7 @@ from websockets.asyncio.client import ClientConnection
 
 from .config import Identity
 from .context import Capability, Result, SlotContext
+from .events import KeyCache
 from .picker import Picker
 from .protocol import ClientSession
 from .rest import _Http
@@ -32,7 +34,7 @@ class _Slot:
     ownership_epoch: int
     revision: int
     lease_id: str | None = None
-    token: str = ""
+    lease: dict[str, Any] | None = None  # the current Execution Lease (lease.schema.json)
     lease_seconds: float = 0.0
     lease_expires_at: datetime | None = None
     attempt: int = 0
@@ -42,6 +44,7 @@ class _Slot:
     handler_task: asyncio.Task[Result] | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     renewals: int = 0
+    artifacts: dict[str, tuple[int, str]] = field(default_factory=dict)  # content hash -> (size, media type)
     stopped: str | None = None  # why the slot was stopped from outside
 
 
@@ -56,7 +59,6 @@ class WorkerState:
     picker: Picker
     queue_limit: int
     renew_fraction: float
-    _server_key: str | None
     _reconnect: Callable[[], Iterator[float]]
     _http: _Http
     capabilities: dict[tuple[str, str], Capability]
@@ -69,6 +71,8 @@ class WorkerState:
     _ws: ClientConnection | None
     _send_lock: asyncio.Lock
     _pending: dict[str, tuple[dict[str, Any], asyncio.Future[dict[str, Any]]]]
+    _in_doubt: dict[str, bool]
+    presence_ttl: timedelta
     _connected: asyncio.Event
     _reconciled: asyncio.Event
     _disconnected_at: datetime | None
@@ -82,9 +86,9 @@ class WorkerState:
     _changed: asyncio.Event
     _stopping: bool
     _stop_event: asyncio.Event
-    _admin_group: str | None
     _policy_revision: int | None
-    _card_published: bool
+    _last_pong: float
+    keys: KeyCache
     _next_due: datetime | None
     _last_ack: float
     _tasks: set[asyncio.Task[Any]]
@@ -94,6 +98,18 @@ class WorkerState:
         task: asyncio.Task[Any] = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def until(self, predicate: Callable[[], bool], timeout: float = 20.0) -> None:
+        """Wait until ``predicate()`` holds (checked after every change); TimeoutError otherwise."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not predicate():
+            left = deadline - loop.time()
+            if left <= 0:
+                raise TimeoutError("condition not reached")
+            changed = self._changed
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), min(left, 0.5))
 
     def _notify(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()

@@ -1,4 +1,4 @@
-"""The Worker's local SQLite store: per-Group inbox, Cursor and Work queue (spec 11.1, 16; DESIGN §5).
+"""The Worker's local SQLite store: per-Group inbox, Cursor and Work queue (PROTOCOL §11.1, §16; DESIGN §6).
 
 One SQLite file per Worker, in WAL mode, written through explicit
 transactions (the connection is in autocommit mode; every write is a visible
@@ -7,7 +7,8 @@ transactions (the connection is in autocommit mode; every write is a visible
 
     skip a known Event (ID, or a sequence at or below the Cursor)
     require the next contiguous sequence (later ones wait in memory)
-    verify the hash-chain link (prev_hash = the Cursor's hash; hash recomputes)
+    verify the Group Authority's signature (six stages, §6.4) and the
+    payload against the catalogue (``events.EventVerifier``)
     BEGIN IMMEDIATE
       inbox + processed_event            the durable Event and its dedup row
       group_meta / group_queue           projection.fold()
@@ -26,8 +27,9 @@ projection         ``cursor``, ``processed_event``, ``group_meta``,
                    ``group_queue``, ``checkpoint``, ``outbox``: rebuildable;
                    ``rebuild()`` drops and recreates them from ``snapshot`` +
                    ``inbox`` and gets the same rows byte for byte
-durable input      ``inbox`` (every applied Event), ``snapshot`` (the latest
-                   verified snapshot document per Group)
+durable input      ``inbox`` (every applied Event document, its JCS text),
+                   ``snapshot`` (the latest verified Group Snapshot and its
+                   state per Group)
 runtime            ``outbox_done`` (intents dispatched), ``buffered_command``
                    (signed Commands held while offline, spec 11.5),
                    ``side_effect`` (external operations: intent before
@@ -63,12 +65,21 @@ try:
 except ImportError:  # not POSIX: no cross-process lock (the Worker targets Linux)
     fcntl = None  # type: ignore[assignment]
 
-from mwportal.protocol import GENESIS_HASH, CanonicalizationError
-from mwportal.protocol.snapshot import SnapshotInvalid, state_hash, verify_snapshot
+from mwportal.protocol import jcs
+from mwportal.protocol.verification import VerificationFailed, verify_document
 
 from . import projection
-from .errors import ChainBroken, MalformedEvent, ProjectionError, SnapshotRefused, StoreLocked, StoreMismatch
-from .events import Event, chain_hash, check_event, content_bytes, text
+from .errors import (
+    ChainBroken,
+    MalformedEvent,
+    ProjectionError,
+    SignatureRefused,
+    SnapshotRefused,
+    StoreLocked,
+    StoreMismatch,
+    WorkerError,
+)
+from .events import Event, EventVerifier, check_event, event_bytes, text
 from .projection import CheckpointRow, GroupMeta, OutboxRow, WorkRow
 from .schema import (
     CHECKPOINT_COLS,
@@ -100,13 +111,13 @@ SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA")
 
 @dataclass(frozen=True, slots=True)
 class Cursor:
-    """The highest contiguous durably processed sequence of a Group and its hash."""
+    """The highest contiguous durably processed sequence of a Group and the ID of its Event."""
 
     sequence: int
-    last_hash: str
+    last_event_id: str
 
 
-_ORIGIN = Cursor(0, GENESIS_HASH)
+_ORIGIN = Cursor(0, "")
 
 
 def _exclusive(path: str) -> IO[bytes] | None:
@@ -140,6 +151,7 @@ class Store:
         path: str | Path,
         *,
         agent: str,
+        verifier: EventVerifier | None = None,
         synchronous: str = "FULL",
         audit: bool = False,
         max_buffered: int = 10_000,
@@ -149,6 +161,7 @@ class Store:
             raise ValueError(f"synchronous must be one of {SYNCHRONOUS}")
         self.path = str(path)
         self.agent = agent
+        self.verifier = verifier
         self.audit = audit
         self.max_buffered = max_buffered
         self.max_cached_rows = max_cached_rows
@@ -225,13 +238,13 @@ class Store:
 
     def _load_cursors(self) -> None:
         self._cursors = {
-            g: Cursor(s, h) for g, s, h in self._conn.execute("SELECT group_id, sequence, last_hash FROM cursor")
+            g: Cursor(s, e) for g, s, e in self._conn.execute("SELECT group_id, sequence, last_event_id FROM cursor")
         }
 
     # --- reading -----------------------------------------------------------------
 
     def cursor(self, group: str) -> Cursor:
-        """The Group's durable Cursor (``Cursor(0, GENESIS_HASH)`` for a Group never seen)."""
+        """The Group's durable Cursor (``Cursor(0, "")`` for a Group never seen)."""
         with self._lock:
             return self._cursors.get(group, _ORIGIN)
 
@@ -294,19 +307,19 @@ class Store:
             )
 
     def buffer_command(
-        self, group: str, workitem: str | None, envelope: dict[str, Any], binding: dict[str, Any]
+        self, group: str, workitem: str | None, document: dict[str, Any], binding: dict[str, Any]
     ) -> int:
         """Hold a signed Command made while the Group service is unreachable (spec 11.5; MWP-WRK-021)."""
         with self._lock, self._transaction() as conn:
             cur = conn.execute(
                 "INSERT INTO buffered_command (group_id, workitem, action_id, envelope, binding)"
                 " VALUES (?, ?, ?, ?, ?)",
-                (group, workitem, envelope["action_id"], text(envelope), text(binding)),
+                (group, workitem, document["actionId"], text(document), text(binding)),
             )
             return int(cur.lastrowid or 0)
 
     def buffered_commands(self, group: str | None = None) -> list[tuple[int, dict[str, Any], dict[str, Any]]]:
-        """``(id, envelope, binding)`` in the order they were buffered."""
+        """``(id, Command document, binding)`` in the order they were buffered."""
         with self._lock:
             sql = "SELECT id, envelope, binding FROM buffered_command"
             args: tuple[Any, ...] = ()
@@ -353,15 +366,13 @@ class Store:
             )
 
     def inbox(self, group: str, after: int = 0) -> Iterator[Event]:
-        """The Group's applied Events after ``after``, in sequence order, as received."""
+        """The Group's applied Event documents after ``after``, in sequence order (their JCS form)."""
         with self._lock:
             rows = self._conn.execute(
-                "SELECT event, hash FROM inbox WHERE group_id = ? AND sequence > ? ORDER BY sequence", (group, after)
+                "SELECT event FROM inbox WHERE group_id = ? AND sequence > ? ORDER BY sequence", (group, after)
             ).fetchall()
-        for content, digest in rows:
-            event = json.loads(content)
-            event["hash"] = digest
-            yield event
+        for (content,) in rows:
+            yield json.loads(content)
 
     def projection_dump(self) -> str:
         """Canonical JSON of every projection table, rows in primary-key order:
@@ -377,18 +388,21 @@ class Store:
     # --- the apply cycle -----------------------------------------------------------
 
     def apply(self, event: Any) -> list[int]:
-        """Apply one delivered Event; return the sequences applied (in order).
+        """Apply one delivered Event document; return the sequences applied (in order).
 
         A duplicate (known Event ID or a sequence at or below the Cursor)
         changes nothing and returns ``[]``; an Event beyond the next sequence
-        waits in memory and returns ``[]``; the next one is applied, followed
-        by every waiting Event it makes contiguous. Raises ``MalformedEvent``,
-        ``ChainBroken`` (nothing of that Event written) or ``ProjectionError``.
-        The caller may ACK ``ack_positions()`` once this returns.
+        waits in memory and returns ``[]``; the next one is verified and
+        applied, followed by every waiting Event it makes contiguous. Raises
+        ``MalformedEvent``, ``SignatureRefused``, ``ChainBroken`` (nothing of
+        that Event written) or ``ProjectionError``. The caller may ACK
+        ``ack_positions()`` once this returns.
         """
+        if self.verifier is None:
+            raise RuntimeError("this Store was opened without an EventVerifier: it cannot apply Events")
         event = check_event(event)
         with self._lock:
-            group = event["group"]
+            group = event["groupId"]
             cur = self._cursors.get(group, _ORIGIN)
             seq = event["sequence"]
             if seq <= cur.sequence:
@@ -401,40 +415,45 @@ class Store:
 
     def _drain(self, group: str, candidates: list[Event]) -> list[int]:
         """Apply ``candidates`` (Events claiming the next sequence), then every
-        waiting Event that becomes contiguous. A candidate that breaks the
-        chain is dropped; another candidate for the same sequence may still
-        win. If none does, ``ChainBroken`` lists what was applied before."""
+        waiting Event that becomes contiguous. A candidate whose signature or
+        payload is refused is dropped; another candidate for the same
+        sequence may still win. If none does, the error names what was
+        applied before (``ChainBroken.applied``)."""
         applied: list[int] = []
         while candidates:
-            error: ChainBroken | None = None
+            error: WorkerError | None = None
             for candidate in candidates:
                 try:
                     self._apply_next(candidate)
-                except ChainBroken as exc:
+                except (ChainBroken, SignatureRefused, MalformedEvent) as exc:
                     error = exc
                     continue
                 error = None
                 applied.append(candidate["sequence"])
                 break
             if error is not None:
-                raise ChainBroken(error.group, error.sequence, error.reason, applied) from error
+                if isinstance(error, ChainBroken):
+                    raise ChainBroken(error.group, error.sequence, error.reason, applied) from error
+                if applied:
+                    raise ChainBroken(group, applied[-1] + 1, str(error), applied) from error
+                raise error
             candidates = self._next_waiting(group)
         return applied
 
     def _check_duplicate(self, event: Event) -> None:
         """An Event at an applied position must be the one applied there."""
         row = self._conn.execute(
-            "SELECT event_id FROM inbox WHERE group_id = ? AND sequence = ?", (event["group"], event["sequence"])
+            "SELECT event_id FROM inbox WHERE group_id = ? AND sequence = ?", (event["groupId"], event["sequence"])
         ).fetchone()
-        if row is not None and row[0] != event["event_id"]:
+        if row is not None and row[0] != event["eventId"]:
             raise ChainBroken(
-                event["group"], event["sequence"], f"Event {event['event_id']} claims the position of {row[0]}"
+                event["groupId"], event["sequence"], f"Event {event['eventId']} claims the position of {row[0]}"
             )
         # No row: the position is covered by a restored snapshot; nothing to compare.
 
     def _buffer(self, event: Event) -> None:
-        waiting = self._pending.setdefault(event["group"], {})
-        waiting.setdefault(event["sequence"], {}).setdefault(event["event_id"], event)
+        waiting = self._pending.setdefault(event["groupId"], {})
+        waiting.setdefault(event["sequence"], {}).setdefault(event["eventId"], event)
         if sum(len(v) for v in waiting.values()) > self.max_buffered:
             # Memory is bounded: the farthest Event goes; the server delivers it again.
             far = max(waiting)
@@ -456,46 +475,39 @@ class Store:
 
     def _apply_next(self, event: Event) -> None:
         """Apply the Event whose sequence is the Cursor's plus one: one transaction."""
-        group, seq = event["group"], event["sequence"]
-        # The hash covers the content only, so it is checked before taking the
-        # write lock; the link to the Cursor is checked inside the transaction.
-        try:
-            content, same_values = content_bytes(event)
-        except CanonicalizationError as exc:
-            raise MalformedEvent(f"sequence {seq}: {exc}") from None
-        if chain_hash(event["prev_hash"], content) != event["hash"]:
-            raise ChainBroken(group, seq, "hash does not match the Event's content")
-        if not same_values:
-            # Fold what the inbox keeps, so that rebuild() folds the same values.
-            event = {**json.loads(content), "hash": event["hash"]}
-        # This process is the only writer (the lock file), so the Cursor in
-        # memory is the durable one.
-        if event["prev_hash"] != self._cursors.get(group, _ORIGIN).last_hash:
-            raise ChainBroken(group, seq, "prev_hash does not name the hash at the Cursor")
+        group, seq = event["groupId"], event["sequence"]
+        assert self.verifier is not None
+        # The signature covers the content only, so it is checked before
+        # taking the write lock (§6.4); the position inside the transaction.
+        content = event_bytes(event)
+        self.verifier.verify(event)
+        # Fold what the inbox keeps (the JCS form, a number spelled once), so
+        # that rebuild() folds the same values.
+        event = json.loads(content)
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.execute(
-                "INSERT INTO inbox (group_id, sequence, event_id, event, hash) VALUES (?, ?, ?, ?, ?)",
-                (group, seq, event["event_id"], content.decode("utf-8"), event["hash"]),
+                "INSERT INTO inbox (group_id, sequence, event_id, event) VALUES (?, ?, ?, ?)",
+                (group, seq, event["eventId"], content.decode("utf-8")),
             )
             conn.execute(
                 "INSERT INTO processed_event (event_id, group_id, sequence) VALUES (?, ?, ?)",
-                (event["event_id"], group, seq),
+                (event["eventId"], group, seq),
             )
             change = self._fold_into(conn, event, self._metas, self._rows)
-            conn.execute(SQL_CURSOR, (group, seq, event["hash"]))
+            conn.execute(SQL_CURSOR, (group, seq, event["eventId"]))
             if self.audit:
-                conn.execute(SQL_AUDIT, (event["event_id"], group, seq))
+                conn.execute(SQL_AUDIT, (event["eventId"], group, seq))
         except sqlite3.IntegrityError as exc:
             conn.execute("ROLLBACK")
-            raise ChainBroken(group, seq, f"Event {event['event_id']} is already applied elsewhere ({exc})") from None
+            raise ChainBroken(group, seq, f"Event {event['eventId']} is already applied elsewhere ({exc})") from None
         except BaseException:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
         # Memory follows the database only once the transaction is durable.
-        self._cursors[group] = Cursor(seq, event["hash"])
+        self._cursors[group] = Cursor(seq, event["eventId"])
         _remember(change, self._metas, self._rows)
         if len(self._rows) > self.max_cached_rows:
             self._rows.clear()
@@ -514,7 +526,7 @@ class Store:
         writer); a miss reads the table. The caller records the Change in them
         once it is committed (``_remember``).
         """
-        group = event["group"]
+        group = event["groupId"]
         needs_meta, item = projection.reads(event)
         meta = None
         if needs_meta:
@@ -551,46 +563,45 @@ class Store:
 
     # --- snapshots and rebuild ------------------------------------------------------
 
-    def restore_snapshot(self, document: Any, server_public_key: str, organization: str, group: str) -> list[int]:
-        """Restore a Group from a signed snapshot after CURSOR_TOO_OLD (spec 16).
+    def restore_snapshot(self, document: Any, state_bytes: bytes, group: str) -> list[int]:
+        """Restore a Group from a signed Group Snapshot after CURSOR_TOO_OLD (§16).
 
-        Verifies schema, state hash, signature, Organization and Group binding
-        and that the snapshot is not behind the Cursor (``SnapshotRefused``
-        otherwise), then, in one transaction, replaces the Group's projection
-        by the snapshot's state and sets the Cursor to its sequence and head
-        hash. Replay continues strictly after it: the caller subscribes with
-        ``after=cursor(group).sequence``. Returns the sequences of waiting
-        Events that became contiguous and were applied.
+        ``document`` is the Group Snapshot (``group-snapshot.schema.json``),
+        ``state_bytes`` its state artifact. Verifies the snapshot's signature
+        in the six stages (profile ``group-snapshot``, signed by a service
+        Principal of the Registry), its Group, that ``stateHash`` is the
+        SHA-256 of the state's JCS bytes and that it is not behind the Cursor
+        (``SnapshotRefused`` otherwise), then, in one transaction, replaces
+        the Group's projection by the snapshot's state and sets the Cursor to
+        ``throughSequence``. Replay continues strictly after it: the caller
+        subscribes with ``afterSequence=cursor(group).sequence``. Returns the
+        sequences of waiting Events that became contiguous and were applied.
         """
+        if self.verifier is None:
+            raise RuntimeError("this Store was opened without an EventVerifier: it cannot verify a snapshot")
         with self._lock:
             cur = self._cursors.get(group, _ORIGIN)
-            try:
-                state = verify_snapshot(
-                    document,
-                    server_public_key=server_public_key,
-                    organization=organization,
-                    group=group,
-                    min_sequence=cur.sequence,
-                )
-            except SnapshotInvalid as exc:
-                raise SnapshotRefused(exc.check, str(exc)) from exc
-            seq, head = document["sequence"], document["head_hash"]
-            if not isinstance(head, str) or len(head) != 64:
-                raise SnapshotRefused("head_hash", "head_hash is not a chain hash")
+            document, state = _verified_snapshot(document, state_bytes, self.verifier, group)
+            seq = document["throughSequence"]
+            if seq < cur.sequence:
+                raise SnapshotRefused("sequence", f"the snapshot at {seq} is behind the Cursor at {cur.sequence}")
+            event_ids = document["eventIds"]
+            last = str(event_ids[-1]) if event_ids else ""
             if seq == cur.sequence:
-                if head != cur.last_hash:
-                    raise SnapshotRefused("head_hash", f"the snapshot's head at {seq} is not this Worker's chain")
+                if last and cur.last_event_id and last != cur.last_event_id:
+                    raise SnapshotRefused("eventIds", f"the snapshot's Event at {seq} is not this Worker's")
                 return []  # already there, with more than the snapshot tells (Lease IDs, offers)
             meta, rows, checkpoints = projection.restore(document, state, me=self.agent)
             self._forget()
             with self._transaction() as conn:
                 self._write_restored(conn, group, meta, rows, checkpoints)
                 conn.execute(
-                    "INSERT OR REPLACE INTO snapshot (group_id, sequence, head_hash, document) VALUES (?, ?, ?, ?)",
-                    (group, seq, head, text(document)),
+                    "INSERT OR REPLACE INTO snapshot (group_id, sequence, last_event_id, document, state)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (group, seq, last, text(document), text(state)),
                 )
-                conn.execute(SQL_CURSOR, (group, seq, head))
-            self._cursors[group] = Cursor(seq, head)
+                conn.execute(SQL_CURSOR, (group, seq, last))
+            self._cursors[group] = Cursor(seq, last)
             return self._drain(group, self._next_waiting(group))
 
     @staticmethod
@@ -611,8 +622,10 @@ class Store:
         """Drop every projection table and rebuild it from the latest restored
         snapshot of each Group plus the inbox (DESIGN §5: ``mwworker rebuild``).
 
-        One transaction: on a broken chain in the inbox (``ChainBroken``) the
-        old projection stays. The same ``projection.fold`` runs over the same
+        One transaction: on a gap or a mislabelled row in the inbox
+        (``ChainBroken``) the old projection stays. With a verifier, every
+        inbox Event's signature is verified again, so an inbox changed behind
+        the Worker's back is refused too. The same ``projection.fold`` runs over the same
         Events; only the writing differs (the tables are built in memory and
         written once, not row by row per Event), so the result equals the
         incremental projection byte for byte (``projection_dump()``).
@@ -621,35 +634,40 @@ class Store:
         with self._lock, self._transaction() as conn:
             self._forget()
             snapshots = {
-                g: (s, h, d)
-                for g, s, h, d in conn.execute("SELECT group_id, sequence, head_hash, document FROM snapshot")
+                g: (s, e, d, st)
+                for g, s, e, d, st in conn.execute(
+                    "SELECT group_id, sequence, last_event_id, document, state FROM snapshot"
+                )
             }
             groups = sorted({g for (g,) in conn.execute("SELECT DISTINCT group_id FROM inbox")} | set(snapshots))
             for group in groups:
                 cur = _ORIGIN
                 if group in snapshots:
-                    seq, head, raw = snapshots[group]
-                    document = json.loads(raw)
-                    state = document.get("state")
-                    if not isinstance(state, dict) or state_hash(state) != document.get("state_hash"):
-                        raise SnapshotRefused("hash", f"the stored snapshot of {group} does not match its state_hash")
+                    seq, last, raw, raw_state = snapshots[group]
+                    document, state = json.loads(raw), json.loads(raw_state)
+                    if jcs.sha256_hash(jcs.canonicalize(state)) != document.get("stateHash"):
+                        raise SnapshotRefused("stateHash", f"the stored snapshot of {group} does not match its state")
                     built.restore(*projection.restore(document, state, me=self.agent))
-                    cur = Cursor(seq, head)
+                    cur = Cursor(seq, last)
                 events = conn.execute(
-                    "SELECT sequence, event_id, event, hash FROM inbox WHERE group_id = ? ORDER BY sequence", (group,)
+                    "SELECT sequence, event_id, event FROM inbox WHERE group_id = ? ORDER BY sequence", (group,)
                 ).fetchall()
-                for seq, event_id, content, digest in events:
+                for seq, event_id, content in events:
                     built.processed.append((event_id, group, seq))
                     if seq <= cur.sequence:
                         continue  # before the restored snapshot: already in its state
                     if seq != cur.sequence + 1:
                         raise ChainBroken(group, seq, f"the inbox has a gap after {cur.sequence}")
                     event = json.loads(content)
-                    if event.get("prev_hash") != cur.last_hash or chain_hash(cur.last_hash, content.encode()) != digest:
-                        raise ChainBroken(group, seq, "the inbox Event does not continue the chain")
-                    event["hash"] = digest
+                    if event.get("eventId") != event_id or event.get("sequence") != seq:
+                        raise ChainBroken(group, seq, "the inbox row does not hold the Event it names")
+                    if self.verifier is not None:
+                        try:
+                            self.verifier.verify(event)  # what was verified once still must be
+                        except (SignatureRefused, MalformedEvent) as exc:
+                            raise ChainBroken(group, seq, f"the inbox Event does not verify ({exc})") from None
                     built.fold(event)
-                    cur = Cursor(seq, digest)
+                    cur = Cursor(seq, event_id)
                 if cur.sequence:
                     built.cursors[group] = cur
             for table in PROJECTION_TABLES:
@@ -686,7 +704,7 @@ class _Projection:
         self.checkpoints.update({(c.group_id, c.workitem, c.number): c for c in checkpoints})
 
     def fold(self, event: Event) -> None:
-        group = event["group"]
+        group = event["groupId"]
         needs_meta, item = projection.reads(event)
         meta = self.metas.get(group) if needs_meta else None
         row = self.rows.get((group, item)) if item is not None else None
@@ -708,7 +726,7 @@ class _Projection:
 
     def write(self, conn: sqlite3.Connection) -> None:
         conn.executemany("INSERT INTO processed_event (event_id, group_id, sequence) VALUES (?, ?, ?)", self.processed)
-        conn.executemany(SQL_CURSOR, [(g, c.sequence, c.last_hash) for g, c in self.cursors.items()])
+        conn.executemany(SQL_CURSOR, [(g, c.sequence, c.last_event_id) for g, c in self.cursors.items()])
         conn.executemany(SQL_META, [column_values(m, META_COLS) for m in self.metas.values() if m is not None])
         conn.executemany(SQL_ROW, [column_values(r, ROW_COLS) for r in self.rows.values() if r is not None])
         conn.executemany(SQL_CHECKPOINT, [column_values(c, CHECKPOINT_COLS) for c in self.checkpoints.values()])
@@ -722,3 +740,28 @@ def _remember(
         metas[change.meta.group_id] = change.meta
     if change.row is not None:
         rows[(change.row.group_id, change.row.workitem)] = change.row
+
+
+def _verified_snapshot(
+    document: Any, state_bytes: bytes, verifier: EventVerifier, group: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The verified Group Snapshot and its state, or ``SnapshotRefused`` naming the check."""
+    if not isinstance(document, dict):
+        raise SnapshotRefused("schema", "a Group Snapshot is a JSON object")
+    created_by = document.get("createdBy")
+    if not isinstance(created_by, dict) or created_by.get("type") != "service":
+        raise SnapshotRefused("signer", "a Group Snapshot is created by a service Principal")
+    try:
+        verified = verify_document(jcs.canonicalize(document), "group-snapshot", verifier.keys.registry)
+    except (VerificationFailed, jcs.DataModelError) as exc:
+        raise SnapshotRefused("signature", str(exc)) from None
+    if document.get("groupId") != group:
+        raise SnapshotRefused("group", f"the snapshot is of {document.get('groupId')}, not {group}")
+    try:
+        state = json.loads(state_bytes)
+    except ValueError as exc:
+        raise SnapshotRefused("state", f"the state artifact is not JSON: {exc}") from None
+    if not isinstance(state, dict) or jcs.sha256_hash(jcs.canonicalize(state)) != document.get("stateHash"):
+        raise SnapshotRefused("stateHash", "the state does not match the snapshot's stateHash")
+    del verified
+    return document, state

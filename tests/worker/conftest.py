@@ -1,7 +1,7 @@
-"""Fixtures of the Worker suite: generated Event streams, stores, a server key.
+"""Fixtures of the Worker suite: generated signed Event streams, stores that verify them.
 
 Nothing here touches Django's database: the Worker is a separate,
-Django-free package (DESIGN §5), and its tests need no server (STYLE §7);
+Django-free package (DESIGN §6), and its tests need no server (STYLE §7);
 except ``portal``, the real daphne of the runtime's end-to-end tests
 (``tests/worker/portal.py``), which imports its Django side when used.
 """
@@ -14,37 +14,41 @@ from typing import Any
 
 import pytest
 
-from mwportal.protocol import generate_keypair
-from mwworker import Store
-from tests.worker.streams import ME, Event, World, generate
+from mwworker import EventVerifier, Store
+from tests.worker.streams import ME, Event, World, generate, verifier
+
+# The seeds whose Group Authority keys the test stores know: the fixtures'
+# Worlds and the scripted Chains (seed 0 unless a test says otherwise).
+KNOWN_SEEDS = (0, 1, 2, 3, 11, 15, 21)
 
 
 @pytest.fixture(scope="session")
 def small() -> tuple[World, list[Event]]:
-    """1,500 Events over 5 Groups (one administrative): every Event type the model drives."""
+    """1,500 signed Events over 5 Groups (one administrative)."""
     return generate(11, 1500, groups=5)
 
 
 @pytest.fixture(scope="session")
 def medium() -> tuple[World, list[Event]]:
-    """4,000 Events over 10 Groups: every Event type, child Missions, terminal Missions."""
+    """4,000 signed Events over 10 Groups: every kind the model drives."""
     return generate(15, 4000, groups=10)
 
 
-@pytest.fixture(scope="session")
-def server_key() -> tuple[str, str]:
-    """The Group Authority's signing key pair (private, public)."""
-    return generate_keypair()
+@pytest.fixture
+def known_keys() -> EventVerifier:
+    """A verifier holding the Group Authority keys of the test Worlds (one Organization)."""
+    return verifier(*KNOWN_SEEDS)
 
 
 @pytest.fixture
-def open_store(tmp_path: Path) -> Iterator[Callable[..., Store]]:
-    """``open_store(name="worker", **kw)``: a Store file under tmp_path, closed afterwards."""
+def open_store(tmp_path: Path, known_keys: EventVerifier) -> Iterator[Callable[..., Store]]:
+    """``open_store(name="worker", **kw)``: a verifying Store file under tmp_path, closed afterwards."""
     opened: list[Store] = []
 
-    def factory(name: str = "worker", **kw: object) -> Store:
+    def factory(name: str = "worker", **kw: Any) -> Store:
         kw.setdefault("agent", ME)
-        store = Store(tmp_path / f"{name}.sqlite3", **kw)  # type: ignore[arg-type]
+        kw.setdefault("verifier", known_keys)
+        store = Store(tmp_path / f"{name}.sqlite3", **kw)
         opened.append(store)
         return store
 
@@ -61,7 +65,7 @@ def portal_env() -> dict[str, str]:
 
 @pytest.fixture
 def portal(
-    transactional_db: None, settings: Any, portal_env: dict[str, str], org: dict[str, str], owner: Any,
+    transactional_db: None, settings: Any, portal_env: dict[str, str], org: Any, owner: Any,
     coordinator: Any, tmp_path: Path,
 ) -> Iterator[Any]:  # fmt: skip
     """A daphne on the test database and the Coordinator's side (``tests.worker.portal.Portal``)."""

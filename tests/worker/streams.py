@@ -1,1085 +1,553 @@
-"""Realistic Event streams for the Worker tests and ``bench/replay.py``.
+"""Signed MWP 0.1 Event streams for the Worker tests and ``bench/replay.py``.
 
-``World(seed)`` is a small model of the Group Authority: an Organization with
-its administrative Group and Mission Groups, Agents (an owner, a coordinator
-and workers, one of them ``ME``, the Worker under test), and WorkItems driven
-through the transition table of ``workitems/state_machine.py`` by the rules of
-``workitems/handlers/``: offers to candidate sets, acceptance with a new
-Ownership Epoch, execution Approvals, leases with renewals, checkpoints with
-usage charges, blocking, submissions with Evidence, retries within the
-contract, expiry by the system actor, session replacement revoking leases in
-other Groups, child Missions propagating to their parent WorkItem, Mission
-terminal states, archival with a final snapshot, snapshots and tombstones.
+``World(seed)`` is a small model of a Group Authority: an Organization with
+its administrative Group and Mission Groups, Agents (a coordinator and
+workers, one of them ``ME``, the Worker under test), and WorkItems driven
+through their lifecycle: offers to candidate sets, acceptance with a new
+Ownership Epoch and a start-by deadline, execution Approvals, leases with
+renewals, checkpoints, blocking, submissions, retries, expiry, session
+replacement revoking leases, usage records, cancellations, Memberships,
+snapshots and tombstones, and Events the Worker does not fold.
 
-Every Event has the server's wire shape and body (``missions/authority.py``
-``_append``; the handlers' ``Emit`` bodies) and is hash-chained with
-``mwportal.protocol.event_hash``: the generator shares no code with
-``mwworker``. ``World.snapshot_state(group)`` is ``missions.snapshots
-.group_state`` of the model, so snapshot documents can be signed for any
-sequence the generator recorded.
+Every payload comes from the catalogue (``mwportal.protocol.catalogue``): a
+kind's published example, with the members this World decides written over
+it, validated against the kind's schema before the Event is signed
+(``payload``). There is no third copy of any Event body here: a payload the
+catalogue refuses fails the generator, and a kind it lacks cannot be built.
+Every Event is a normative Group Event document signed by the World's Group
+Authority key with ``mwportal.protocol.eventdoc.build_event``
+(``Authority.verifier()`` is the Worker's verifier of them).
 
-Deterministic: the same seed gives the same stream, byte for byte.
+Deterministic: the same seed gives the same stream, byte for byte (the Group
+Authority's key is derived from the seed, so a cached stream verifies with
+``Authority.for_seed(seed).verifier()``).
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
+import copy
 import json
 import random
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from mwportal.protocol import GENESIS_HASH, SYSTEM_ACTOR, event_hash, format_time
-from mwportal.protocol.snapshot import build_snapshot
+from mwportal.protocol import catalogue, eventdoc, jcs
+from mwportal.protocol.catalogue import PROJECT
+from mwportal.protocol.catalogue import examples as ex
+from mwportal.protocol.command import Key, format_timestamp
+from mwportal.protocol.verification import sign_document
+from mwworker.events import EventVerifier, KeyCache
 
 Event = dict[str, Any]
 
-ME = "0000beef-0000-4000-8000-00000000beef"  # Wanda, the Worker under test
-START_BY = timedelta(seconds=900)  # mwportal/settings.py defaults
+ME = "urn:uuid:0000beef-0000-4000-8000-00000000beef"  # Wanda, the Worker under test
+OTHERS = ("urn:uuid:0000cafe-0000-4000-8000-00000000cafe", "urn:uuid:0000f00d-0000-4000-8000-00000000f00d")
+COORDINATOR = "urn:uuid:0000c00d-0000-4000-8000-00000000c00d"
+START_BY = timedelta(seconds=900)
 LEASE = timedelta(seconds=300)
-BLOCKED_LEASE = timedelta(seconds=86400)
-BUDGET_DIMENSIONS = ("financial", "tokens", "tool_calls", "compute_seconds", "wall_clock_seconds", "side_effects")
-DEFAULT_POLICY = {
-    "classes": {"critical": 8, "high": 4, "normal": 2, "low": 1},
-    "default_class": "normal",
-    "groups": {},
-    "aging_seconds": 300,
-}
-OFFERABLE = ("open", "offered", "queued", "active", "blocked", "failed")
-ENDABLE = ("open", "offered", "queued", "active", "blocked", "submitted")
-CHILDABLE = ("open", "offered", "queued", "active", "blocked")
-SATISFIED = {
-    "verified": {"verified"},
-    "submitted": {"submitted", "verified"},
-    "terminal": {"verified", "failed", "cancelled"},
-}
-GOALS = ("Summarise the survey", "Translate the brief", "Clean the dataset", "Draft the release notes", "Review the PR")
-CAPABILITIES = ("summarize", "translate", "etl", "writing", "code-review")
+VALID_FROM = "2026-01-01T00:00:00Z"
+ORG = "urn:uuid:00000000-0000-4000-8000-0000000000f1"  # every World's Organization
+CAPABILITIES = (("text.summarize", "1.2.0"), ("text.translate", "2.0.0"), ("data.clean", "1.0.0"))
+GOALS = ("Summarise the survey", "Translate the brief", "Clean the dataset", "Draft the release notes")
+DROP = object()  # a member of the catalogue example this payload leaves out
 
 
-def system_action_id(*parts: object) -> str:
-    """``missions.authority.system_action_id``."""
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, "mwp:system:" + ":".join(str(p) for p in parts)))
+def _merge(base: Any, over: Any) -> Any:
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = dict(base)
+        for name, value in over.items():
+            if value is DROP:
+                out.pop(name, None)
+            else:
+                out[name] = _merge(base.get(name), value)
+        return out
+    return copy.deepcopy(over)
 
 
-@dataclass
-class Lease:
-    id: str
-    agent: str
-    session_epoch: int
-    expires_at: datetime
-    renewals: int = 0
+def payload(kind: str, **members: Any) -> dict[str, Any]:
+    """The catalogue's example payload of ``kind`` with ``members`` written over
+    it (nested objects merged; ``DROP`` removes one), refused unless the
+    catalogue's schema accepts the result."""
+    example = catalogue.event(kind).examples[0]
+    out: dict[str, Any] = _merge(copy.deepcopy(example), members)
+    catalogue.validate_payload(kind, out)
+    return out
+
+
+def contract(rng: random.Random, *, version: int = 1, deps: list[str] | None = None, approval: bool = False,
+             deadline: str = "2027-01-09T17:00:00Z") -> dict[str, Any]:  # fmt: skip
+    """A Work Contract (``work-contract.schema.json``) from the catalogue's example one."""
+    cap = rng.choice(CAPABILITIES)
+    return _merge(
+        ex.work_contract(),
+        {
+            "contractVersion": version,
+            "goal": rng.choice(GOALS),
+            "requiredCapabilities": [{"id": cap[0], "version": cap[1]}],
+            "dependencyWorkItemIds": list(deps or []),
+            "deadline": deadline,
+            "requestedUrgency": rng.choice(("routine", "normal", "high", "critical")),
+            "executionApproval": "human_required" if approval else "not_required",
+            "sideEffectRisk": "external" if approval else "none",
+        },
+    )
+
+
+@dataclass(frozen=True)
+class Authority:
+    """The World's Organization and its Group Authority service Principal and key."""
+
+    org: str
+    principal: dict[str, str]
+    key: Key
+
+    @classmethod
+    def for_seed(cls, seed: int) -> Authority:
+        rng = random.Random(f"authority-{seed}")
+        ident = lambda: "urn:uuid:" + str(uuid.UUID(int=rng.getrandbits(128), version=4))  # noqa: E731
+        principal, key_id = ident(), ident()
+        return cls(ORG, {"type": "service", "id": principal}, Key(key_id, rng.randbytes(32)))
+
+    def binding(self) -> dict[str, Any]:
+        """The key binding as ``GET /api/v0.1/keys/{keyId}`` serves it (DESIGN §5)."""
+        return {"keyId": self.key.key_id, "principal": self.principal, "algorithm": "Ed25519",
+                "publicKey": self.key.public_key, "validFrom": VALID_FROM}  # fmt: skip
+
+    def verifier(self) -> EventVerifier:
+        return verifier(self)
+
+
+def verifier(*authorities: Authority | int) -> EventVerifier:
+    """A Worker's verifier knowing the Group Authority keys of these Worlds (by seed or Authority)."""
+    keys = KeyCache(ORG)
+    for a in authorities:
+        keys.add((a if isinstance(a, Authority) else Authority.for_seed(a)).binding())
+    return EventVerifier(keys)
 
 
 @dataclass
 class Item:
-    """The model of ``workitems.models.WorkItem``."""
-
     id: str
     contract: dict[str, Any]
-    dependencies: dict[str, str]
+    conversation: str
     state: str = "open"
-    revision: int = 1
-    contract_revision: int = 1
-    accepted_contract_revision: int | None = None
-    approved_contract_revision: int | None = None
+    revision: int = 0
     owner: str | None = None
     ownership_epoch: int = 0
-    start_by: datetime | None = None
-    owner_expires_at: datetime | None = None
-    attempt: int = 0
-    needs_new_attempt: bool = True
-    retry_not_before: datetime | None = None
-    usage: dict[str, Any] = field(default_factory=dict)
-    checkpoint_count: int = 0
-    lease: Lease | None = None
-    offers: dict[str, int] = field(default_factory=dict)  # open offers: agent -> contract revision
-    offer_expires_at: datetime | None = None
-    child_mission: str | None = None
-    child_failure_policy: str = ""
-    old_leases: list[tuple[str, str, int]] = field(default_factory=list)  # (agent, lease id, epoch)
+    start_by: str | None = None
+    lease: dict[str, Any] | None = None
+    candidates: list[str] = field(default_factory=list)
+    offer_expires_at: str | None = None
+    approved: int | None = None  # the contract version an execution Approval was granted for
 
 
 @dataclass
 class Group:
     id: str
-    kind: str
-    owner: str | None = None
-    revision: int = 1
-    last_sequence: int = 0
-    head_hash: str = GENESIS_HASH
-    mission: dict[str, Any] | None = None
-    parent: tuple[str, str] | None = None
-    memberships: dict[str, dict[str, Any]] = field(default_factory=dict)
+    mission: str
+    kind: str = "mission"  # or "admin"
+    sequence: int = 0
+    revision: int = 0  # of its Mission, Group and Membership aggregates
+    other_revision: int = 0  # of the Messages, Artifacts and Organization it holds
+    joined: bool = False
+    usage: dict[str, int] = field(default_factory=dict)
     items: dict[str, Item] = field(default_factory=dict)
-    policy: dict[str, Any] = field(default_factory=dict)
+    my_roles: set[str] = field(default_factory=set)
+    membership_epoch: int = 0
+    status: str = "active"
+    mission_doc: dict[str, Any] = field(default_factory=dict)
+    policy: dict[str, Any] | None = None
     policy_revision: int = 0
-    quota: int = 10**9  # Events before the Mission winds down towards its final Approval
-    winding_down: bool = False
-    doomed_at: int | None = None  # the Event count at which the owner gives up (fail or cancel)
-    pending_members: list[tuple[str, list[str]]] = field(default_factory=list)
-    dead: bool = False
-    events: list[Event] = field(default_factory=list)
-    # (sequence, head_hash, state) at every snapshot the server took.
+    # (throughSequence, last Event ID, state) of each snapshot the World recorded.
     snapshots: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
+    last_event_id: str = ""
 
 
 class World:
-    """A deterministic Group Authority model producing hash-chained Events."""
+    """The Group Authority model: ``run(n)`` emits ``n`` signed Group Events."""
 
-    def __init__(self, seed: int, *, groups: int = 20, me: str = ME, child_missions: bool = True):
+    def __init__(self, seed: int, *, groups: int = 10) -> None:
         self.rng = random.Random(seed)
-        self.me = me
+        self.authority = Authority.for_seed(seed)
+        self.org = self.authority.org
         self.now = datetime(2026, 11, 29, 10, 0, 0, tzinfo=UTC)
-        self.max_groups = groups
-        self.child_missions = child_missions
-        self.stream: list[Event] = []
         self.groups: dict[str, Group] = {}
-        self.session_epoch: dict[str, int] = {}
-        self.org = self.uuid()
-        self.owner = self.uuid()
-        self.coordinator = self.uuid()
-        self.workers = [me] + [self.uuid() for _ in range(3)]
-        self.spare_workers: list[str] = []
-        self.admin = self._create_org()
-        roots = max(1, groups - 1 - (groups // 5 if child_missions else 0))
-        for _ in range(roots):
-            self._create_mission()
-
-    # --- plumbing -----------------------------------------------------------
+        self.events: list[Event] = []
+        self.group_count = groups
 
     def uuid(self) -> str:
-        return str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
+        return "urn:uuid:" + str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
 
-    def tick(self, low: float = 0.2, high: float = 2.0) -> None:
-        self.now += timedelta(seconds=round(self.rng.uniform(low, high), 3))
+    def time(self, after: timedelta = timedelta(0)) -> str:
+        return format_timestamp(self.now + after)
 
-    def emit(
-        self, g: Group, etype: str, agg: tuple[str, str, int], body: dict[str, Any], actor: str, action_id: str
-    ) -> Event:
-        """``_append`` of missions/authority.py: next sequence, hash chain, head and revision."""
-        event: Event = {
-            "event_id": self.uuid(),
-            "group": g.id,
-            "sequence": g.last_sequence + 1,
-            "type": etype,
-            "aggregate": {"kind": agg[0], "id": agg[1], "revision": agg[2]},
-            "actor": actor,
-            "action_id": action_id,
-            "occurred_at": format_time(self.now),
-            # Through JSON, as the server stores and serves it: no aliasing with the model.
-            "body": json.loads(json.dumps(body)),
-            "prev_hash": g.head_hash,
-        }
-        event["hash"] = event_hash(g.head_hash, event)
-        g.last_sequence, g.head_hash = event["sequence"], event["hash"]
-        if agg[0] == "group" and agg[1] == g.id:
-            g.revision = max(g.revision, agg[2])
-        g.events.append(event)
-        self.stream.append(event)
+    # --- emitting ----------------------------------------------------------------------
+
+    def emit(self, g: Group, kind: str, body: dict[str, Any], *, actor: dict[str, str] | None = None,
+             item: Item | None = None) -> Event:  # fmt: skip
+        """The next signed Event of ``g``; ``item``'s revision moves for a WorkItem kind."""
+        self.now += timedelta(seconds=self.rng.randint(1, 30))
+        g.sequence += 1
+        aggregate = catalogue.event(kind).aggregate
+        if item is not None and aggregate == "work_item":
+            item.revision += 1
+            revision = item.revision
+        elif aggregate in ("mission", "group", "membership"):
+            g.revision += 1
+            revision = g.revision
+        else:
+            g.other_revision += 1
+            revision = g.other_revision
+        event = eventdoc.build_event(
+            event_id=self.uuid(), kind=kind, actor=actor or self.authority.principal,
+            cause={"type": "command", "id": self.uuid()}, correlation_id=self.uuid(), occurred_at=self.now,
+            payload=body, accepted_by=self.authority.principal, key=self.authority.key, group_id=g.id,
+            sequence=g.sequence, aggregate_revision=revision, command_hash=jcs.sha256_hash(g.id.encode()),
+            work_item_id=item.id if item is not None else None,
+        )  # fmt: skip
+        g.last_event_id = event["eventId"]
+        self.events.append(event)
         return event
 
-    def group_ref(self, g: Group, bump: bool) -> tuple[str, str, int]:
-        return ("group", g.id, g.revision + 1 if bump else g.revision)
+    # --- the model -------------------------------------------------------------------
 
-    @staticmethod
-    def item_ref(item: Item) -> tuple[str, str, int]:
-        return ("workitem", item.id, item.revision)
-
-    def is_member(self, g: Group, agent: str, *roles: str) -> bool:
-        m = g.memberships.get(agent)
-        return bool(m and m["active"] and (not roles or set(roles) & set(m["roles"])))
-
-    def coordinator_of(self, g: Group) -> str:
-        return self.coordinator if self.is_member(g, self.coordinator, "coordinator", "owner") else str(g.owner)
-
-    # --- the administrative Group ------------------------------------------------
-
-    def _create_org(self) -> Group:
-        g = Group(id=self.uuid(), kind="admin", policy=dict(DEFAULT_POLICY))
+    def open_group(self, kind: str = "mission") -> Group:
+        g = Group(id=self.uuid(), mission=self.uuid(), kind=kind)
         self.groups[g.id] = g
-        body = {"organization": self.org, "slug": "acme", "name": "Acme", "policy": DEFAULT_POLICY}
-        self.emit(g, "org.created", ("group", g.id, 1), body, SYSTEM_ACTOR, self.uuid())
-        for agent, name, roles in [
-            (self.owner, "olivia", ["mission_owner"]),
-            (self.coordinator, "carl", ["coordinator"]),
-            *[(w, f"worker{i}", ["worker"]) for i, w in enumerate(self.workers)],
-        ]:
-            self._register(g, agent, name, roles)
-        for w in self.workers:
-            self._publish_card(g, w)
-        return g
-
-    def _register(self, g: Group, agent: str, name: str, roles: list[str]) -> None:
-        key = hashlib.sha256(agent.encode()).digest()
-        public_key = base64.urlsafe_b64encode(key).rstrip(b"=").decode()
-        body = {"agent": agent, "name": name, "kind": "agent", "org_roles": roles, "public_key": public_key}
-        self.emit(g, "agent.registered", ("agent", agent, 1), body, SYSTEM_ACTOR, self.uuid())
-        self.session_epoch[agent] = 0
-
-    def _publish_card(self, g: Group, agent: str) -> None:
-        version = sum(1 for e in g.events if e["type"] == "agent_card.published" and e["body"]["agent"] == agent) + 1
-        caps = [{"id": c, "version": "1.0"} for c in self.rng.sample(CAPABILITIES, 2)]
-        body = {"agent": agent, "version": version, "capabilities": caps, "max_concurrency": self.rng.randint(1, 4)}
-        self.emit(g, "agent_card.published", ("agent_card", agent, version), body, agent, self.uuid())
-
-    def _admin_actions(self, g: Group) -> list[tuple[float, Callable[[], None]]]:
-        actions: list[tuple[float, Callable[[], None]]] = [
-            (1.0, lambda: self._publish_card(g, self.rng.choice(self.workers))),
-            (1.0, lambda: self._set_policy(g)),
-            (1.5, lambda: self._open_session(self.rng.choice(self.workers))),
-        ]
-        if len(self.workers) < 8:
-            actions.append((0.5, lambda: self._new_worker(g)))
-        return actions
-
-    def _new_worker(self, g: Group) -> None:
-        agent = self.uuid()
-        self._register(g, agent, f"worker{len(self.workers)}", ["worker"])
-        self.workers.append(agent)
-        self.spare_workers.append(agent)
-
-    def _set_policy(self, g: Group) -> None:
-        policy = json.loads(json.dumps(g.policy))
-        mission_groups = [x.id for x in self.groups.values() if x.kind == "mission"]
-        target = self.rng.choice(mission_groups)
-        policy["groups"][target] = {"class": self.rng.choice(["low", "normal", "high", "critical"])}
-        if self.rng.random() < 0.5:
-            policy["groups"][target]["quota"] = self.rng.randint(1, 3)
-        g.policy, g.policy_revision = policy, g.policy_revision + 1
-        body = {"policy": policy, "revision": g.policy_revision}
-        self.emit(
-            g, "org.priority_policy_set", ("organization", self.org, g.policy_revision), body, self.owner, self.uuid()
-        )
-
-    def _open_session(self, agent: str) -> None:
-        """``agent.open_session``: fence older sessions; revoke active leases everywhere (MWP-WRK-014)."""
-        self.session_epoch[agent] += 1
-        epoch = self.session_epoch[agent]
-        action = self.uuid()
-        body = {"agent": agent, "session_epoch": epoch}
-        self.emit(self.admin, "agent.session_opened", ("agent", agent, epoch), body, agent, action)
-        for gid in sorted(self.groups):
-            g = self.groups[gid]
-            for iid in sorted(g.items):
-                item = g.items[iid]
-                if item.lease is None or item.lease.agent != agent or item.state != "active":
-                    continue
-                lease = self._end_lease(item)
-                item.state = "queued"
-                item.needs_new_attempt = True
-                item.start_by = self.now + START_BY
-                item.owner_expires_at = item.start_by
-                item.revision += 1
-                body = {"lease_id": lease.id, "agent": agent, "reason": "session replaced"}
-                self.emit(g, "work.lease_revoked", self.item_ref(item), body, agent, action)
-
-    # --- Missions and Memberships ------------------------------------------------
-
-    def _create_mission(
-        self,
-        *,
-        parent: tuple[str, str] | None = None,
-        owner: str | None = None,
-        ids: tuple[str, str] | None = None,
-        action: str | None = None,
-    ) -> Group:
-        owner = owner or self.owner
-        group_id, mission_id = ids or (self.uuid(), self.uuid())
-        if parent:
-            quota = self.rng.randint(40, 120)  # a child Mission finishes and reports to its parent
-        else:
-            quota = self.rng.randint(150, 600) if self.rng.random() < 0.3 else 10**9
-        g = Group(id=group_id, kind="mission", owner=owner, quota=quota)
-        self.groups[g.id] = g
-        budgets: dict[str, Any] = {"financial": 100000} if self.rng.random() < 0.5 else {}
-        g.mission = {
-            "id": mission_id,
-            "title": f"Mission {len(self.groups)}",
-            "objective": "Ship the quarterly report",
-            "status": "active",
-            "budgets": budgets,
-            "usage": {},
-        }
-        g.parent = parent
-        created: dict[str, Any] = {
-            "mission": mission_id,
-            "organization": self.org,
-            "title": g.mission["title"],
-            "objective": g.mission["objective"],
-            "budgets": budgets,
-        }
-        if parent:
-            created["parent"] = {"group": parent[0], "workitem": parent[1]}
-        g.memberships[owner] = {"roles": ["owner"], "epoch": 1, "active": True}
-        if parent is None:
-            self.tick()
-            g.pending_members = [(self.coordinator, ["coordinator"]), (self.me, ["worker"])]
-            g.pending_members += [(w, ["worker"]) for w in self.rng.sample(self.workers[1:4], 2)]
-        else:
-            g.pending_members = [(self.me, ["worker"]), (self.rng.choice(self.workers[1:4]), ["worker"])]
-        # A child Group's founding Events come with the parent's Command (Decision.also): same action.
-        action = action or self.uuid()
-        self.emit(g, "mission.created", ("group", g.id, 1), created, owner, action)
-        body = {"agent": owner, "roles": ["owner"], "membership_epoch": 1}
-        self.emit(g, "membership.added", ("group", g.id, 1), body, owner, action)
-        return g
-
-    def _add_member(self, g: Group, agent: str, roles: list[str]) -> None:
-        existing = g.memberships.get(agent)
-        epoch = existing["epoch"] + 1 if existing else 1
-        g.memberships[agent] = {"roles": roles, "epoch": epoch, "active": True}
-        self.tick()
-        body = {"agent": agent, "roles": roles, "membership_epoch": epoch}
-        self.emit(g, "membership.added", self.group_ref(g, True), body, str(g.owner), self.uuid())
-
-    def _membership_actions(self, g: Group) -> list[tuple[float, Callable[[], None]]]:
-        out: list[tuple[float, Callable[[], None]]] = []
-        outsiders = [w for w in self.workers if not self.is_member(g, w)]
-        if outsiders:
-            out.append((0.3, lambda: self._add_member(g, self.rng.choice(outsiders), ["worker"])))
-        others = [a for a in g.memberships if self.is_member(g, a) and a not in (g.owner, self.me, self.coordinator)]
-        mine = [a for a in g.memberships if self.is_member(g, a) and a not in (g.owner, self.coordinator)]
-        if mine:
-            out.append((0.3, lambda: self._set_roles(g, self.rng.choice(mine))))
-        if others:
-            out.append((0.15, lambda: self._remove(g, self.rng.choice(others))))
-        return out
-
-    def _set_roles(self, g: Group, agent: str) -> None:
-        m = g.memberships[agent]
-        m["roles"] = ["worker"] if "reviewer" in m["roles"] else ["worker", "reviewer"]
-        m["epoch"] += 1
-        self.tick()
-        body = {"agent": agent, "roles": m["roles"], "membership_epoch": m["epoch"]}
-        self.emit(g, "membership.roles_set", self.group_ref(g, True), body, str(g.owner), self.uuid())
-
-    def _remove(self, g: Group, agent: str) -> None:
-        m = g.memberships[agent]
-        m["active"], m["epoch"] = False, m["epoch"] + 1
-        self.tick()
-        body = {"agent": agent, "membership_epoch": m["epoch"]}
-        self.emit(g, "membership.removed", self.group_ref(g, True), body, str(g.owner), self.uuid())
-
-    # --- snapshots, tombstones, Mission terminal states -------------------------------
-
-    def snapshot_state(self, g: Group) -> dict[str, Any]:
-        """``missions.snapshots.group_state`` of the model."""
-        state: dict[str, Any] = {"kind": g.kind, "revision": g.revision}
-        state["mission"] = json.loads(json.dumps(g.mission)) if g.mission else None
-        state["memberships"] = [
-            {"agent": a, "roles": list(m["roles"]), "membership_epoch": m["epoch"], "active": m["active"]}
-            for a, m in sorted(g.memberships.items())
-        ]
-        if g.kind == "admin":
-            state["priority_policy"] = {"policy": json.loads(json.dumps(g.policy)), "revision": g.policy_revision}
-        state["workitems"] = [self._item_state(g.items[i]) for i in sorted(g.items)]
-        return json.loads(json.dumps(state))
-
-    @staticmethod
-    def _item_state(item: Item) -> dict[str, Any]:
-        return {
-            "id": item.id,
-            "state": item.state,
-            "revision": item.revision,
-            "contract": item.contract,
-            "contract_revision": item.contract_revision,
-            "accepted_contract_revision": item.accepted_contract_revision,
-            "owner": item.owner,
-            "ownership_epoch": item.ownership_epoch,
-            "start_by": format_time(item.start_by) if item.start_by else None,
-            "approved_contract_revision": item.approved_contract_revision,
-            "attempt": item.attempt,
-            "usage": item.usage,
-            "checkpoint_count": item.checkpoint_count,
-            "dependencies": [{"workitem": w, "policy": p} for w, p in sorted(item.dependencies.items())],
-        }
-
-    def _snapshot(self, g: Group, *, final: bool = False) -> None:
-        """The system Command ``group.snapshot``: sign the state at the head, then record it."""
-        from mwportal.protocol.snapshot import state_hash
-
-        state = self.snapshot_state(g)
-        g.snapshots.append((g.last_sequence, g.head_hash, state))
-        body = {"sequence": g.last_sequence, "head_hash": g.head_hash, "state_hash": state_hash(state), "final": final}
-        kind = "final-snapshot" if final else "snapshot"
-        parts = (kind, g.id) if final else (kind, g.id, g.last_sequence)
-        self.emit(g, "group.snapshot_taken", self.group_ref(g, False), body, SYSTEM_ACTOR, system_action_id(*parts))
-
-    def _redact(self, g: Group) -> None:
-        candidates = [e for e in g.events if e["type"] in ("work.checkpointed", "work.blocked")] or g.events
-        target = self.rng.choice(candidates)
-        body = {"sequence": target["sequence"], "event_id": target["event_id"], "reason": "personal data"}
-        self.emit(g, "event.redacted", self.group_ref(g, False), body, str(g.owner), self.uuid())
-
-    def _close_mission(self, g: Group, status: str) -> None:
-        assert g.mission is not None
-        etype = {"completed": "mission.approved", "failed": "mission.failed", "cancelled": "mission.cancelled"}[status]
-        action = self.uuid()
-        self.tick()
-        body: dict[str, Any] = {"mission": g.mission["id"]}
-        if status == "completed":
-            body["note"] = "all done"
-        else:
-            reason = "out of time" if status == "failed" else "no longer needed"
-            body["reason"] = reason
-            cause = f"mission {status}: {reason}"
-            for iid in sorted(g.items):
-                item = g.items[iid]
-                if item.state not in ENDABLE:
-                    continue
-                self._end(item, status)
-                item.revision += 1
-                if status == "failed":
-                    item_body: dict[str, Any] = {"reason": cause, "evidence": self._system_evidence(g, item, cause)}
-                    self.emit(g, "work.failed", self.item_ref(item), item_body, str(g.owner), action)
-                else:
-                    self.emit(g, "work.cancelled", self.item_ref(item), {"reason": cause}, str(g.owner), action)
-        g.mission["status"] = status
-        self.emit(g, etype, self.group_ref(g, True), body, str(g.owner), action)
-        if g.parent is not None:
-            self._to_parent(g, {"completed": "approved", "failed": "failed", "cancelled": "cancelled"}[status], action)
-
-    def _to_parent(self, child: Group, outcome: str, action: str) -> None:
-        assert child.parent is not None and child.mission is not None
-        parent = self.groups[child.parent[0]]
-        item = parent.items.get(child.parent[1])
-        if item is None or item.state != "blocked" or item.child_mission != child.mission["id"]:
-            return
-        if outcome == "approved":
-            item.state = "verified"
-            item.revision += 1
-            evidence = [self._evidence(item, str(child.owner), method="human", artifacts=[])[0]]
-            evidence[0]["summary"] = f"child Mission {child.mission['id']} received final Approval"
-            body: dict[str, Any] = {"child_mission": child.mission["id"], "evidence": evidence}
-            self.emit(parent, "work.child_approved", self.item_ref(item), body, str(child.owner), action)
-            return
-        to = "failed" if item.child_failure_policy == "fail_parent" else "blocked"
-        body = {"child_mission": child.mission["id"], "outcome": outcome, "state": to}
-        if to == "failed":
-            self._end(item, "failed")
-            body["evidence"] = self._system_evidence(parent, item, f"child Mission {child.mission['id']} {outcome}")
-        else:
-            item.child_mission = None
-        item.revision += 1
-        self.emit(parent, "work.child_failed", self.item_ref(item), body, str(child.owner), action)
-
-    def _archive(self, g: Group) -> None:
-        assert g.mission is not None
-        g.mission["status"] = "archived"
-        at = g.last_sequence + 1
-        body = {"mission": g.mission["id"], "final_snapshot_at": at}
-        self.emit(g, "mission.archived", self.group_ref(g, True), body, str(g.owner), self.uuid())
-        self._snapshot(g, final=True)
-        g.dead = True
-
-    # --- WorkItems ----------------------------------------------------------------
-
-    def _contract(self, g: Group) -> dict[str, Any]:
-        rng = self.rng
-        criteria = [
-            {"id": f"c{i}", "description": f"criterion {i}", "evidence_methods": [rng.choice(["test", "reviewer"])]}
-            for i in range(rng.randint(1, 3))
-        ]
-        existing = [i for i in g.items.values() if i.state not in ("failed", "cancelled")]
-        deps = [
-            {"workitem": d.id, "policy": rng.choice(["verified", "submitted", "terminal"])}
-            for d in rng.sample(existing, min(len(existing), rng.choice([0, 0, 0, 1, 2])))
-        ]
-        contract: dict[str, Any] = {
-            "goal": f"{rng.choice(GOALS)} #{rng.randint(1, 9999)}",
-            "deliverables": [f"out-{rng.randint(1, 99)}.md"],
-            "acceptance_criteria": criteria,
-            "inputs": [{"kind": "dataset", "ref": f"ds-{rng.randint(1, 99)}"}],
-            "dependencies": deps,
-            "allowed": {"tools": ["search"], "data": ["survey"], "operations": ["read"]},
-            "resources": {"memory_mb": rng.choice([256, 512, 1024])},
-            "capabilities": [{"id": rng.choice(CAPABILITIES), "version": "1.0"}],
-            "deadline": format_time(self.now + timedelta(days=rng.randint(1, 30))) if rng.random() < 0.5 else None,
-            "urgency": rng.choice(["low", "normal", "high", "critical"]),
-            "business_impact": rng.choice(["low", "medium", "high", "critical"]),
-            "budgets": {d: (rng.choice([None, 10**6]) if d != "financial" else 5000) for d in BUDGET_DIMENSIONS},
-            "retry": {
-                "max_attempts": rng.randint(1, 4),
-                "backoff_seconds": rng.choice([0, 5, 30]),
-                "backoff_multiplier": rng.choice([1, 1.5, 2]),
-                "deadline": None,
-                "max_cost": rng.choice([None, 4000]),
-            },
-            "risk": {
-                "class": rng.choice(["low", "medium", "high"]),
-                "requires_execution_approval": rng.random() < 0.25,
-            },
-        }
-        if rng.random() < 0.3:
-            contract["notes"] = "Prefer primary sources."
-        return contract
-
-    def _authorize(self, g: Group) -> None:
-        self.tick()
-        actor = self.coordinator_of(g)
-        proposal = None
-        if self.rng.random() < 0.15:
-            proposal = self.uuid()
-            contract = self._contract(g)
-            proposer = self.rng.choice([m for m in g.memberships if self.is_member(g, m)])
+        if kind == "admin":
             self.emit(
                 g,
-                "work.proposed",
-                ("proposal", proposal, 1),
-                {"proposal": proposal, "contract": contract},
-                proposer,
-                self.uuid(),
+                f"{PROJECT}.admin.organization_created",
+                payload(f"{PROJECT}.admin.organization_created", organizationId=self.org, slug="acme", name="Acme"),
             )
-        else:
-            contract = self._contract(g)
-        contract = {**contract, "revision": 1}
-        item = Item(
-            id=self.uuid(),
-            contract=contract,
-            dependencies={d["workitem"]: d["policy"] for d in contract["dependencies"]},
-        )
+            g.policy = {"classes": {"critical": 8, "high": 4, "normal": 2, "low": 1}, "aging_seconds": 300}
+            self.set_policy(g)
+            return g
+        g.mission_doc = _merge(ex.mission(), {
+            "missionId": g.mission, "groupId": g.id, "objective": self.rng.choice(GOALS),
+            "coordinator": {"agentId": COORDINATOR}, "createdAt": self.time(),
+        })  # fmt: skip
+        group_doc = _merge(ex.group(), {"groupId": g.id, "missionId": g.mission, "createdAt": self.time()})
+        self.emit(g, "mission.created", payload("mission.created", mission=g.mission_doc, group=group_doc))
+        self.join(g, "worker")
+        return g
+
+    def set_policy(self, g: Group) -> None:
+        assert g.policy is not None
+        g.policy_revision += 1
+        g.policy = {**g.policy, "aging_seconds": self.rng.choice((60, 300, 900))}
+        kind = f"{PROJECT}.scheduling.priority_policy_changed"
+        self.emit(g, kind, payload(kind, policy=g.policy, revision=g.policy_revision))
+
+    def membership(self, g: Group, member: str, role: str, state: str = "active") -> dict[str, Any]:
+        extra: dict[str, Any] = {"activatedAt": self.time()} if state == "active" else {"endedAt": self.time()}
+        return _merge(ex.membership(), {
+            "membershipId": self.uuid(), "missionId": g.mission, "groupId": g.id,
+            "member": {"type": "agent", "id": member}, "role": role, "state": state,
+            "membershipEpoch": g.membership_epoch, "grantedAt": self.time(), "activatedAt": DROP, **extra,
+        })  # fmt: skip
+
+    def join(self, g: Group, role: str) -> None:
+        g.membership_epoch += 1
+        g.my_roles.add(role)
+        g.joined = True
+        self.emit(g, "membership.changed", payload("membership.changed", membership=self.membership(g, ME, role)))
+
+    def leave(self, g: Group) -> None:
+        g.membership_epoch += 1
+        g.my_roles.clear()
+        self.emit(g, "membership.ended", payload(
+            "membership.ended", principal={"type": "agent", "id": ME}, reason="rotation",
+            membership=self.membership(g, ME, "worker", "ended")))  # fmt: skip
+
+    def authorize(self, g: Group) -> None:
+        deps = [i.id for i in g.items.values() if i.state != "cancelled"][:1] if self.rng.random() < 0.2 else []
+        item = Item(self.uuid(), contract(self.rng, deps=deps, approval=self.rng.random() < 0.2), self.uuid())
         g.items[item.id] = item
-        body = {"workitem": item.id, "contract": contract, "proposal": proposal}
-        self.emit(g, "work.authorized", self.item_ref(item), body, actor, self.uuid())
+        doc = _merge(ex.work_item(), {
+            "workItemId": item.id, "missionId": g.mission, "groupId": g.id, "conversationId": item.conversation,
+            "contract": item.contract, "createdBy": {"type": "agent", "id": COORDINATOR}, "createdAt": self.time(),
+        })  # fmt: skip
+        self.emit(g, "work.authorized", payload("work.authorized", workItem=doc), item=item)
 
-    def _end_lease(self, item: Item) -> Lease:
-        lease = item.lease
-        assert lease is not None
-        item.old_leases.append((lease.agent, lease.id, item.ownership_epoch))
-        item.lease = None
-        return lease
+    def lease_doc(self, g: Group, item: Item, kind: str, **members: Any) -> dict[str, Any]:
+        return _merge(ex.lease(kind), {
+            "leaseId": self.uuid(), "missionId": g.mission, "groupId": g.id, "holderAgentId": item.owner,
+            "issuedAt": self.time(), "startsAt": self.time(), "expiresAt": self.time(LEASE), "workItemId": item.id,
+            "ownershipEpoch": item.ownership_epoch, **members,
+        })  # fmt: skip
 
-    def _end(self, item: Item, state: str) -> None:
-        """``_end``: revoke the lease, withdraw offers, no owner."""
-        if item.lease is not None:
-            self._end_lease(item)
-        item.offers.clear()
-        item.state = state
-        item.owner, item.owner_expires_at, item.start_by = None, None, None
-
-    def owner_live(self, item: Item) -> bool:
-        return item.owner is not None and item.owner_expires_at is not None and item.owner_expires_at > self.now
-
-    def _evidence(
-        self,
-        item: Item,
-        producer: str,
-        *,
-        method: str = "test",
-        result: str = "pass",
-        artifacts: list[str] | None = None,
-    ) -> list[dict[str, Any]]:
-        sha = hashlib.sha256(f"{item.id}:{self.rng.random()}".encode()).hexdigest()
-        return [
-            {
-                "subject": item.id,
-                "criteria": [c["id"] for c in item.contract["acceptance_criteria"]],
-                "method": method,
-                "result": result,
-                "producer": producer,
-                "timestamp": format_time(self.now),
-                "artifacts": [sha] if artifacts is None else artifacts,
-                "summary": "checked against every criterion",
-            }
-        ]
-
-    def _system_evidence(self, g: Group, item: Item, summary: str) -> list[dict[str, Any]]:
-        return [
-            {
-                "subject": item.id,
-                "criteria": [c["id"] for c in item.contract["acceptance_criteria"]],
-                "method": "other",
-                "result": "fail",
-                "producer": item.owner or g.id,
-                "timestamp": format_time(self.now),
-                "artifacts": [],
-                "summary": summary,
-            }
-        ]
-
-    def _retry_allowed(self, item: Item) -> bool:
-        retry = item.contract["retry"]
-        if item.attempt >= retry["max_attempts"]:
-            return False
-        return retry["max_cost"] is None or item.usage.get("financial", 0) < retry["max_cost"]
-
-    def _backoff(self, item: Item) -> timedelta:
-        retry = item.contract["retry"]
-        return timedelta(seconds=retry["backoff_seconds"] * retry["backoff_multiplier"] ** max(item.attempt - 1, 0))
-
-    def _deps_met(self, g: Group, item: Item) -> bool:
-        return all(g.items[d].state in SATISFIED[p] for d, p in item.dependencies.items() if d in g.items)
-
-    def _item_actions(self, g: Group, item: Item) -> list[tuple[float, Callable[[], None]]]:
-        s = item.state
-        out: list[tuple[float, Callable[[], None]]] = []
-        add = out.append
-        reoffer = s != "failed" or not g.winding_down
-        if s in OFFERABLE and not self.owner_live(item) and item.child_mission is None and reoffer:
-            add(({"open": 2.0, "failed": 2.0, "offered": 0.2}.get(s, 1.0), lambda: self._offer(g, item)))
-        if s == "offered":
-            live_offers = [a for a in item.offers if self.is_member(g, a, "worker")]
-            if live_offers and item.offer_expires_at and item.offer_expires_at > self.now:
-                add((4.0, lambda: self._accept_offer(g, item, self.rng.choice(live_offers))))
-                add((0.5, lambda: self._decline_offer(g, item, self.rng.choice(live_offers))))
-        if s == "queued" and self.owner_live(item):
-            needs = item.contract["risk"]["requires_execution_approval"]
-            if needs and item.approved_contract_revision != item.contract_revision:
-                add((2.0, lambda: self._grant(g, item)))
-            elif (
-                item.accepted_contract_revision == item.contract_revision
-                and self.is_member(g, str(item.owner), "worker")
-                and self._deps_met(g, item)
-                and (not item.needs_new_attempt or self._retry_allowed(item))
-            ):
-                add((4.0, lambda: self._start(g, item)))
-        soon = self.now + timedelta(seconds=5)  # the expiry sweeper acts once a deadline has passed
-        if s == "queued" and item.owner is not None and item.owner_expires_at and item.owner_expires_at <= soon:
-            add((2.0, lambda: self._expire_start_by(g, item)))
-        if s == "active" and item.lease is not None:
-            if item.lease.expires_at > self.now and self.is_member(g, item.lease.agent, "worker"):
-                add((2.0, lambda: self._renew(g, item)))
-                add((3.0, lambda: self._checkpoint(g, item, block=False)))
-                add((0.6, lambda: self._checkpoint(g, item, block=True)))
-                add((2.5, lambda: self._submit(g, item)))
-                add((0.4, lambda: self._worker_fail(g, item)))
-            if item.lease.expires_at <= soon:
-                add((2.0, lambda: self._expire_lease(g, item)))
-        if s == "blocked" and item.child_mission is None:
-            add((2.0, lambda: self._unblock(g, item)))
-            if item.owner is not None:
-                add((0.05, lambda: self._expire_blocked(g, item)))
-        if s == "submitted":
-            add((4.0, lambda: self._accept_result(g, item)))
-        if s in ENDABLE and item.child_mission is None:
-            add((0.04, lambda: self._coordinator_end(g, item, "failed")))
-            add((0.03, lambda: self._coordinator_end(g, item, "cancelled")))
-        if s in CHILDABLE and self.child_missions and len(self.groups) < self.max_groups and not g.winding_down:
-            add((0.1, lambda: self._create_child(g, item)))
-        if item.old_leases and s in ("queued", "offered", "open", "active"):
-            add((0.05, lambda: self._late_result(g, item)))
-        return out
-
-    def _offer(self, g: Group, item: Item) -> None:
-        self.tick()
-        actor = self.coordinator_of(g)
-        workers = [a for a in g.memberships if self.is_member(g, a, "worker")]
-        if not workers:
-            return
-        k = self.rng.randint(1, min(3, len(workers)))
-        agents = self.rng.sample(workers, k)
-        if self.me in workers and self.me not in agents and self.rng.random() < 0.4:
-            agents[0] = self.me
-        action = self.uuid()
-        if item.owner is not None:
-            fenced = item.owner
-            if item.lease is not None:
-                self._end_lease(item)
-            item.owner, item.owner_expires_at, item.start_by = None, None, None
-            item.revision += 1
-            body: dict[str, Any] = {"agent": fenced, "ownership_epoch": item.ownership_epoch}
-            self.emit(g, "work.owner_fenced", self.item_ref(item), body, actor, action)
-        new_contract = None
-        changed = False
-        if self.rng.random() < 0.12:
-            new_contract = {k: v for k, v in item.contract.items() if k != "revision"}
-            if self.rng.random() < 0.5:
-                new_contract["goal"] = new_contract["goal"] + " (revised)"
-                item.contract_revision += 1
-                item.accepted_contract_revision = None
-                changed = True
+    def step_item(self, g: Group, item: Item) -> None:  # noqa: C901 (one branch per state, as the table)
+        rng, wid = self.rng, item.id
+        if item.state in ("open", "queued") and rng.random() < 0.04:
+            kind = "work.contract.revised"
+            version = item.contract["contractVersion"] + 1
+            item.contract = {**item.contract, "contractVersion": version}
+            self.emit(g, kind, payload(kind, workItemId=wid, revision=version, contract=item.contract,
+                                       dependencyId=DROP), item=item)  # fmt: skip
+        elif item.state == "blocked" and rng.random() < 0.1:
+            self.emit(g, "mission.child.created", payload(
+                "mission.child.created", parentMissionId=g.mission, parentWorkItemId=wid,
+                childMissionId=self.uuid(), childGroupId=self.uuid()))  # fmt: skip
+        elif (item.state == "open" and rng.random() < 0.7) or (item.state == "offered" and rng.random() < 0.1):
+            pool = [ME, *OTHERS]
+            item.candidates = sorted(rng.sample(pool, rng.randint(1, 3)))
+            item.state, item.offer_expires_at = "offered", self.time(timedelta(minutes=10))
+            self.emit(
+                g,
+                "work.offer.created",
+                payload(
+                    "work.offer.created",
+                    workItemId=wid,
+                    candidateAgentIds=item.candidates,
+                    offerExpiresAt=item.offer_expires_at,
+                    contractVersion=item.contract["contractVersion"],
+                ),
+                item=item,
+            )
+        elif item.state == "offered" and ME in item.candidates and rng.random() < 0.15:
+            item.candidates.remove(ME)
+            kind = f"{PROJECT}.work.offer_declined"
+            self.emit(g, kind, payload(kind, workItemId=wid, agentId=ME, reason="capacity"), item=item)
+        elif item.state == "offered" and item.candidates:
+            item.owner = ME if ME in item.candidates and rng.random() < 0.7 else rng.choice(item.candidates)
+            item.ownership_epoch += 1
+            item.state, item.start_by, item.candidates = "queued", self.time(START_BY), []
+            lease = self.lease_doc(g, item, "ownership", startBy=item.start_by, expiresAt=self.time(START_BY))
+            self.emit(g, "work.offer.accepted", payload(
+                "work.offer.accepted", workItemId=wid, assigneeId=item.owner, ownershipEpoch=item.ownership_epoch,
+                ownershipLeaseExpiresAt=lease["expiresAt"], ownershipLease=lease,
+                contractVersion=item.contract["contractVersion"]), actor={"type": "agent", "id": item.owner},
+                item=item)  # fmt: skip
+        elif (item.state == "queued" and item.contract["executionApproval"] != "not_required"
+              and item.approved != item.contract["contractVersion"]):  # fmt: skip
+            item.approved = item.contract["contractVersion"]
+            approval = _merge(ex.approval("work_execution"), {
+                "approvalId": self.uuid(), "missionId": g.mission, "groupId": g.id, "workItemId": wid,
+                "occurredAt": self.time()})  # fmt: skip
+            self.emit(
+                g,
+                "approval.execution.granted",
+                payload(
+                    "approval.execution.granted",
+                    approval=approval,
+                    ownershipEpoch=item.ownership_epoch,
+                    expiresAt=self.time(LEASE),
+                    contractVersion=item.contract["contractVersion"],
+                ),
+                item=item,
+            )
+        elif item.state == "queued" and rng.random() < 0.1:
+            kind = f"{PROJECT}.work.ownership_fenced"
+            item.owner, item.start_by, item.state = None, None, "open"
+            self.emit(g, kind, payload(kind, workItemId=wid, ownershipEpoch=item.ownership_epoch,
+                                       reason="start_by_missed"), item=item)  # fmt: skip
+            # The fenced WorkItem is offered again: the fold keeps its state, the model re-offers.
+            item.state = "offered" if rng.random() < 0.5 else "open"
+            if item.state == "offered":
+                item.candidates = [ME]
+                self.emit(
+                    g,
+                    "work.offer.created",
+                    payload(
+                        "work.offer.created",
+                        workItemId=wid,
+                        candidateAgentIds=[ME],
+                        offerExpiresAt=self.time(timedelta(minutes=10)),
+                    ),
+                    item=item,
+                )
+                item.offer_expires_at = self.events[-1]["payload"]["offerExpiresAt"]
             else:
-                new_contract["notes"] = "Clarified: prose only."
-            item.contract = {**new_contract, "revision": item.contract_revision}
-        item.offers = {a: item.contract_revision for a in agents}
-        item.offer_expires_at = self.now + timedelta(hours=1)
-        item.state = "offered"
-        item.revision += 1
-        basis = {
-            "capability_matches": ["summarize@1.0"],
-            "authorization_eligibility": True,
-            "availability_estimate": "now",
-            "expected_cost": 3,
-            "reliability_evidence": [],
-            "policy_rules": ["default"],
-        }
-        body = {
-            "agents": agents,
-            "expires_at": format_time(item.offer_expires_at),
-            "selection_basis": basis,
-            "contract_revision": item.contract_revision,
-        }
-        if new_contract is not None:
-            body["contract"] = item.contract
-            body["contract_changed"] = changed
-        self.emit(g, "work.offered", self.item_ref(item), body, actor, action)
+                self.emit(g, "work.unblocked", payload("work.unblocked", workItemId=wid, status="open",
+                                                       startBy=DROP, resolution=DROP), item=item)  # fmt: skip
+        elif item.state == "queued":
+            item.state, item.start_by = "active", None
+            item.lease = self.lease_doc(g, item, "execution")
+            self.emit(g, "work.started", payload(
+                "work.started", workItemId=wid, ownershipEpoch=item.ownership_epoch, executionLease=item.lease,
+                executionLeaseExpiresAt=item.lease["expiresAt"]), actor={"type": "agent", "id": item.owner or ME},
+                item=item)  # fmt: skip
+        elif item.state == "active":
+            self.step_active(g, item)
+        elif item.state == "blocked":
+            status = "queued" if rng.random() < 0.7 else "open"
+            item.state, item.start_by = status, (self.time(START_BY) if status == "queued" else None)
+            if status == "open":
+                item.owner = None
+            self.emit(
+                g,
+                "work.unblocked",
+                payload("work.unblocked", workItemId=wid, status=status, startBy=item.start_by or DROP),
+                item=item,
+            )
+        elif item.state == "submitted":
+            if rng.random() < 0.2:
+                kind = f"{PROJECT}.work.late_result_recorded"
+                self.emit(g, kind, payload(kind, workItemId=wid, ownershipEpoch=item.ownership_epoch), item=item)
+            else:
+                item.state = "verified"
+                self.emit(g, "work.result.accepted", payload("work.result.accepted", workItemId=wid), item=item)
 
-    def _accept_offer(self, g: Group, item: Item, agent: str) -> None:
-        self.tick()
-        withdrawn = sorted(a for a in item.offers if a != agent)
-        item.offers.clear()
-        item.ownership_epoch += 1
-        item.owner = agent
-        item.start_by = self.now + START_BY
-        item.owner_expires_at = item.start_by
-        item.accepted_contract_revision = item.contract_revision
-        item.state = "queued"
-        item.revision += 1
-        basis = {
-            "capability_matches": ["summarize@1.0"],
-            "authorization_eligibility": True,
-            "availability_estimate": "now",
-            "expected_cost": 3,
-            "reliability_evidence": [],
-            "policy_rules": ["default"],
-        }
-        body = {
-            "agent": agent,
-            "ownership_epoch": item.ownership_epoch,
-            "start_by": format_time(item.start_by),
-            "contract_revision": item.contract_revision,
-            "selection_basis": basis,
-            "withdrawn": withdrawn,
-        }
-        self.emit(g, "work.offer_accepted", self.item_ref(item), body, agent, self.uuid())
-
-    def _decline_offer(self, g: Group, item: Item, agent: str) -> None:
-        self.tick()
-        del item.offers[agent]
-        reason = self.rng.choice(["capacity", "deadline", "capability", "authorization", "dependency", "budget"])
-        body = {"agent": agent, "reason": reason, "detail": ""}
-        self.emit(g, "work.offer_declined", self.item_ref(item), body, agent, self.uuid())
-
-    def _grant(self, g: Group, item: Item) -> None:
-        self.tick()
-        item.approved_contract_revision = item.contract_revision
-        item.revision += 1
-        body = {"workitem": item.id, "contract_revision": item.contract_revision, "note": "approved"}
-        self.emit(g, "approval.execution_granted", self.item_ref(item), body, str(g.owner), self.uuid())
-
-    def _start(self, g: Group, item: Item) -> None:
-        self.tick()
-        assert item.owner is not None
-        if item.retry_not_before is not None and item.retry_not_before > self.now:
-            self.now = item.retry_not_before + timedelta(seconds=1)  # waited out the backoff
-            if not self.owner_live(item):
-                return
-        if item.needs_new_attempt:
-            item.attempt += 1
-            item.needs_new_attempt = False
-        lease = Lease(self.uuid(), item.owner, self.session_epoch[item.owner], self.now + LEASE)
-        item.lease = lease
-        item.state = "active"
-        item.owner_expires_at = lease.expires_at
-        item.revision += 1
-        body = {
-            "agent": item.owner,
-            "lease_id": lease.id,
-            "ownership_epoch": item.ownership_epoch,
-            "session_epoch": lease.session_epoch,
-            "lease_expires_at": format_time(lease.expires_at),
-            "attempt": item.attempt,
-        }
-        self.emit(g, "work.started", self.item_ref(item), body, item.owner, self.uuid())
-
-    def _renew(self, g: Group, item: Item) -> None:
-        self.tick()
+    def step_active(self, g: Group, item: Item) -> None:
+        rng, wid = self.rng, item.id
         assert item.lease is not None
-        item.lease.expires_at = self.now + LEASE
-        item.lease.renewals += 1
-        item.owner_expires_at = item.lease.expires_at
-        body = {
-            "lease_id": item.lease.id,
-            "lease_expires_at": format_time(item.lease.expires_at),
-            "renewal": item.lease.renewals,
-        }
-        self.emit(g, "work.lease_renewed", self.item_ref(item), body, item.lease.agent, self.uuid())
-
-    def _charge(self, g: Group, item: Item) -> dict[str, Any]:
-        """``charge_usage``: a delta within the WorkItem and Mission budgets, or none."""
-        if self.rng.random() < 0.4:
-            return {}
-        usage = {"tokens": self.rng.randint(100, 5000), "tool_calls": self.rng.randint(0, 5)}
-        if self.rng.random() < 0.5:
-            usage["financial"] = self.rng.choice([0.25, 0.5, 1.75, 3])
-        usage = {k: v for k, v in usage.items() if v}
-        budgets = item.contract["budgets"]
-        new_item = {
-            d: item.usage.get(d, 0) + usage.get(d, 0)
-            for d in BUDGET_DIMENSIONS
-            if item.usage.get(d, 0) + usage.get(d, 0)
-        }
-        if any(budgets.get(d) is not None and t > budgets[d] for d, t in new_item.items()):
-            return {}
-        assert g.mission is not None
-        mission_usage = dict(g.mission["usage"])
-        for d, v in usage.items():
-            mission_usage[d] = mission_usage.get(d, 0) + v
-            if g.mission["budgets"].get(d) is not None and mission_usage[d] > g.mission["budgets"][d]:
-                return {}
-        item.usage = new_item
-        g.mission["usage"] = mission_usage
-        return {"delta": usage, "workitem_total": new_item}
-
-    def _checkpoint(self, g: Group, item: Item, *, block: bool) -> None:
-        self.tick(1, 30)
-        assert item.lease is not None
-        lease = self._end_lease(item)
-        usage = self._charge(g, item)
-        item.checkpoint_count += 1
-        progress = {
-            "phase": self.rng.choice(["reading", "drafting", "checking"]),
-            "milestones": ["read inputs"],
-            "next_checkpoint": "outline",
-            "blockers": [],
-            "estimate": {"remaining_seconds": self.rng.randint(60, 3600), "confidence": 0.7},
-            "evidence": [],
-        }
-        body: dict[str, Any] = {
-            "lease_id": lease.id,
-            "checkpoint_number": item.checkpoint_count,
-            "checkpoint": {"step": item.checkpoint_count, "cursor": self.rng.randint(0, 10**6)},
-            "progress": progress,
-            "usage": usage,
-        }
-        if block:
-            body["resolution_required"] = "Need access to the archive"
-            item.state = "blocked"
-            item.owner_expires_at = self.now + BLOCKED_LEASE
-            etype = "work.blocked"
+        leased = {"workItemId": wid, "ownershipEpoch": item.ownership_epoch}
+        roll = rng.random()
+        owner = {"type": "agent", "id": item.owner or ME}
+        if roll < 0.2:
+            item.lease = {**item.lease, "expiresAt": self.time(LEASE), "renewalCount": item.lease["renewalCount"] + 1,
+                          "lastRenewedAt": self.time()}  # fmt: skip
+            self.emit(g, "work.progressed", payload("work.progressed", **leased, executionLease=item.lease,
+                                                    executionLeaseExpiresAt=item.lease["expiresAt"]),
+                      actor=owner, item=item)  # fmt: skip
+        elif roll < 0.3:
+            kind = "ext.missionweaveprotocol.core.resource_usage_recorded"
+            used = rng.randint(100, 2000)
+            g.usage["modelTokens"] = g.usage.get("modelTokens", 0) + used
+            self.emit(g, kind, payload(kind, **leased, executionLeaseId=item.lease["leaseId"],
+                                       usageDelta={"modelTokens": used}, cumulativeUsage={"modelTokens": used},
+                                       remainingBudget={"modelTokens": 100000}), actor=owner, item=item)  # fmt: skip
+        elif roll < 0.5:
+            item.state, item.lease, item.start_by = "queued", None, self.time(START_BY)
+            checkpoint = {**ex.checkpoint(), "createdAt": self.time()}
+            self.emit(g, "work.checkpointed", payload(
+                "work.checkpointed", workItemId=wid, checkpoint=checkpoint, ownershipLeaseExpiresAt=item.start_by,
+                startBy=item.start_by), actor=owner, item=item)  # fmt: skip
+        elif roll < 0.6:
+            item.state, item.lease = "blocked", None
+            self.emit(g, "work.blocked", payload(
+                "work.blocked", workItemId=wid, reason="needs the appendix",
+                checkpoint={**ex.checkpoint(), "createdAt": self.time()}), actor=owner, item=item)  # fmt: skip
+        elif roll < 0.75:
+            item.state, item.lease = "submitted", None
+            self.emit(g, "work.submitted", payload("work.submitted", workItemId=wid), actor=owner, item=item)
+        elif roll < 0.82:
+            kind = f"{PROJECT}.work.attempt_failed"
+            item.state, item.lease, item.start_by = "queued", None, self.time(START_BY + LEASE)
+            self.emit(g, kind, payload(kind, workItemId=wid, reason="timeout", attempt=1,
+                                       retryNotBefore=self.time(LEASE), startBy=item.start_by), item=item)  # fmt: skip
+        elif roll < 0.88:
+            kind = f"{PROJECT}.work.lease_expired"
+            item.state, item.start_by = "queued", self.time(START_BY)
+            self.emit(g, kind, payload(kind, workItemId=wid, ownershipEpoch=item.ownership_epoch,
+                                       leaseType="execution", leaseId=item.lease["leaseId"], status="queued",
+                                       startBy=item.start_by), item=item)  # fmt: skip
+            item.lease = None
+        elif roll < 0.94:
+            kind = "ext.missionweaveprotocol.core.work_execution_lease_revoked"
+            self.emit(g, kind, payload(kind, workItemId=wid, executionLeaseId=item.lease["leaseId"],
+                                       reason="session_replaced", status="queued", sessionEpoch=2,
+                                       agentId=item.owner or ME), item=item)  # fmt: skip
+            item.state, item.lease, item.start_by = "queued", None, None
+        elif roll < 0.97:
+            item.state, item.lease, item.owner, item.start_by = "failed", None, None, None
+            self.emit(g, "work.failed", payload("work.failed", workItemId=wid, evidence=DROP), item=item)
         else:
-            item.state = "queued"
-            item.start_by = self.now + START_BY
-            item.owner_expires_at = item.start_by
-            etype = "work.checkpointed"
-        item.revision += 1
-        self.emit(g, etype, self.item_ref(item), body, lease.agent, self.uuid())
+            item.state, item.lease, item.owner, item.start_by = "cancelled", None, None, None
+            self.emit(g, "work.cancelled", payload("work.cancelled", workItemId=wid), item=item)
 
-    def _unblock(self, g: Group, item: Item) -> None:
-        self.tick()
-        if self.owner_live(item):
-            item.state = "queued"
-            item.start_by = self.now + START_BY
-            item.owner_expires_at = item.start_by
-        else:
-            item.state = "open"
-            item.owner, item.owner_expires_at, item.start_by = None, None, None
-        item.revision += 1
-        body = {"resolution": "Access granted", "state": item.state}
-        self.emit(g, "work.unblocked", self.item_ref(item), body, self.coordinator_of(g), self.uuid())
-
-    def _submit(self, g: Group, item: Item) -> None:
-        self.tick(1, 30)
-        assert item.lease is not None
-        lease = self._end_lease(item)
-        usage = self._charge(g, item)
-        evidence = self._evidence(item, lease.agent)
-        item.state = "submitted"
-        item.owner_expires_at = None
-        item.revision += 1
-        body = {"lease_id": lease.id, "artifacts": evidence[0]["artifacts"], "evidence": evidence, "usage": usage}
-        self.emit(g, "work.submitted", self.item_ref(item), body, lease.agent, self.uuid())
-
-    def _accept_result(self, g: Group, item: Item) -> None:
-        self.tick()
-        item.state = "verified"
-        item.revision += 1
-        actor = self.coordinator_of(g)
-        body = {"evidence": self._evidence(item, actor, method="reviewer")}
-        self.emit(g, "work.result_accepted", self.item_ref(item), body, actor, self.uuid())
-
-    def _worker_fail(self, g: Group, item: Item) -> None:
-        self.tick()
-        assert item.lease is not None
-        agent = item.lease.agent
-        evidence = self._evidence(item, agent, result="fail")
-        body: dict[str, Any] = {"evidence": evidence, "attempt": item.attempt}
-        retryable = self.rng.random() < 0.7
-        if retryable and self._retry_allowed(item):
-            self._end_lease(item)
-            item.state = "queued"
-            item.needs_new_attempt = True
-            item.retry_not_before = self.now + self._backoff(item)
-            item.start_by = item.retry_not_before + START_BY
-            item.owner_expires_at = item.start_by
-            item.revision += 1
-            body = {
-                "evidence": evidence,
-                "attempt": item.attempt,
-                "retry_not_before": format_time(item.retry_not_before),
-                "reason": "failure reported",
-            }
-            self.emit(g, "work.attempt_failed", self.item_ref(item), body, agent, self.uuid())
-            return
-        if retryable:
-            body["reason"] = "retries exhausted: no attempts left"
-        self._end(item, "failed")
-        item.revision += 1
-        self.emit(g, "work.failed", self.item_ref(item), body, agent, self.uuid())
-
-    def _coordinator_end(self, g: Group, item: Item, state: str) -> None:
-        self.tick()
-        actor = self.coordinator_of(g)
-        self._end(item, state)
-        item.revision += 1
-        if state == "failed":
-            body: dict[str, Any] = {"evidence": self._evidence(item, actor, result="fail"), "attempt": item.attempt}
-            self.emit(g, "work.failed", self.item_ref(item), body, actor, self.uuid())
-        else:
-            self.emit(g, "work.cancelled", self.item_ref(item), {"reason": "superseded"}, actor, self.uuid())
-
-    def _expire_lease(self, g: Group, item: Item) -> None:
-        assert item.lease is not None
-        self.now = max(self.now, item.lease.expires_at + timedelta(seconds=1))
-        lease = self._end_lease(item)
-        action = system_action_id("expire-lease", lease.id)
-        if not self._retry_allowed(item):
-            self._end(item, "failed")
-            item.revision += 1
-            cause = "lease expired; all attempts are used"
-            body: dict[str, Any] = {
-                "evidence": self._system_evidence(g, item, cause),
-                "attempt": item.attempt,
-                "reason": "retries exhausted",
-            }
-            self.emit(g, "work.failed", self.item_ref(item), body, SYSTEM_ACTOR, action)
-            return
-        item.state = "queued"
-        item.needs_new_attempt = True
-        item.retry_not_before = self.now + self._backoff(item)
-        item.start_by = item.retry_not_before + START_BY
-        item.owner_expires_at = item.start_by
-        item.revision += 1
-        body = {
-            "lease_id": lease.id,
-            "ownership_epoch": item.ownership_epoch,
-            "attempt": item.attempt,
-            "start_by": format_time(item.start_by),
-        }
-        self.emit(g, "work.lease_expired", self.item_ref(item), body, SYSTEM_ACTOR, action)
-
-    def _expire_start_by(self, g: Group, item: Item) -> None:
-        assert item.owner is not None and item.owner_expires_at is not None
-        self.now = max(self.now, item.owner_expires_at + timedelta(seconds=1))
-        body = {"agent": item.owner, "ownership_epoch": item.ownership_epoch}
-        item.owner, item.owner_expires_at, item.start_by = None, None, None
-        item.revision += 1
-        action = system_action_id("expire-start-by", item.id, body["ownership_epoch"])
-        self.emit(g, "work.start_deadline_missed", self.item_ref(item), body, SYSTEM_ACTOR, action)
-
-    def _expire_blocked(self, g: Group, item: Item) -> None:
-        assert item.owner is not None and item.owner_expires_at is not None
-        if item.owner_expires_at - self.now > timedelta(hours=2):
-            item.owner_expires_at = self.now  # the model's shortcut: the blocked lease ran out early
-        self.now = max(self.now, item.owner_expires_at + timedelta(seconds=1))
-        body = {"agent": item.owner, "ownership_epoch": item.ownership_epoch}
-        item.owner, item.owner_expires_at, item.start_by = None, None, None
-        item.revision += 1
-        action = system_action_id("expire-blocked", item.id, body["ownership_epoch"])
-        self.emit(g, "work.blocked_lease_expired", self.item_ref(item), body, SYSTEM_ACTOR, action)
-
-    def _late_result(self, g: Group, item: Item) -> None:
-        agent, lease_id, _epoch = self.rng.choice(item.old_leases)
-        if item.lease is not None and item.lease.id == lease_id:
-            return
-        self.tick()
-        body = {
-            "agent": agent,
-            "lease_id": lease_id,
-            "artifacts": [],
-            "evidence": [],
-            "refused": "WORK_LEASE_EXPIRED",
-            "authoritative": False,
-        }
-        action = system_action_id("late-result", agent, self.uuid())
-        self.emit(g, "work.late_result_recorded", self.item_ref(item), body, SYSTEM_ACTOR, action)
-
-    def _create_child(self, g: Group, item: Item) -> None:
-        self.tick()
-        actor = self.coordinator_of(g)
-        if item.lease is not None:
-            self._end_lease(item)
-        item.offers.clear()
-        item.owner, item.owner_expires_at, item.start_by = None, None, None
-        item.state = "blocked"
-        policy = self.rng.choice(["fail_parent", "keep_blocked"])
-        item.child_failure_policy = policy
-        item.revision += 1
-        # The parent's Event first, then the child Group's founding Events
-        # (missions/authority.py appends decision.events before decision.also).
-        child_group, child_mission = self.uuid(), self.uuid()
-        item.child_mission = child_mission
-        action = self.uuid()
-        body = {"child_mission": child_mission, "child_group": child_group, "failure_policy": policy}
-        self.emit(g, "mission.child_created", self.item_ref(item), body, actor, action)
-        self._create_mission(parent=(g.id, item.id), owner=actor, ids=(child_group, child_mission), action=action)
-
-    # --- driving -------------------------------------------------------------------
-
-    def _group_actions(self, g: Group) -> list[tuple[float, Callable[[], None]]]:
+    def step_group(self, g: Group) -> None:
+        roll = self.rng.random()
         if g.kind == "admin":
-            return self._admin_actions(g)
-        assert g.mission is not None
-        out: list[tuple[float, Callable[[], None]]] = []
-        if g.pending_members:
-            return [(1.0, lambda: self._add_pending(g))]
-        status = g.mission["status"]
-        if status != "active":
-            if status in ("completed", "failed", "cancelled"):
-                return [(1.0, lambda: self._archive(g))]
-            return []
-        live = [i for i in g.items.values() if i.state not in ("verified", "cancelled", "failed")]
-        if not g.winding_down and len(live) < 6:
-            out.append((3.0 if len(live) < 2 else 1.0, lambda: self._authorize(g)))
+            self.set_policy(g)
+        elif roll < 0.2 and g.my_roles:
+            self.leave(g)
+        elif roll < 0.4:
+            self.join(g, self.rng.choice(("worker", "reviewer")))
+        elif roll < 0.6:
+            self.emit(g, "message.posted", payload("message.posted", messageId=self.uuid(), message=DROP))
+        elif roll < 0.8 and g.sequence > 3:
+            self.take_snapshot(g)
+        else:
+            kind = f"{PROJECT}.audit.event_redacted"
+            self.emit(g, kind, payload(kind, sequence=self.rng.randint(1, g.sequence), eventId=DROP))
+
+    def take_snapshot(self, g: Group) -> None:
+        state = self.snapshot_state(g)
+        g.snapshots.append((g.sequence, g.last_event_id, state))
+        self.emit(g, "group.snapshot.created", payload(
+            "group.snapshot.created", snapshotId=self.uuid(), throughSequence=g.sequence,
+            stateHash=jcs.sha256_hash(jcs.canonicalize(state))))  # fmt: skip
+
+    def snapshot_state(self, g: Group) -> dict[str, Any]:
+        """The state artifact a Group Snapshot commits to (``projection.SNAPSHOT_STATE_MEMBERS``)."""
+        memberships = [self.membership(g, ME, role) for role in sorted(g.my_roles)]
+        if g.joined and not g.my_roles:
+            memberships = [self.membership(g, ME, "worker", "ended")]
+        items = []
         for item in g.items.values():
-            out += self._item_actions(g, item)
-        out += self._membership_actions(g)
-        out.append((0.1, lambda: self._snapshot(g)))
-        if len(g.events) > 20:
-            out.append((0.05, lambda: self._redact(g)))
-        if g.winding_down and not [i for i in g.items.values() if i.state not in ("verified", "cancelled", "failed")]:
-            out = [(1.0, lambda: self._close_mission(g, "completed"))]
-        elif g.winding_down and (len(g.events) > g.quota * 2 or len(g.events) >= (g.doomed_at or 10**9)):
-            out = [(1.0, lambda: self._close_mission(g, self.rng.choice(["failed", "cancelled"])))]
-        return out
-
-    def _add_pending(self, g: Group) -> None:
-        agent, roles = g.pending_members.pop(0)
-        if not self.is_member(g, agent):
-            self._add_member(g, agent, roles)
-
-    def step(self) -> None:
-        alive = [g for g in self.groups.values() if not g.dead]
-        g = self.rng.choices(alive, weights=[0.3 if x.kind == "admin" else 1.0 for x in alive])[0]
-        if g.kind == "mission" and not g.winding_down and len(g.events) > g.quota:
-            g.winding_down = True
-            if self.rng.random() < 0.35:
-                g.doomed_at = len(g.events) + self.rng.randint(5, 30)
-        actions = self._group_actions(g)
-        if not actions:
-            self.tick()
-            return
-        weights = [w for w, _ in actions]
-        _, action = self.rng.choices(actions, weights=weights)[0]
-        action()
-        if len(self.groups) < self.max_groups and self.rng.random() < 0.002:
-            self._create_mission()
+            doc: dict[str, Any] = _merge(ex.work_item(), {
+                "workItemId": item.id, "missionId": g.mission, "groupId": g.id, "conversationId": item.conversation,
+                "revision": item.revision, "state": item.state, "contract": item.contract,
+            })  # fmt: skip
+            if item.owner is not None:
+                doc["owner"] = {"agentId": item.owner, "agentCardVersion": 1, "ownershipEpoch": item.ownership_epoch,
+                                "capabilityPins": item.contract["requiredCapabilities"],
+                                "ownershipLeaseId": ex.LEASE_ID, "acceptedAt": self.time()}  # fmt: skip
+            if item.state == "offered":
+                doc["offers"] = [
+                    {
+                        "offerId": self.uuid(),
+                        "agentId": a,
+                        "agentCardVersion": 1,
+                        "expiresAt": item.offer_expires_at,
+                        "status": "pending",
+                    }
+                    for a in item.candidates
+                ]
+            items.append(doc)
+        return {"mission": {**g.mission_doc, "revision": g.revision} if g.mission_doc else None,
+                "memberships": memberships, "workItems": items,
+                "priorityPolicy": {"policy": g.policy, "revision": g.policy_revision} if g.policy else None,
+                "ownershipLeases": [{"workItemId": i.id, "startBy": i.start_by} for i in g.items.values()
+                                    if i.start_by and i.owner],
+                "executionApprovals": [{"workItemId": i.id, "contractVersion": i.approved}
+                                       for i in g.items.values() if i.approved is not None],
+                "missionUsage": dict(g.usage)}  # fmt: skip
 
     def run(self, events: int) -> list[Event]:
-        """At least ``events`` Events (commit order over all Groups), then exactly that many."""
-        while len(self.stream) < events:
-            self.step()
-        return self.stream[:events]
+        self.open_group("admin")
+        for _ in range(self.group_count - 1):
+            self.open_group()
+        missions = [g for g in self.groups.values() if g.kind == "mission"]
+        while len(self.events) < events:
+            g = self.rng.choice(missions)
+            live = [i for i in g.items.values() if i.state not in ("verified", "failed", "cancelled")]
+            roll = self.rng.random()
+            if roll < 0.05:
+                self.step_group(self.groups[next(iter(self.groups))] if roll < 0.005 else g)
+            elif roll < 0.15 or not live:
+                self.authorize(g)
+            else:
+                self.step_item(g, self.rng.choice(live))
+        return self.events
 
 
-def generate(seed: int, events: int, *, groups: int = 20, child_missions: bool = True) -> tuple[World, list[Event]]:
-    world = World(seed, groups=groups, child_missions=child_missions)
+def generate(seed: int, events: int, *, groups: int = 10) -> tuple[World, list[Event]]:
+    world = World(seed, groups=groups)
     return world, world.run(events)
+
+
+def snapshot_document(world: World, group: str, index: int) -> tuple[dict[str, Any], bytes]:
+    """The signed Group Snapshot of ``group`` at its ``index``-th recorded
+    snapshot, and its state artifact's bytes."""
+    sequence, last_event_id, state = world.groups[group].snapshots[index]
+    document = {
+        "snapshotId": world.uuid(), "groupId": group, "throughSequence": sequence, "eventIds": [last_event_id],
+        "stateHash": jcs.sha256_hash(jcs.canonicalize(state)),
+        "policyLog": [{"entryId": world.uuid(), "decision": "live snapshot for replay",
+                       "actor": world.authority.principal, "occurredAt": "2026-11-29T12:00:00.000000Z",
+                       "details": {}}],
+        "createdBy": world.authority.principal,
+        "createdAt": "2026-11-29T12:00:00.000000Z",
+    }  # fmt: skip
+    signed = sign_document(document, key_id=world.authority.key.key_id, seed=world.authority.key.seed,
+                           profile="group-snapshot")  # fmt: skip
+    return signed, jcs.canonicalize(state)
 
 
 # --- delivery: duplicates, reordering, reconnect replays -----------------------------
@@ -1113,18 +581,17 @@ def resume_delivery(
 ) -> list[Event]:
     """What a reconnecting Worker receives: per Group, the Events after its
     durable Cursor and up to ``overlap`` before it (the server replays from a
-    little earlier: duplicates around the disconnect, spec 16), the Groups
+    little earlier: duplicates around the disconnect, §16), the Groups
     interleaved at random, then ``deliver``'s duplicates and reordering.
     ``limit`` keeps only about the first ``limit`` frames."""
     by_group: dict[str, list[Event]] = {}
     for e in events:
-        by_group.setdefault(e["group"], []).append(e)
+        by_group.setdefault(e["groupId"], []).append(e)
     tails = {}
     for group, evs in sorted(by_group.items()):
         start = max(0, cursors.get(group, 0) - rng.randint(0, overlap))
         if evs[start:]:
             tails[group] = evs[start:]
-    # Interleave the Groups at random, each in its own order (the server's per-Group order).
     order = [g for g, evs in tails.items() for _ in evs]
     rng.shuffle(order)
     if limit is not None:
@@ -1133,21 +600,6 @@ def resume_delivery(
     merged = [next(positions[g]) for g in order]
     frames = deliver(merged, rng, **kw)
     return frames if limit is None else frames[:limit]
-
-
-def snapshot_document(world: World, group: str, index: int, private_key: str) -> dict[str, Any]:
-    """A signed snapshot document of ``group`` at its ``index``-th recorded snapshot."""
-    g = world.groups[group]
-    sequence, head_hash, state = g.snapshots[index]
-    return build_snapshot(
-        private_key=private_key,
-        organization=world.org,
-        group=group,
-        sequence=sequence,
-        head_hash=head_hash,
-        state=state,
-        created_at="2026-11-29T12:00:00.000000Z",
-    )
 
 
 def dump_jsonl(events: list[Event], path: str) -> None:
@@ -1163,48 +615,49 @@ def load_jsonl(path: str) -> Iterator[Event]:
 
 
 class Chain:
-    """Hand-built, hash-chained Events of one Group, for scripted tests.
+    """Hand-built signed Events of one Group, for scripted tests.
 
-    ``add(type, aggregate, body, actor=...)`` appends the next Event with the
-    server's wire shape and returns it; ``forge(...)`` builds one with
-    whatever members a test wants to break, hashed consistently over them.
+    ``add(kind, payload, ...)`` appends the next Event (its payload checked
+    against the catalogue) and returns it; ``forge(...)`` signs a document
+    with whatever members a test wants to break.
     """
 
     def __init__(self, group: str | None = None, *, seed: int = 0):
         self.rng = random.Random(seed)
+        self.authority = Authority.for_seed(seed)
         self.group = group or self.uuid()
         self.events: list[Event] = []
-        self.head = GENESIS_HASH
         self.now = datetime(2026, 11, 29, 10, 0, 0, tzinfo=UTC)
+        self.revisions: dict[str, int] = {}
 
     def uuid(self) -> str:
-        return str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
+        return "urn:uuid:" + str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
 
-    def forge(self, **members: Any) -> Event:
+    def forge(self, *, kind: str = "message.posted", body: dict[str, Any] | None = None, sequence: int | None = None,
+              revision: int = 1, actor: str = ME, work_item_id: str | None = None,
+              key: Key | None = None) -> Event:  # fmt: skip
         self.now += timedelta(seconds=1)
-        event: Event = {
-            "event_id": self.uuid(),
-            "group": self.group,
-            "sequence": len(self.events) + 1,
-            "type": "work.lease_renewed",
-            "aggregate": {"kind": "group", "id": self.group, "revision": 1},
-            "actor": ME,
-            "action_id": self.uuid(),
-            "occurred_at": format_time(self.now),
-            "body": {},
-            "prev_hash": self.head,
-        }
-        event.update(members)
-        event["hash"] = event_hash(event["prev_hash"], event)
-        return event
+        return eventdoc.build_event(
+            event_id=self.uuid(), kind=kind, actor={"type": "agent", "id": actor},
+            cause={"type": "command", "id": self.uuid()}, correlation_id=self.uuid(), occurred_at=self.now,
+            payload=body if body is not None else {"messageId": self.uuid(), "authority": False},
+            accepted_by=self.authority.principal, key=key or self.authority.key, group_id=self.group,
+            sequence=sequence if sequence is not None else len(self.events) + 1, aggregate_revision=revision,
+            work_item_id=work_item_id,
+        )  # fmt: skip
 
-    def add(
-        self, etype: str, aggregate: tuple[str, str, int], body: dict[str, Any], *, actor: str = ME, **members: Any
-    ) -> Event:
-        kind, agg_id, revision = aggregate
-        event = self.forge(
-            type=etype, aggregate={"kind": kind, "id": agg_id, "revision": revision}, body=body, actor=actor, **members
-        )
+    @staticmethod
+    def resign(event: Event, authority: Authority) -> Event:
+        """``event`` signed again as it now stands (a test that changes a member on purpose)."""
+        body = {k: v for k, v in event.items() if k != "signature"}
+        return sign_document(body, key_id=authority.key.key_id, seed=authority.key.seed, profile="event")
+
+    def add(self, kind: str, body: dict[str, Any], *, actor: str = ME, aggregate: str | None = None) -> Event:
+        """The next Event; its aggregate revision counts per aggregate (``aggregate`` names it)."""
+        catalogue.validate_payload(kind, body)
+        item = body.get("workItemId") or (body.get("workItem") or {}).get("workItemId")
+        name = aggregate or str(item or self.group)
+        self.revisions[name] = self.revisions.get(name, 0) + 1
+        event = self.forge(kind=kind, body=body, revision=self.revisions[name], actor=actor, work_item_id=item)
         self.events.append(event)
-        self.head = event["hash"]
         return event

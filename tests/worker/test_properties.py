@@ -1,4 +1,4 @@
-"""Delivery-order independence of the projection (spec 16: at-least-once,
+"""Delivery-order independence of the projection (PROTOCOL §16: at-least-once,
 per-Group order restored by the Worker), by Hypothesis.
 
 Whatever the interleaving across Groups, the duplicates, the reordering
@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from mwworker import Store
-from tests.worker.streams import ME, Event, generate, resume_delivery
+from tests.worker.streams import ME, Event, generate, resume_delivery, verifier
+
+VERIFIER = verifier(5)  # the Group Authority of the stream below
 
 
 @lru_cache(maxsize=1)
@@ -30,7 +32,7 @@ def stream() -> list[Event]:
 
 @lru_cache(maxsize=1)
 def reference() -> str:
-    store = Store(":memory:", agent=ME)
+    store = Store(":memory:", agent=ME, verifier=VERIFIER)
     for e in stream():
         store.apply(e)
     dump = store.projection_dump()
@@ -50,7 +52,7 @@ def test_shuffled_and_duplicated_delivery_gives_the_same_projection(
 ) -> None:
     rng = random.Random(seed)
     frames = resume_delivery(stream(), {}, rng, overlap=0, dup_rate=dup_rate, swap_rate=swap_rate, window=window)
-    store = Store(":memory:", agent=ME)
+    store = Store(":memory:", agent=ME, verifier=VERIFIER)
     applied = sum(len(store.apply(e)) for e in frames)
     assert applied == len(stream())  # each Event applied exactly once
     assert store.projection_dump() == reference()
@@ -65,7 +67,7 @@ def test_restarts_and_rebuilds_in_between_give_the_same_projection(
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "w.sqlite3"
-        store = Store(path, agent=ME, synchronous="NORMAL", audit=True)
+        store = Store(path, agent=ME, verifier=VERIFIER, synchronous="NORMAL", audit=True)
         frames = resume_delivery(stream(), {}, rng)
         cut_points = sorted(int(r * len(frames)) for r in restarts)
         rebuild_point = int(rebuild_at * len(frames))
@@ -83,7 +85,7 @@ def test_restarts_and_rebuilds_in_between_give_the_same_projection(
                 break
             # Crash-restart: the waiting Events are gone; the server replays after each Cursor.
             store.close()
-            store = Store(path, agent=ME, synchronous="NORMAL", audit=True)
+            store = Store(path, agent=ME, verifier=VERIFIER, synchronous="NORMAL", audit=True)
             frames, i = resume_delivery(stream(), store.ack_positions(), rng), 0
             cut_points = [max(0, c - stop) for c in cut_points]
         assert store.projection_dump() == reference()
@@ -100,11 +102,11 @@ class DeliveryMachine(RuleBasedStateMachine):
         self.rng = random.Random(seed)
         self.tmp = tempfile.TemporaryDirectory()
         self.path = Path(self.tmp.name) / "w.sqlite3"
-        self.store = Store(self.path, agent=ME, synchronous="NORMAL")
+        self.store = Store(self.path, agent=ME, verifier=VERIFIER, synchronous="NORMAL")
         self.delivered: set[str] = set()
         self.by_group: dict[str, list[Event]] = {}
         for e in stream():
-            self.by_group.setdefault(e["group"], []).append(e)
+            self.by_group.setdefault(e["groupId"], []).append(e)
 
     def teardown(self) -> None:
         if hasattr(self, "store"):
@@ -112,7 +114,7 @@ class DeliveryMachine(RuleBasedStateMachine):
             self.tmp.cleanup()
 
     def _deliver(self, event: Event) -> None:
-        self.delivered.add(event["event_id"])
+        self.delivered.add(event["eventId"])
         self.store.apply(event)
 
     @rule(data=st.data())
@@ -132,13 +134,13 @@ class DeliveryMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.delivered))
     @rule()
     def duplicate(self) -> None:
-        event = self.rng.choice([e for e in stream() if e["event_id"] in self.delivered])
+        event = self.rng.choice([e for e in stream() if e["eventId"] in self.delivered])
         self._deliver(event)
 
     @rule()
     def restart(self) -> None:
         self.store.close()
-        self.store = Store(self.path, agent=ME, synchronous="NORMAL")
+        self.store = Store(self.path, agent=ME, verifier=VERIFIER, synchronous="NORMAL")
 
     @rule()
     def rebuild(self) -> None:
@@ -152,8 +154,8 @@ class DeliveryMachine(RuleBasedStateMachine):
             return
         for group, cursor in self.store.ack_positions().items():
             events = self.by_group[group]
-            assert all(e["event_id"] in self.delivered for e in events[:cursor])
-            assert self.store.cursor(group).last_hash == events[cursor - 1]["hash"]
+            assert all(e["eventId"] in self.delivered for e in events[:cursor])
+            assert self.store.cursor(group).last_event_id == events[cursor - 1]["eventId"]
             buffered = self.store.buffered(group)
             assert all(s > cursor + 1 for s in buffered)
 

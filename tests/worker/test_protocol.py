@@ -1,142 +1,344 @@
-"""The sans-I/O agent WebSocket session (DESIGN §4 frames; STYLE §7): no
-sockets, no event loop; frames in, protocol events and frames out."""
+"""The sans-I/O ``/mwp/0.1`` client session (PROTOCOL §6.3, §16, §17, §19): no event loop, no server.
+
+The server side of each exchange is the kernel's own sans-I/O pieces
+(``ServerHandshake``, the ``frames`` builders), so the session is tested
+against the frames a conforming server sends; every frame the session sends
+is checked against the bundle's ``websocket-frame`` schema when it is present.
+"""
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from mwportal.protocol import frames
+from mwportal.protocol.command import Key, build_command
+from mwportal.protocol.errors import ErrorCode, ProtocolError
+from mwportal.protocol.handshake import ServerHandshake
+from mwportal.protocol.ids import bare
+from mwportal.protocol.registry import KeyBinding, Principal
+from mwportal.protocol.values import parse_timestamp
 from mwworker import (
+    Backpressure,
     BadFrame,
     ClientSession,
     Closed,
+    CommandAccepted,
     CommandRefused,
     CursorTooOld,
     EventReceived,
-    MembershipChanged,
-    ReceiptReceived,
+    HelloRefused,
+    Pong,
+    Refused,
     ServerError,
-    SessionClosed,
     SubscriptionRefused,
     Welcome,
 )
-from mwworker.errors import Refused
 from mwworker.leases import lease_gone
-from tests.worker.streams import ME, Event, World
+from tests.protocol.normative import normative_problems
+from tests.worker.streams import ME, Chain
 
-GROUP = "11111111-1111-4111-8111-111111111111"
-OTHER_GROUP = "22222222-2222-4222-8222-222222222222"
-ACTION = "33333333-3333-4333-8333-333333333333"
-
-
-def frames(session: ClientSession) -> list[dict[str, Any]]:
-    return [json.loads(f) for f in session.frames_to_send()]
+NOW = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+KEY = Key.generate(("agent", bare(ME, "agentId")), "00000000-0000-4000-8000-0000000000f1")
+GROUP = "urn:uuid:00000000-0000-4000-8000-000000000a01"
+OTHER_GROUP = "urn:uuid:00000000-0000-4000-8000-000000000a02"
 
 
-def welcomed() -> ClientSession:
-    session = ClientSession()
-    session.hello("token")
-    session.frames_to_send()
-    session.feed(json.dumps({"op": "welcome", "agent": ME, "session_epoch": 3}))
+def resolve(key_id: str) -> KeyBinding:
+    assert key_id == KEY.key_id
+    from mwportal.protocol.values import b64url_decode
+
+    return KeyBinding(key_id, Principal("agent", ME), "Ed25519", b64url_decode(KEY.public_key),
+                      parse_timestamp("2026-01-01T00:00:00Z"))  # fmt: skip
+
+
+def sent(session: ClientSession) -> list[dict[str, Any]]:
+    """The frames the session queued, each checked against the normative frame schema (§17.1)."""
+    out = [json.loads(text) for text in session.frames_to_send()]
+    for frame in out:
+        assert normative_problems("websocket-frame", frame) == [], frame["frameType"]
+    return out
+
+
+def text(frame: dict[str, Any]) -> str:
+    return frames.encode(frame)
+
+
+def welcomed(epoch: int = 3) -> ClientSession:
+    """A session through the four phases of HELLO against the kernel's server handshake."""
+    session = ClientSession(ME, KEY, clock=lambda: NOW)
+    server = ServerHandshake(resolve)
+    session.hello()
+    (init,) = sent(session)
+    challenge = server.receive_client_init(init, NOW)
+    assert session.feed(text(challenge)) == []
+    (response,) = sent(session)
+    server.receive_client_response(response, NOW)
+    accept = server.accept_frame("t" * 32, epoch, NOW + timedelta(hours=1))
+    assert session.feed(text(accept)) == [Welcome("t" * 32, epoch, NOW + timedelta(hours=1))]
     return session
 
 
-def envelope(action_id: str = ACTION) -> dict[str, Any]:
-    return {"type": "work.start", "action_id": action_id, "actor": ME, "group": GROUP, "session_epoch": 3,
-            "issued_at": "2026-11-29T10:00:00.000000Z", "body": {}, "signature": "sig"}  # fmt: skip
+def command(group: str = GROUP) -> dict[str, Any]:
+    return build_command("message.post", actor=("agent", bare(ME, "agentId")), key=KEY,
+                         payload={"messageId": "urn:uuid:00000000-0000-4000-8000-000000000c01", "content": "hi"},
+                         group=bare(group, "groupId"), session_epoch=3, membership_epoch=1)  # fmt: skip
 
 
-def test_hello_goes_first_and_everything_else_waits_for_welcome() -> None:
-    session = ClientSession()
-    session.hello("secret-token")
-    session.subscribe(GROUP, after=41)
-    session.ack({GROUP: 41})
-    session.presence({"slots": 2, "free": 1})
-    assert frames(session) == [{"op": "hello", "token": "secret-token"}]
-    events = session.feed(json.dumps({"op": "welcome", "agent": ME, "session_epoch": 3}))
-    assert events == [Welcome(ME, 3)]
-    assert (session.state, session.agent, session.session_epoch) == ("open", ME, 3)
-    assert frames(session) == [
-        {"op": "subscribe", "group": GROUP, "after": 41, "ref": GROUP},
-        {"op": "ack", "cursors": [{"group": GROUP, "sequence": 41}]},
-        {"op": "presence", "capacity": {"slots": 2, "free": 1}},
-    ]
+def error(code: ErrorCode, **members: Any) -> str:
+    err = ProtocolError(code, "m", details=members.pop("details", None), retry_after_ms=members.pop("retry", None))
+    return text(frames.error_frame(err, occurred_at=NOW, **members))
+
+
+# --- HELLO (§6.3) ---------------------------------------------------------------------------
+
+
+def test_hello_runs_four_phases_and_everything_else_waits_for_server_accept_spec_6_3() -> None:
+    session = ClientSession(ME, KEY, clock=lambda: NOW)
+    server = ServerHandshake(resolve)
+    session.hello()
+    session.subscribe(GROUP, after=7)
+    session.ack({GROUP: 7})
+    (init,) = sent(session)  # only HELLO/client_init: the rest is held
+    assert (init["frameType"], init["phase"], init["agentId"], init["keyId"]) == ("HELLO", "client_init", ME,
+                                                                                  KEY.key_id)  # fmt: skip
+    session.feed(text(server.receive_client_init(init, NOW)))
+    (response,) = sent(session)
+    assert response["phase"] == "client_response"
+    authenticated = server.receive_client_response(response, NOW)  # the signature verifies against the key
+    assert authenticated.agent_id == ME
+    assert sent(session) == []
+    (welcome,) = session.feed(text(server.accept_frame("t" * 32, 4, NOW + timedelta(hours=1))))
+    assert isinstance(welcome, Welcome) and welcome.session_epoch == 4
+    subscribe, ack = sent(session)
+    assert subscribe["groups"] == [{"groupId": GROUP, "afterSequence": 7}]
+    assert ack["acknowledgements"] == [{"groupId": GROUP, "sequence": 7}]
 
 
 def test_hello_is_sent_once() -> None:
-    session = ClientSession()
-    session.hello("t")
+    session = ClientSession(ME, KEY)
+    session.hello()
     with pytest.raises(ValueError, match="first frame"):
-        session.hello("t")
+        session.hello()
 
 
-def test_an_event_frame_becomes_an_event_received(small: tuple[World, list[Event]]) -> None:
+def test_a_challenge_of_another_handshake_is_not_signed_spec_6_3() -> None:
+    session = ClientSession(ME, KEY, clock=lambda: NOW)
+    session.hello()
+    sent(session)
+    other = ServerHandshake(resolve)
+    foreign = ClientSession(ME, KEY)
+    foreign.hello()
+    (init,) = sent(foreign)
+    (refused,) = session.feed(text(other.receive_client_init(init, NOW)))  # echoes the other clientNonce
+    assert isinstance(refused, HelloRefused) and refused.code == "PROTOCOL_VIOLATION"
+    assert sent(session) == []  # nothing signed
+
+
+def test_an_error_during_hello_is_a_refused_hello() -> None:
+    session = ClientSession(ME, KEY, clock=lambda: NOW)
+    session.hello()
+    sent(session)
+    assert session.feed(error(ErrorCode.AUTH_INVALID_SIGNATURE)) == [HelloRefused("AUTH_INVALID_SIGNATURE", "m")]
+
+
+# --- SUBSCRIBE, EVENT, ACK (§16, §17.2) ------------------------------------------------------
+
+
+def test_subscribe_names_each_group_with_its_after_sequence_spec_17_2() -> None:
     session = welcomed()
-    event = small[1][3]
-    assert session.feed(json.dumps({"op": "event", "event": event})) == [EventReceived(event["group"], event)]
+    session.subscribe(GROUP, after=0)
+    session.subscribe(OTHER_GROUP, after=41, attention={"mentionsOnly": True})
+    first, second = sent(session)
+    assert first["groups"] == [{"groupId": GROUP, "afterSequence": 0}]
+    assert second["groups"] == [{"groupId": OTHER_GROUP, "afterSequence": 41, "attention": {"mentionsOnly": True}}]
+    assert session.subscriptions == {GROUP: 0, OTHER_GROUP: 41}
+    with pytest.raises(ValueError):
+        session.subscribe(GROUP, after=-1)
 
 
-def test_a_malformed_event_is_a_bad_frame_not_a_crash(small: tuple[World, list[Event]]) -> None:
+def test_an_event_frame_becomes_an_event_received_with_its_bytes() -> None:
     session = welcomed()
-    event = dict(small[1][3])
-    del event["prev_hash"]
-    (bad,) = session.feed(json.dumps({"op": "event", "event": event}))
-    assert isinstance(bad, BadFrame)
-    assert "prev_hash" in bad.reason
+    event = Chain(seed=1).forge()
+    (received,) = session.feed(text(frames.event(event)))
+    assert isinstance(received, EventReceived)
+    assert (received.group, received.event) == (event["groupId"], event)
+    assert json.loads(received.data) == event
+
+
+def test_the_event_a_command_caused_answers_it_spec_15_1() -> None:
+    """A WebSocket has no receipt frame (DESIGN §5): the EVENT whose cause is the Command answers it."""
+    session = welcomed()
+    doc = command()
+    session.command(doc)
+    (frame,) = sent(session)
+    assert frame["frameType"] == "COMMAND" and frame["command"] == doc
+    event = {**Chain(seed=1).forge(), "cause": {"type": "command", "id": doc["actionId"]}}
+    received, accepted = session.feed(text(frames.event(event)))
+    assert isinstance(received, EventReceived)
+    assert accepted == CommandAccepted(doc["actionId"], event)
+    assert session.in_doubt() == []
+
+
+def test_ack_reports_only_cursors_that_moved_spec_16() -> None:
+    session = welcomed()
+    session.ack({GROUP: 3, OTHER_GROUP: 9})
+    (ack,) = sent(session)
+    assert ack["acknowledgements"] == [{"groupId": GROUP, "sequence": 3}, {"groupId": OTHER_GROUP, "sequence": 9}]
+    session.ack({GROUP: 3, OTHER_GROUP: 9})
+    assert sent(session) == []
+    session.ack({GROUP: 4, OTHER_GROUP: 9})
+    (ack,) = sent(session)
+    assert ack["acknowledgements"] == [{"groupId": GROUP, "sequence": 4}]
 
 
 @pytest.mark.parametrize(
-    "text",
-    ['{"op": "event"', "[1, 2]", '{"no_op": 1}', '{"op": "teleport"}', '{"op": "welcome"}', '{"a": 1, "a": 2}', "NaN"],
+    "message",
+    ["not json", "[]", '{"frameType": "EVENT"}', '{"a": 1, "a": 2}', text(frames.ack([(GROUP, 1)]))],
 )
-def test_unreadable_frames_are_reported_and_the_session_carries_on(text: str) -> None:
+def test_unreadable_frames_are_reported_and_the_session_carries_on(message: str) -> None:
     session = welcomed()
-    (bad,) = session.feed(text)
+    (bad,) = session.feed(message)
     assert isinstance(bad, BadFrame)
     assert session.state == "open"
-    removed = {"op": "membership", "group": GROUP, "roles": [], "membership_epoch": 2, "active": False}
-    assert session.feed(json.dumps(removed)) == [MembershipChanged(GROUP, (), 2, False)]
+    session.ping()
+    assert len(sent(session)) == 1
 
 
-def test_ack_reports_only_cursors_that_moved() -> None:
+def test_an_event_frame_without_a_group_position_is_a_bad_frame() -> None:
     session = welcomed()
-    session.ack({GROUP: 5, OTHER_GROUP: 0})
-    session.ack({GROUP: 5})
-    session.ack({GROUP: 7, OTHER_GROUP: 2})
-    session.ack({})
-    assert frames(session) == [
-        {"op": "ack", "cursors": [{"group": GROUP, "sequence": 5}]},
-        {"op": "ack", "cursors": [{"group": GROUP, "sequence": 7}, {"group": OTHER_GROUP, "sequence": 2}]},
-    ]
+    event = {k: v for k, v in Chain(seed=1).forge().items() if k != "groupId"}
+    (bad,) = session.feed(text(frames.event(event)))
+    assert isinstance(bad, BadFrame)
 
 
-def test_a_command_is_answered_by_its_receipt() -> None:
+# --- ERROR, BACKPRESSURE, CURSOR_TOO_OLD (§16, §17.3, §19) ------------------------------------
+
+
+def test_a_refused_command_names_its_action_id_and_reason_spec_19() -> None:
     session = welcomed()
-    session.command(envelope())
-    assert frames(session) == [{"op": "command", "envelope": envelope(), "ref": ACTION}]
-    assert session.in_doubt() == [envelope()]
-    receipt = {"action_id": ACTION, "actor": ME, "group": GROUP, "status": "accepted", "events": [], "replayed": False}
-    assert session.feed(json.dumps({"op": "receipt", "receipt": receipt})) == [ReceiptReceived(ACTION, receipt)]
+    doc = command()
+    session.command(doc)
+    sent(session)
+    (refused,) = session.feed(error(ErrorCode.WORK_LEASE_EXPIRED, related_action_id=doc["actionId"],
+                                    details={"reason": "stale_lease"}))  # fmt: skip
+    assert isinstance(refused, CommandRefused)
+    assert (refused.action_id, refused.code, refused.reason) == (doc["actionId"], "WORK_LEASE_EXPIRED", "stale_lease")
     assert session.in_doubt() == []
 
 
-def test_a_refused_command_names_its_action_id() -> None:
+def test_backpressure_pauses_one_group_and_resume_subscribes_it_again_spec_17_3() -> None:
+    """§17.3: a paused Group's Commands wait; the other Groups flow on; after
+    retryAfterMs the Group is subscribed again from its Cursor and the held
+    Commands go out unchanged (same Action ID, §19)."""
     session = welcomed()
-    session.command(envelope())
-    refusal = {"op": "error", "code": "WORK_LEASE_EXPIRED", "message": "lease x is not current", "ref": ACTION}
-    assert session.feed(json.dumps(refusal)) == [CommandRefused(ACTION, "WORK_LEASE_EXPIRED", "lease x is not current")]
-    assert session.in_doubt() == []
+    session.subscribe(GROUP, after=0)
+    session.subscribe(OTHER_GROUP, after=0)
+    sent(session)
+    (pause,) = session.feed(text(frames.backpressure_frame(GROUP, 1500, occurred_at=NOW)))
+    assert pause == Backpressure(GROUP, 1500)
+    assert session.paused == {GROUP: NOW + timedelta(milliseconds=1500)}
+    assert GROUP not in session.subscriptions and OTHER_GROUP in session.subscriptions
+    held, flowing = command(GROUP), command(OTHER_GROUP)
+    session.command(held)
+    session.command(flowing)
+    (out,) = sent(session)
+    assert out["command"]["actionId"] == flowing["actionId"]
+    session.resume(GROUP, after=12)
+    subscribe, resent = sent(session)
+    assert subscribe["groups"] == [{"groupId": GROUP, "afterSequence": 12}]
+    assert resent["command"] == held
+    assert session.paused == {}
 
 
-def test_a_refusal_carries_the_reason_of_its_error_document() -> None:
-    # §19 document inside the frame: details.reason is the finer case.
+def test_a_command_refused_with_backpressure_is_held_not_failed() -> None:
     session = welcomed()
-    session.command(envelope())
-    refusal = {"op": "error", "ref": ACTION, "code": "WORK_LEASE_EXPIRED", "message": "m", "retryable": False,
-               "occurredAt": "2026-12-01T12:00:00.000Z", "details": {"reason": "stale_lease"}}  # fmt: skip
-    assert session.feed(json.dumps(refusal)) == [CommandRefused(ACTION, "WORK_LEASE_EXPIRED", "m", "stale_lease")]
+    doc = command(GROUP)
+    session.command(doc)
+    sent(session)
+    err = ProtocolError(ErrorCode.BACKPRESSURE, "slow down", group_id=GROUP, retry_after_ms=200)
+    (pause,) = session.feed(text(frames.error_frame(err, related_action_id=doc["actionId"], occurred_at=NOW)))
+    assert pause == Backpressure(GROUP, 200, doc["actionId"])
+    assert session.in_doubt() == [doc]
+    session.resume(GROUP, after=0)
+    _, resent = sent(session)
+    assert resent["command"] == doc
+
+
+def test_cursor_too_old_hands_over_the_error_and_drops_the_subscription_spec_16() -> None:
+    session = welcomed()
+    session.subscribe(GROUP, after=1)
+    sent(session)
+    reference = {"groupId": GROUP, "throughSequence": 40, "href": "/api/v0.1/groups/x/snapshots/40"}
+    err = ProtocolError(ErrorCode.CURSOR_TOO_OLD, "old", group_id=GROUP, snapshot_artifact_hash="sha256:" + "ab" * 32,
+                        details={"snapshot": reference})  # fmt: skip
+    (too_old,) = session.feed(text(frames.error_frame(err, occurred_at=NOW)))
+    assert isinstance(too_old, CursorTooOld) and too_old.group == GROUP
+    assert too_old.error["details"]["snapshot"] == reference
+    assert GROUP not in session.subscriptions
+
+
+def test_a_refused_subscription_names_its_group_spec_17_2() -> None:
+    session = welcomed()
+    session.subscribe(GROUP, after=0)
+    (frame,) = sent(session)
+    (refused,) = session.feed(error(ErrorCode.GROUP_NOT_FOUND, related_frame_id=frame["frameId"]))
+    assert refused == SubscriptionRefused(GROUP, "GROUP_NOT_FOUND", "m")
+    assert session.subscriptions == {}
+
+
+def test_other_errors_are_server_errors() -> None:
+    session = welcomed()
+    (other,) = session.feed(error(ErrorCode.AUTH_STALE_SESSION))
+    assert isinstance(other, ServerError) and other.code == "AUTH_STALE_SESSION"
+
+
+# --- PING and presence (§6.2, §17.3) ----------------------------------------------------------
+
+PRESENCE = {
+    "agentId": ME, "sessionEpoch": 3, "status": "online",
+    "capacity": {"maxSlots": 2, "activeSlots": 1, "availableSlots": 1, "queuedItems": 0},
+    "capabilityAvailability": [{"capability": {"id": "text.summarize", "version": "1.2.0"}, "status": "available"}],
+    "lastHeartbeat": "2026-11-29T10:00:00Z", "expiresAt": "2026-11-29T10:01:00Z",
+}  # fmt: skip
+
+
+def test_a_ping_carries_the_presence_record_and_its_echo_is_a_pong_spec_17_3() -> None:
+    session = welcomed()
+    nonce = session.ping(PRESENCE)
+    (ping,) = sent(session)
+    assert (ping["nonce"], ping["presence"]) == (nonce, PRESENCE)
+    assert normative_problems("presence-record", ping["presence"]) == []
+    assert session.feed(text(frames.ping(NOW, reply_to_nonce=nonce))) == [Pong(nonce)]
+
+
+def test_a_server_ping_is_answered_with_its_nonce_echoed_spec_17_3() -> None:
+    session = welcomed()
+    session.ping(PRESENCE)
+    sent(session)
+    probe = frames.ping(NOW)
+    assert session.feed(text(probe)) == []
+    (reply,) = sent(session)
+    assert (reply["replyToNonce"], reply["presence"]) == (probe["nonce"], PRESENCE)
+
+
+# --- the end of a connection ----------------------------------------------------------------
+
+
+def test_a_closed_connection_ends_the_session_and_leaves_commands_in_doubt_spec_19() -> None:
+    session = welcomed()
+    doc = command()
+    session.command(doc)
+    assert session.connection_lost(1006, "gone") == [Closed(1006, "gone", False)]
+    assert session.in_doubt() == [doc]
+    assert session.frames_to_send() == []
+    from mwworker import SessionClosed
+
+    with pytest.raises(SessionClosed):
+        session.ping()
 
 
 @pytest.mark.parametrize(
@@ -155,67 +357,3 @@ def test_a_refusal_carries_the_reason_of_its_error_document() -> None:
 )
 def test_it_tells_a_lost_lease_from_a_refusal_that_keeps_it(code: str, reason: str | None, gone: bool) -> None:
     assert lease_gone(Refused(code, "m", reason)) is gone
-
-
-def test_a_refused_subscription_names_its_group() -> None:
-    session = welcomed()
-    session.subscribe(GROUP, after=0)
-    refusal = {"op": "error", "code": "MEMBERSHIP_REQUIRED", "message": "not a member", "ref": GROUP}
-    assert session.feed(json.dumps(refusal)) == [SubscriptionRefused(GROUP, "MEMBERSHIP_REQUIRED", "not a member")]
-    assert session.subscriptions == {}
-
-
-def test_other_errors_are_server_errors() -> None:
-    session = welcomed()
-    error = {
-        "op": "error",
-        "code": "SCHEMA_VALIDATION_FAILED",
-        "message": "cursors: must be a non-empty list",
-        "ref": None,
-    }
-    assert session.feed(json.dumps(error)) == [
-        ServerError("SCHEMA_VALIDATION_FAILED", "cursors: must be a non-empty list", None)
-    ]
-
-
-def test_cursor_too_old_hands_over_the_snapshot_reference() -> None:
-    session = welcomed()
-    session.subscribe(GROUP, after=3)
-    snapshot = {"group": GROUP, "sequence": 900, "hash": "ab" * 32, "signature": "s", "url": "/api/v1/..."}
-    assert session.feed(json.dumps({"op": "cursor_too_old", "group": GROUP, "snapshot": snapshot})) == [
-        CursorTooOld(GROUP, snapshot)
-    ]
-    assert GROUP not in session.subscriptions  # the server did not subscribe; subscribe again after restoring
-
-
-def test_membership_frames_track_subscriptions() -> None:
-    session = welcomed()
-    session.subscribe(GROUP, after=0)
-    added = {"op": "membership", "group": OTHER_GROUP, "roles": ["worker"], "membership_epoch": 1, "active": True}
-    removed = {"op": "membership", "group": GROUP, "roles": [], "membership_epoch": 4, "active": False}
-    assert session.feed(json.dumps(added)) == [MembershipChanged(OTHER_GROUP, ("worker",), 1, True)]
-    assert session.feed(json.dumps(removed)) == [MembershipChanged(GROUP, (), 4, False)]
-    assert session.subscriptions == {}
-
-
-def test_a_closed_connection_ends_the_session_and_leaves_commands_in_doubt() -> None:
-    session = welcomed()
-    session.command(envelope())
-    assert session.connection_lost(4001, "session replaced") == [
-        Closed(code=4001, reason="session replaced", session_replaced=True, unauthenticated=False)
-    ]
-    assert session.frames_to_send() == []
-    assert session.in_doubt() == [envelope()]  # resend with the same action_id: the receipt comes back (MWP-EVT-003)
-    with pytest.raises(SessionClosed):
-        session.subscribe(GROUP, after=0)
-
-
-def test_an_unauthenticated_close_says_so() -> None:
-    session = ClientSession()
-    session.hello("stale")
-    error = {"op": "error", "code": "AUTH_STALE_SESSION", "message": "the session token is not current", "ref": None}
-    assert session.feed(json.dumps(error)) == [
-        ServerError("AUTH_STALE_SESSION", "the session token is not current", None)
-    ]
-    (closed,) = session.connection_lost(4003)
-    assert isinstance(closed, Closed) and closed.unauthenticated and not closed.session_replaced

@@ -1,5 +1,5 @@
 """``Store.rebuild()``: drop the projection, replay snapshot + inbox, get the
-same bytes (DESIGN §5: "must produce the same projection byte for byte")."""
+same bytes (DESIGN §6: the same fold over the same verified documents)."""
 
 from __future__ import annotations
 
@@ -34,22 +34,22 @@ def test_rebuild_reproduces_the_incremental_projection_byte_for_byte(
 
 
 def test_rebuild_starts_from_the_latest_restored_snapshot(
-    open_store: OpenStore, medium: tuple[World, list[Event]], server_key: tuple[str, str]
+    open_store: OpenStore, medium: tuple[World, list[Event]]
 ) -> None:
     """Incremental: some Groups restored from a snapshot (a long gap), then the
     rest of their Events; rebuild: snapshot + inbox after it. Same bytes."""
     world, events = medium
     chosen = dict(snapshots_in_stream(world, events))  # the last snapshot of each Group
-    documents = {g: snapshot_document(world, g, i, server_key[0]) for g, i in chosen.items()}
+    documents = {g: snapshot_document(world, g, i) for g, i in chosen.items()}
     store = open_store(synchronous="NORMAL")
     restored: set[str] = set()
     for e in events:
-        group = e["group"]
+        group = e["groupId"]
         if group in documents and group not in restored:
-            document = documents[group]
-            if e["sequence"] > document["sequence"] // 2:
+            document, state = documents[group]
+            if e["sequence"] > document["throughSequence"] // 2:
                 # Half the Group was applied; the rest is "too old" and comes as a snapshot.
-                store.restore_snapshot(document, server_key[1], world.org, group)
+                store.restore_snapshot(document, state, group)
                 restored.add(group)
         store.apply(e)
     assert len(restored) >= 3
@@ -58,7 +58,7 @@ def test_rebuild_starts_from_the_latest_restored_snapshot(
     assert store.projection_dump() == incremental
 
 
-def test_rebuild_refuses_a_tampered_inbox_and_keeps_the_projection(
+def test_rebuild_refuses_a_tampered_inbox_and_keeps_the_projection_spec_6_4(
     open_store: OpenStore, small: tuple[World, list[Event]], tmp_path: Path
 ) -> None:
     _, events = small
@@ -68,10 +68,14 @@ def test_rebuild_refuses_a_tampered_inbox_and_keeps_the_projection(
     before = store.projection_dump()
     raw = sqlite3.connect(tmp_path / "worker.sqlite3", isolation_level=None)
     try:
-        raw.execute("UPDATE inbox SET event = replace(event, '\"revision\":2', '\"revision\":3') WHERE sequence = 12")
+        # A changed payload member: the stored document no longer verifies.
+        raw.execute(
+            "UPDATE inbox SET event = replace(event, '\"aggregateRevision\":', '\"aggregateRevision\":1')"
+            " WHERE sequence = 12"
+        )
     finally:
         raw.close()
-    with pytest.raises(ChainBroken, match="does not continue the chain"):
+    with pytest.raises(ChainBroken, match="does not verify"):
         store.rebuild()
     assert store.projection_dump() == before
 
