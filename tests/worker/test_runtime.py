@@ -1,7 +1,7 @@
 """The runtime's pure parts and its local state, without a server (STYLE §7).
 
-Admission control (spec 10.3), the retry rule and backoff of the Work
-Contract (spec 11.4; MWP-WRK-018), lease renewal timing (spec 11.3), the
+Admission control (§10.3), the retry policy of the Work Contract (§11.4;
+MWP-WRK-018), lease renewal timing (§11.3), the
 reconnect backoff, the default Picker, a slot's budget, and the side-effect
 outbox with its reconciliation (MWP-WRK-031).
 """
@@ -18,7 +18,10 @@ from typing import Any
 
 import pytest
 
-from mwportal.protocol import attempt_key, format_time
+from mwportal.protocol import attempt_key
+from mwportal.protocol.catalogue import examples as ex
+from mwportal.protocol.command import Key, format_timestamp
+from mwportal.protocol.ids import bare
 from mwworker import (
     BudgetExceeded,
     Decline,
@@ -39,38 +42,35 @@ from mwworker.errors import Fatal
 from mwworker.leases import renew_delay
 from mwworker.projection import fold
 from mwworker.state import _Slot
-from tests.worker.streams import ME
+from tests.worker.streams import ME, ORG, Chain, payload
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-GROUP = "11111111-1111-4111-8111-111111111111"
-MISSION = "22222222-2222-4222-8222-222222222222"
+GROUP = "urn:uuid:11111111-1111-4111-8111-111111111111"
+MISSION = "urn:uuid:22222222-2222-4222-8222-222222222222"
+CAP = {"id": "text.summarize", "version": "1.2.0"}
+
+
+def format_time(moment: datetime) -> str:
+    return format_timestamp(moment)
 
 
 def contract(**overrides: Any) -> dict[str, Any]:
+    """The catalogue's example Work Contract (work-contract.schema.json) with ``overrides``."""
     base: dict[str, Any] = {
-        "goal": "Summarise", "deliverables": ["s.md"],
-        "acceptance_criteria": [{"id": "complete", "description": "all", "evidence_methods": ["test"]}],
-        "inputs": [], "dependencies": [], "allowed": {"tools": [], "data": [], "operations": []}, "resources": {},
-        "capabilities": [{"id": "summarize", "version": "1.0"}], "deadline": None, "urgency": "normal",
-        "business_impact": "medium",
-        "budgets": {"financial": 10, "tokens": None, "tool_calls": None, "compute_seconds": None,
-                    "wall_clock_seconds": None, "side_effects": 2},
-        "retry": {"max_attempts": 3, "backoff_seconds": 2, "backoff_multiplier": 3, "deadline": None, "max_cost": 5},
-        "risk": {"class": "low", "requires_execution_approval": False}, "revision": 1,
+        **ex.work_contract(), "requiredCapabilities": [CAP], "deadline": "2027-01-01T00:00:00Z",
+        "budget": {"currency": "EUR", "financialLimit": 10, "externalSideEffectLimit": 2},
+        "retryPolicy": {"maxAttempts": 3, "backoff": "exponential", "maxDelay": "PT4S", "retryableFailures": []},
     }  # fmt: skip
     base.update(overrides)
     return base
 
 
-def row(item: str = "33333333-3333-4333-8333-333333333333", contract_: dict[str, Any] | None = None,
+def row(item: str = "urn:uuid:33333333-3333-4333-8333-333333333333", contract_: dict[str, Any] | None = None,
         **overrides: Any) -> WorkRow:  # fmt: skip
-    """A WorkRow as the projection folds ``work.authorized``, then ``overrides``."""
-    event = {
-        "event_id": item, "group": GROUP, "sequence": 5, "type": "work.authorized",
-        "aggregate": {"kind": "workitem", "id": item, "revision": 1}, "actor": ME, "action_id": item,
-        "occurred_at": format_time(NOW), "body": {"workitem": item, "contract": contract_ or contract()},
-        "prev_hash": "0" * 64, "hash": "0" * 64,
-    }  # fmt: skip
+    """A WorkRow as the projection folds a catalogue ``work.authorized``, then ``overrides``."""
+    doc = {**ex.work_item(), "workItemId": item, "groupId": GROUP, "contract": contract_ or contract()}
+    event = Chain(GROUP, seed=1).forge(kind="work.authorized", body=payload("work.authorized", workItem=doc),
+                                       work_item_id=item)  # fmt: skip
     folded = fold(event, me=ME, meta=None, row=None).row
     assert folded is not None
     return replace(folded, **overrides)
@@ -80,7 +80,11 @@ async def _noop(ctx: SlotContext) -> Result:
     return Result(evidence=[])
 
 
-CAPS = {("summarize", "1.0"): Capability("summarize", "1.0", _noop, {"financial": 4}, duration_seconds=600)}
+CAPS = {
+    ("text.summarize", "1.2.0"): Capability(
+        "text.summarize", "1.2.0", _noop, {"financialMicrounits": 4_000_000}, duration_seconds=600
+    )
+}
 
 
 def decide(r: WorkRow, **kw: Any) -> Decline | None:
@@ -90,6 +94,9 @@ def decide(r: WorkRow, **kw: Any) -> Decline | None:
     }  # fmt: skip
     args.update(kw)
     return admit(r, **args)
+
+
+DEP = "urn:uuid:44444444-4444-4444-8444-444444444444"
 
 
 # --- admission control (spec 10.3) -------------------------------------------------------------
@@ -104,18 +111,21 @@ def test_admission_accepts_what_it_can_credibly_commit_to() -> None:
     [
         ({"committed": 4}, "capacity"),
         ({"row": {"contract_": contract(deadline=format_time(NOW + timedelta(seconds=60)))}}, "deadline"),
-        ({"row": {"contract_": contract(capabilities=[{"id": "translate", "version": "2.0"}])}}, "capability"),
-        ({"row": {"contract_": contract(capabilities=[{"id": "summarize", "version": "2.0"}])}}, "capability"),
+        (
+            {"row": {"contract_": contract(requiredCapabilities=[{"id": "text.translate", "version": "2.0.0"}])}},
+            "capability",
+        ),
+        ({"row": {"contract_": contract(requiredCapabilities=[{**CAP, "version": "2.0.0"}])}}, "capability"),
         ({"my_roles": ["reviewer"]}, "authorization"),
         ({"member": False}, "authorization"),
         (
             {
-                "row": {"contract_": contract(dependencies=[{"workitem": "d", "policy": "verified"}])},
-                "dependency_states": {"d": "cancelled"},
+                "row": {"contract_": contract(dependencyWorkItemIds=[DEP])},
+                "dependency_states": {DEP: "cancelled"},
             },
             "dependency",
         ),  # fmt: skip
-        ({"row": {"usage": json.dumps({"financial": 7})}}, "budget"),
+        ({"row": {"usage": json.dumps({"financialMicrounits": 7_000_000})}}, "budget"),
         ({"row": {"attempt": 3, "needs_new_attempt": True}}, "budget"),
     ],
 )
@@ -126,37 +136,37 @@ def test_admission_declines_with_a_structured_reason(case: dict[str, Any], reaso
 
 
 def test_admission_does_not_decline_for_a_dependency_that_may_still_be_met() -> None:
-    r = row(contract_=contract(dependencies=[{"workitem": "d", "policy": "verified"}]))
-    assert decide(r, dependency_states={"d": "active"}) is None
-    assert decide(r, dependency_states={"d": None}) is None
-    r = row(contract_=contract(dependencies=[{"workitem": "d", "policy": "terminal"}]))
-    assert decide(r, dependency_states={"d": "cancelled"}) is None
+    r = row(contract_=contract(dependencyWorkItemIds=[DEP]))
+    assert decide(r, dependency_states={DEP: "active"}) is None
+    assert decide(r, dependency_states={DEP: None}) is None
 
 
 # --- retries within the contract (spec 11.4; MWP-WRK-018) --------------------------------------
 
 
-def test_retry_backoff_grows_by_the_multiplier_MWP_WRK_018() -> None:
+def test_retry_backoff_follows_the_contracts_retry_policy_MWP_WRK_018() -> None:
     c = contract()
     first = retry_decision(c, attempt=1, usage={}, now=NOW)
     second = retry_decision(c, attempt=2, usage={}, now=NOW)
-    assert first.retry and first.not_before == NOW + timedelta(seconds=2)
-    assert second.retry and second.not_before == NOW + timedelta(seconds=6)
+    assert first.retry and first.not_before == NOW + timedelta(seconds=1)  # exponential: 2 ** 0
+    assert second.retry and second.not_before == NOW + timedelta(seconds=2)
+    fixed = contract(retryPolicy={**contract()["retryPolicy"], "backoff": "fixed"})
+    assert retry_decision(fixed, attempt=2, usage={}, now=NOW).not_before == NOW + timedelta(seconds=4)  # maxDelay
 
 
 @pytest.mark.parametrize(
-    ("retry", "attempt", "usage", "why"),
+    ("overrides", "attempt", "usage", "why"),
     [
         ({}, 3, {}, "attempts"),
         ({"deadline": format_time(NOW - timedelta(seconds=1))}, 1, {}, "deadline"),
-        ({"deadline": format_time(NOW + timedelta(seconds=1))}, 1, {}, "backoff"),  # ends after the deadline
-        ({}, 1, {"financial": 5}, "cost"),
+        ({"deadline": format_time(NOW + timedelta(milliseconds=500))}, 1, {}, "backoff"),  # ends after it
+        ({}, 1, {"financialMicrounits": 10_000_000}, "budget"),
     ],
 )
-def test_retries_stop_at_the_contracts_attempts_deadline_and_cost_MWP_WRK_018(
-    retry: dict[str, Any], attempt: int, usage: dict[str, float], why: str
+def test_retries_stop_at_the_contracts_attempts_deadline_and_budget_MWP_WRK_018(
+    overrides: dict[str, Any], attempt: int, usage: dict[str, float], why: str
 ) -> None:
-    c = contract(retry={**contract()["retry"], **retry})
+    c = contract(**overrides)
     decision = retry_decision(c, attempt=attempt, usage=usage, now=NOW)
     assert not decision.retry and why in decision.reason
 
@@ -189,8 +199,8 @@ def test_the_retry_rule_gives_up_only_on_fatal_errors() -> None:
 
 def test_fifo_picker_takes_the_oldest_eligible_and_a_returning_item_goes_to_the_back() -> None:
     picker = FifoPicker()
-    caps = frozenset({("summarize", "1.0")})
-    a, b = row("aaaaaaaa-0000-4000-8000-000000000000"), row("bbbbbbbb-0000-4000-8000-000000000000")
+    caps = frozenset({("text.summarize", "1.2.0")})
+    a, b = row("urn:uuid:aaaaaaaa-0000-4000-8000-000000000000"), row("urn:uuid:bbbbbbbb-0000-4000-8000-000000000000")
     a, b = replace(a, updated_sequence=3), replace(b, updated_sequence=4)
     pick = lambda rows: picker.pick(rows, running={}, free_slots=1, capabilities=caps, now=NOW)  # noqa: E731
     assert pick([b, a]) == a
@@ -203,8 +213,9 @@ def test_fifo_picker_takes_the_oldest_eligible_and_a_returning_item_goes_to_the_
 def test_fifo_picker_honours_execution_approval_and_capabilities() -> None:
     picker = FifoPicker()
     gated = row(execution_approved=False)
-    foreign = row("cccccccc-0000-4000-8000-000000000000", contract(capabilities=[{"id": "x", "version": "1"}]))
-    caps = frozenset({("summarize", "1.0")})
+    foreign = row("urn:uuid:cccccccc-0000-4000-8000-000000000000",
+                  contract(requiredCapabilities=[{"id": "x.y", "version": "1.0.0"}]))  # fmt: skip
+    caps = frozenset({("text.summarize", "1.2.0")})
     assert picker.pick([gated, foreign], running={}, free_slots=2, capabilities=caps, now=NOW) is None
     picker.set_policy({"classes": {"normal": 1}, "default_class": "normal"})
     assert picker.policy["default_class"] == "normal"
@@ -216,13 +227,14 @@ def test_fifo_picker_honours_execution_approval_and_capabilities() -> None:
 class Harness:
     """One slot served the way ``Worker`` serves it, without a connection."""
 
-    def __init__(self, store: Store, epoch: int = 1, item: str = "dddddddd-0000-4000-8000-000000000000"):
-        self.worker = Worker(portal="http://127.0.0.1:9", identity=Identity(ME, "org", "k"), store=store)
-        self.slot = _Slot(group=GROUP, workitem=item, ownership_epoch=epoch, revision=3, lease_id="lease")
+    def __init__(self, store: Store, epoch: int = 1, item: str = "urn:uuid:dddddddd-0000-4000-8000-000000000000"):
+        key = Key.generate(("agent", bare(ME, "agentId")), bare(ORG, "organizationId"))
+        self.worker = Worker(portal="http://127.0.0.1:9", identity=Identity(ME, ORG, key), store=store)
+        self.slot = _Slot(group=GROUP, workitem=item, ownership_epoch=epoch, revision=3, lease_id=ex.LEASE_ID)
         self.port = _Port()
         self.ctx = SlotContext(
             agent=ME, group=GROUP, workitem=item, mission={"id": MISSION, "group": GROUP}, contract=contract(),
-            ownership_epoch=epoch, attempt=1, checkpoints=[], usage={}, token="t", lease_id="lease", port=self.port,
+            ownership_epoch=epoch, attempt=1, checkpoints=[], usage={}, lease=ex.lease(), port=self.port,
         )  # fmt: skip
 
     async def run(self, fn: Callable[[SlotContext], Coroutine[Any, Any, Any]]) -> Any:
@@ -333,29 +345,29 @@ def test_side_effects_and_charges_stay_within_the_slots_budget(harness: Harness)
         await ctx.side_effect("b", ok)
         with pytest.raises(BudgetExceeded) as info:
             await ctx.side_effect("c", ok)  # the contract allows 2 side effects
-        assert info.value.dimension == "side_effects"
-        ctx.charge(financial=6)
+        assert info.value.dimension == "externalActions"
+        ctx.charge(financialMicrounits=6_000_000)
         with pytest.raises(BudgetExceeded):
-            ctx.charge(financial=5)  # 11 of 10
+            ctx.charge(financialMicrounits=5_000_000)  # 11 of 10 EUR
         return len(ctx._take_usage())
 
-    assert asyncio.run(harness.run(many)) == 2  # side_effects and financial reported with the next checkpoint
+    assert asyncio.run(harness.run(many)) == 2  # both dimensions reported with the next checkpoint
     assert harness.worker.store.side_effect(harness.ctx.idempotency_key("c")) is None  # refused before the intent
 
 
 def test_tools_outside_the_contract_are_refused_and_calls_count_against_the_budget(harness: Harness) -> None:
-    limited = contract(allowed={"tools": ["search"], "data": [], "operations": []},
-                       budgets={**contract()["budgets"], "tool_calls": 2})  # fmt: skip
+    limited = contract(allowedResources=[{"resource": "urn:example:search", "operations": ["search"]}],
+                       budget={"currency": "EUR", "toolCallLimit": 2})  # fmt: skip
     ctx = SlotContext(
         agent=ME, group=GROUP, workitem="w", mission={"id": MISSION}, contract=limited, ownership_epoch=1, attempt=1,
-        checkpoints=[], usage={"tool_calls": 1}, token="t", lease_id="l", port=harness.port,
+        checkpoints=[], usage={"toolCalls": 1}, lease=ex.lease(), port=harness.port,
     )  # fmt: skip
     with pytest.raises(PermissionError):
         ctx.use_tool("shell")
     ctx.use_tool("search")  # 2 of 2 with the call the log already counts
     with pytest.raises(BudgetExceeded):
         ctx.use_tool("search")
-    assert ctx.budget_left("tool_calls") == 0 and ctx.budget_left("tokens") is None
+    assert ctx.budget_left("toolCalls") == 0 and ctx.budget_left("modelTokens") is None
 
 
 def test_side_effect_rows_survive_a_rebuild(harness: Harness) -> None:
@@ -373,18 +385,23 @@ def test_side_effect_rows_survive_a_rebuild(harness: Harness) -> None:
 # --- configuration ---------------------------------------------------------------------------
 
 
-def test_config_and_key_file_load(tmp_path: Path) -> None:
-    (tmp_path / "k.json").write_text(json.dumps({"agent_id": ME, "organization": "o", "private_key": "p",
-                                                 "public_key": "q"}))  # fmt: skip
+def test_config_and_a_design_4_key_file_load(tmp_path: Path) -> None:
+    key = Key.generate(("agent", bare(ME, "agentId")), bare(ORG, "organizationId"))
+    key.write(tmp_path / "k.json")
     (tmp_path / "w.toml").write_text(
         '[worker]\nportal = "http://h:1/"\nkey_file = "k.json"\nstore = "s.db"\nslots = 3\n'
     )
     config = WorkerConfig.load(tmp_path / "w.toml")
     assert (config.portal, config.slots, config.store) == ("http://h:1", 3, tmp_path / "s.db")
-    assert Identity.from_key_file(config.key_file).agent_id == ME
+    identity = Identity.from_key_file(config.key_file)
+    assert (identity.agent_id, identity.organization, identity.key.key_id) == (ME, ORG, key.key_id)
     (tmp_path / "bad.toml").write_text('[worker]\nportal = "x"\nkey_file = "k"\nstore = "s"\ncolour = "red"\n')
     with pytest.raises(Fatal):
         WorkerConfig.load(tmp_path / "bad.toml")
     (tmp_path / "k2.json").write_text("{}")
     with pytest.raises(Fatal):
         Identity.from_key_file(tmp_path / "k2.json")
+    human = Key.generate(("human", bare(ME, "id")), bare(ORG, "organizationId"))
+    human.write(tmp_path / "h.json")
+    with pytest.raises(Fatal, match="agent"):
+        Identity.from_key_file(tmp_path / "h.json")
