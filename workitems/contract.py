@@ -64,6 +64,14 @@ def invalid(code: ErrorCode, message: str, field: str) -> ProtocolError:
     return ProtocolError(code, f"{field}: {message}", details={"field": field, "reason": "contract_invalid"})
 
 
+def _quoted(message: str) -> str:
+    """The member name a validator message quotes ('name' or "name")."""
+    for quote in ('"', "'"):
+        if quote in message:
+            return message.split(quote)[1]
+    return ""
+
+
 def _schema_errors(contract: Any, field: str) -> None:
     try:
         schemas.validate("work-contract", contract)
@@ -72,10 +80,9 @@ def _schema_errors(contract: Any, field: str) -> None:
         path, _, message = first.partition(": ")
         path = "" if path == "/" else path
         if "is a required property" in message:
-            missing = message.split("'")[1] if "'" in message else ""
-            raise invalid(ErrorCode.WORK_CONTRACT_INCOMPLETE, message, f"{field}{path}/{missing}") from None
-        if "Additional properties" in message and "'" in message:
-            path = f"{path}/{message.split(chr(39))[1]}"
+            raise invalid(ErrorCode.WORK_CONTRACT_INCOMPLETE, message, f"{field}{path}/{_quoted(message)}") from None
+        if "Additional properties" in message:
+            path = f"{path}/{_quoted(message)}"
         raise invalid(ErrorCode.INVALID_COMMAND, message, f"{field}{path}") from None
 
 

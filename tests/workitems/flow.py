@@ -15,26 +15,41 @@ from typing import Any
 
 from artifacts.models import Blob
 from artifacts.store import store_stream
-from missions.models import Agent, AgentCard, Group, Mission
+from missions.handlers.sessions import capability, issue_agent_card
+from missions.models import Agent, AgentCard, Group
 from mwportal.protocol import catalogue
 from mwportal.protocol.ids import bare, urn
 from mwportal.protocol.verification import sign_document
 from tests.conftest import AgentKey
 from workitems.models import WorkItem
 
+# The Coordinator lease mission.create grants is epoch 1 (§7.2); every Coordinator Command carries it.
+COORDINATOR_EPOCH = 1
 RENEW = "ext.missionweaveprotocol.core.work_execution_lease_renew"
 DECLINE = "ext.mwportal.work.offer_decline"
 AMBIGUITY = "ext.mwportal.work.ambiguity_raise"
 CAPABILITY = {"id": "text.summarize", "version": "1.0.0"}
-# The Mission's budget the flow fixture sets; every contract below fits within it (§12).
+# The Mission budget of tests/workitems' mission fixture; every contract below fits within it (§12).
 MISSION_BUDGET = {
     "currency": "EUR", "financialLimit": 1000, "modelTokenLimit": 10**7, "toolCallLimit": 10**4,
     "computeSecondsLimit": 10**6, "wallClockSecondsLimit": 10**6, "externalSideEffectLimit": 100,
 }  # fmt: skip
 
 
+def give_card(agent: AgentKey) -> AgentKey:
+    """An Agent Card for ``agent``: a Coordinator lease pins one (§6.1, §7.2)."""
+    issue_agent_card(
+        agent.id, [capability(CAPABILITY["id"], CAPABILITY["version"], verified_evidence=[urn(uuid.uuid4())])]
+    )
+    return agent
+
+
 def stamp(moment: datetime | None = None) -> str:
     return (moment or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+# One deadline for every contract of a run, so that equal contracts are equal.
+DEADLINE = stamp(datetime.now(UTC).replace(microsecond=0) + timedelta(days=30))
 
 
 def contract(**overrides: Any) -> dict[str, Any]:
@@ -58,7 +73,7 @@ def contract(**overrides: Any) -> dict[str, Any]:
         "dependencyWorkItemIds": [],
         "allowedResources": [{"resource": "urn:example:survey-2026", "operations": ["read"]}],
         "requiredCapabilities": [CAPABILITY],
-        "deadline": stamp(datetime.now(UTC) + timedelta(days=30)),
+        "deadline": DEADLINE,
         "requestedUrgency": "normal",
         "businessImpact": "Board meeting preparation",
         "retryPolicy": {"maxAttempts": 3, "backoff": "none", "maxDelay": "PT0S", "retryableFailures": []},
@@ -111,7 +126,6 @@ class Flow:
         self.mission = mission["mission"]
         self.owner, self.coordinator, self.worker, self.worker2 = owner, coordinator, worker, worker2
         self.leases: dict[str, str] = {}  # WorkItem -> its current Execution Lease (bare UUIDs)
-        Mission.objects.filter(id=self.mission).update(budgets=MISSION_BUDGET)
 
     def item(self, item_id: str) -> WorkItem:
         return WorkItem.objects.get(id=item_id)
@@ -159,16 +173,13 @@ class Flow:
         ``expectedRevision`` when the catalogue says compare-and-set (§15.3)."""
         if catalogue.command(kind).compare_and_set:
             kw.setdefault("expected_revision", self.revision(item_id))
+        if agent is self.coordinator:
+            kw.setdefault("coordinator_epoch", COORDINATOR_EPOCH)
         return agent.send(kind, self.group, {"workItemId": urn(item_id), **payload}, work_item_id=item_id, **kw)
 
     def authorize(self, c: dict[str, Any] | None = None, item_id: str | None = None) -> str:
         item_id = item_id or str(uuid.uuid4())
-        self.coordinator.send(
-            "work.authorize",
-            self.group,
-            {"workItemId": urn(item_id), "contract": c or contract()},
-            work_item_id=item_id,
-        )
+        self.send(self.coordinator, "work.authorize", item_id, {"contract": c or contract()})
         return item_id
 
     def offer(
@@ -273,9 +284,15 @@ class Flow:
         return self.lease_command("work.submit", item_id, payload, agent=agent, lease_id=lease_id, **kw)
 
     def create_child(self, item_id: str, policy: str = "fail_parent_work_item") -> tuple[str, str]:
-        """``mission.create_child`` of ``item_id`` (§14); the child's (Mission, Group) IDs."""
+        """``mission.create_child`` of ``item_id`` (§14); the child's (Mission, Group) IDs.
+
+        Carl, the parent Coordinator, becomes the child's MissionOwner; Walt
+        (with an Agent Card) holds the child's Coordinator lease."""
         mission, group = str(uuid.uuid4()), str(uuid.uuid4())
+        if not AgentCard.objects.filter(agent_id=self.worker2.id).exists():
+            give_card(self.worker2)
         payload = {
+            "coordinatorId": self.worker2.urn,
             "missionId": urn(mission),
             "groupId": urn(group),
             "parentWorkItemId": urn(item_id),
@@ -289,8 +306,9 @@ class Flow:
             "failurePolicy": policy,
         }
         self.coordinator.send(
-            "mission.create_child", self.group, payload, expected_revision=self.revision(item_id), work_item_id=item_id
-        )
+            "mission.create_child", self.group, payload, expected_revision=self.revision(item_id),
+            work_item_id=item_id, coordinator_epoch=COORDINATOR_EPOCH,
+        )  # fmt: skip
         return mission, group
 
     def unblock(self, item_id: str) -> dict[str, Any]:

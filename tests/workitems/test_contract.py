@@ -12,7 +12,7 @@ from missions.models import GroupEvent
 from mwportal.protocol import ErrorCode, ProtocolError, schemas
 from mwportal.protocol.ids import urn
 from tests.conftest import Because, refused
-from tests.workitems.flow import MISSION_BUDGET, Flow, contract
+from tests.workitems.flow import COORDINATOR_EPOCH, MISSION_BUDGET, Flow, contract
 from workitems.contract import check_contract, is_material_change
 
 INCOMPLETE = Because(ErrorCode.WORK_CONTRACT_INCOMPLETE, "contract_invalid")
@@ -126,14 +126,12 @@ def test_a_proposal_then_its_authorization_spec_10_2(flow: Flow) -> None:
     assert (proposed["id"], proposed["proposedBy"], proposed["status"]) == (urn(proposal), flow.worker.actor, "open")
     assert receipt["events"][0]["kind"] == "work.proposed"
     item = str(uuid.uuid4())
-    flow.coordinator.send(
-        "work.authorize", flow.group, {"workItemId": urn(item), "contract": contract(), "proposalId": urn(proposal)}
-    )
+    flow.send(flow.coordinator, "work.authorize", item, {"contract": contract(), "proposalId": urn(proposal)})
     assert str(flow.item(item).proposal_id) == proposal
     authorized = GroupEvent.objects.get(aggregate_id=item, type="work.authorized").body
     assert authorized["proposalId"] == urn(proposal)
-    again = {"workItemId": urn(uuid.uuid4()), "contract": contract(), "proposalId": urn(proposal)}
-    refused(ErrorCode.INVALID_STATE_TRANSITION, flow.coordinator.send, "work.authorize", flow.group, again)
+    again = {"contract": contract(), "proposalId": urn(proposal)}
+    refused(ErrorCode.INVALID_STATE_TRANSITION, flow.send, flow.coordinator, "work.authorize", str(uuid.uuid4()), again)
 
 
 def test_only_coordinators_and_the_owner_authorize_spec_10_2(flow: Flow) -> None:
@@ -151,6 +149,8 @@ def test_the_envelope_and_payload_name_the_same_workitem_spec_15_1(flow: Flow) -
     item = flow.authorize()
     other = str(uuid.uuid4())
     payload = {"workItemId": urn(item), "reason": "x"}
-    err = refused(ErrorCode.INVALID_COMMAND, flow.coordinator.send, "work.cancel", flow.group, payload,
-                  expected_revision=flow.revision(item), work_item_id=other)  # fmt: skip
+    envelope = {"expected_revision": flow.revision(item), "work_item_id": other}
+    envelope["coordinator_epoch"] = COORDINATOR_EPOCH
+    send = flow.coordinator.send
+    err = refused(ErrorCode.INVALID_COMMAND, send, "work.cancel", flow.group, payload, **envelope)
     assert err.details["field"] == "/workItemId"

@@ -9,12 +9,14 @@ from missions.verify import verify_group_log
 from mwportal.protocol import ErrorCode, schemas
 from mwportal.protocol.ids import urn
 from tests.conftest import AgentKey, group_revision, refused
-from tests.workitems.flow import Flow
+from tests.workitems.flow import COORDINATOR_EPOCH, Flow
 from workitems.models import ExecutionLease
 
 
 def end_mission(by: AgentKey, kind: str, group: str, reason: str = "customer withdrew") -> dict[str, object]:
-    return by.send(kind, group, {"reason": reason}, expected_revision=group_revision(group))
+    # An Agent's mission.terminate is a Coordinator's: it carries the Coordinator Epoch (§15.1).
+    epoch = {"coordinator_epoch": COORDINATOR_EPOCH} if kind == "mission.terminate" else {}
+    return by.send(kind, group, {"reason": reason}, expected_revision=group_revision(group), **epoch)
 
 
 def approve(by: AgentKey, group: str) -> dict[str, object]:
@@ -83,7 +85,7 @@ def test_a_child_failure_follows_the_declared_policy_spec_14(flow: Flow) -> None
     _, fail_group = flow.create_child(fail_item, "fail_parent_work_item")
     keep_item = flow.drive_to("open")
     _, keep_group = flow.create_child(keep_item, "block_parent_work_item")
-    end_mission(flow.coordinator, "mission.terminate", fail_group, "dead end")
+    end_mission(flow.worker2, "mission.terminate", fail_group, "dead end")  # the child's Coordinator
     end_mission(flow.coordinator, "mission.cancel", keep_group, "dead end")
     assert flow.item(fail_item).state == "failed"
     kept = flow.item(keep_item)
@@ -96,7 +98,7 @@ def test_a_child_failure_can_fail_the_parent_mission_spec_14(flow: Flow) -> None
     item = flow.drive_to("open")
     other = flow.drive_to("queued")
     _, child_group = flow.create_child(item, "fail_parent_mission")
-    end_mission(flow.coordinator, "mission.terminate", child_group, "dead end")
+    end_mission(flow.worker2, "mission.terminate", child_group, "dead end")
     assert (flow.item(item).state, flow.item(other).state) == ("failed", "failed")
     assert Mission.objects.get(id=flow.mission).status == "failed"
     assert GroupEvent.objects.filter(group_id=flow.group, type="mission.terminated").count() == 1

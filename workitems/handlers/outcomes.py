@@ -173,7 +173,7 @@ def _to_parent(ctx: HandlerContext, mission: Mission, approved: bool) -> list[tu
                 parent_ctx, item, f"child Mission {urn(mission.id)} received its final Approval", passed=True
             )
         ]
-        content().record_evidence(parent_ctx, item, evidence, "child")
+        content().record_evidence(parent_ctx, item, evidence, "coordinator")
         return [(head, [emit("work.result.accepted", item, {"workItemId": urn(item.id), "evidence": evidence})])]
     policy = item.child_failure_policy
     to = sm.BLOCKED if policy == "keep_blocked" else sm.FAILED
