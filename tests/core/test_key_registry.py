@@ -412,3 +412,35 @@ def test_a_transactional_test_with_registry_rows_flushes_cleanly() -> None:
     register(org, "urn:k:flush", ALICE, key(7), valid_until="2026-08-01T00:00:00Z")
     assert SigningKey.objects.count() == 1
     assert SigningKeyValidity.objects.count() == 1
+
+
+# -- the Organization's own Principals (DESIGN §4) ----------------------------------
+
+
+def test_an_organization_comes_with_its_service_principals_keys_bound_DESIGN_4(db: None) -> None:
+    """``ext.mwportal.admin.organization_create`` binds the Group Authority's and the control
+    plane's keys (the key files under ``MWP_SERVICE_KEY_DIR``), so its first Event already verifies."""
+    from missions import service_keys
+    from missions.commands import create_organization
+    from missions.models import Agent, GroupEvent
+    from mwportal.protocol.eventdoc import verify_event
+
+    org_id, admin_group = create_organization("bootstrap", "Bootstrap")
+    organization = Organization.objects.get(id=org_id)
+    registry = DjangoRegistry(organization)
+    for role in (service_keys.GROUP_AUTHORITY, service_keys.CONTROL_PLANE):
+        key = service_keys.service_key(org_id, role)
+        principal = f"urn:uuid:{service_keys.principal_id(org_id, role)}"
+        binding = registry.resolve(key.key_id)
+        assert (binding.principal, binding.public_key) == (
+            Principal("service", principal),
+            ed25519.public_key(key.seed),
+        )
+        assert Agent.objects.get(id=service_keys.principal_id(org_id, role)).kind == "service"
+    first = GroupEvent.objects.get(group_id=admin_group, sequence=1)
+    assert first.type == "ext.mwportal.admin.organization_created"
+    verified = verify_event(first.document.encode(), registry)
+    assert verified.principal.id == f"urn:uuid:{service_keys.principal_id(org_id, service_keys.GROUP_AUTHORITY)}"
+    # Created once: the same slug answers the existing Organization, and nothing is bound twice.
+    assert create_organization("bootstrap", "Bootstrap") == (org_id, admin_group)
+    assert SigningKey.objects.filter(organization=organization).count() == 2
