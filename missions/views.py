@@ -200,10 +200,14 @@ def read_body(request: Request) -> bytes:
 
 
 def read_json_body(request: Request) -> Any:
-    """``read_body`` as one strict JSON value (§17.4, §6.4): 400
-    PROTOCOL_VIOLATION when it is not strict JSON, SCHEMA_VALIDATION_FAILED
-    for a NUL in a member (the project's storage refuses one)."""
-    raw = read_body(request)
+    """``read_body`` as one strict JSON value: see ``parse_json``."""
+    return parse_json(read_body(request))
+
+
+def parse_json(raw: bytes) -> Any:
+    """``raw`` as one strict JSON value (§17.4, §6.4): 400 PROTOCOL_VIOLATION
+    when it is not strict JSON, SCHEMA_VALIDATION_FAILED for a NUL in a
+    member (the project's storage refuses one)."""
     try:
         return loads_strict(raw)
     except CanonicalizationError as exc:
@@ -213,6 +217,31 @@ def read_json_body(request: Request) -> Any:
         if exc.reason == "nul" and exc.field:
             raise ProtocolError(ErrorCode.SCHEMA_VALIDATION_FAILED, str(exc), details={"field": exc.field}) from None
         raise unreadable(str(exc)) from None
+
+
+_NUL_ESCAPE = b"\\u0000"
+
+
+def refuse_nul(raw: bytes) -> None:
+    """SCHEMA_VALIDATION_FAILED naming the member if ``raw`` holds a NUL character.
+
+    A NUL is valid JSON and JCS data, but PostgreSQL's text and jsonb refuse
+    it (issue 16 item 6), so a document holding one must be refused here
+    rather than answered 500 by the database. In JSON text a NUL can only be
+    the escape ``\\u0000`` (a raw control character is not JSON), so the bytes
+    are searched first and parsed only when one may be there.
+    """
+    at = raw.find(_NUL_ESCAPE)
+    while at != -1:
+        before = at - 1
+        while before >= 0 and raw[before] == 0x5C:  # the backslashes before the escape's own
+            before -= 1
+        if (at - 1 - before) % 2 == 0:  # the escape's backslash is not itself escaped
+            parse_json(raw)  # names the member, or the JSON's own fault
+            raise ProtocolError(
+                ErrorCode.SCHEMA_VALIDATION_FAILED, "body: a string holds a NUL character", details={"field": "body"}
+            )
+        at = raw.find(_NUL_ESCAPE, at + 1)
 
 
 def read_json_object(request: Request) -> dict[str, Any]:

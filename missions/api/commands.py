@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 
 from .. import serializers as s
 from ..authority import accept_document
-from ..views import BODY_ERRORS, read_body
+from ..views import BODY_ERRORS, read_body, refuse_nul
 from .openapi import COMMAND_DOCUMENT, ref
 
 
@@ -37,5 +37,7 @@ class CommandsView(APIView):
         },
     )
     def post(self, request: Request) -> Response:
-        receipt = accept_document(read_body(request))
+        raw = read_body(request)
+        refuse_nul(raw)
+        receipt = accept_document(raw)
         return Response(receipt, status=200 if receipt.get("replayed") else 201)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -16,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from missions.models import GroupEvent
-from mwportal.protocol.command import Key
+from mwportal.protocol import catalogue
+from mwportal.protocol.command import Key, format_timestamp
 from mwportal.protocol.ids import urn
 from tests.api.support import (
     COMMANDS,
@@ -35,14 +37,17 @@ RECEIPT_MEMBERS = {"actionId", "events", "aggregateRevision", "replayed"}
 
 
 def create_mission(owner: AgentKey, coordinator: AgentKey, **kw: Any) -> dict[str, Any]:
-    """A signed ``mission.create`` of a new Group (it needs no Group state)."""
+    """A signed ``mission.create`` of a new Group (it needs no Group state): the catalogue's example
+    terms (§7.1: objective, definition of done, budget, deadline) with fresh IDs."""
     group = str(uuid.uuid4())
     payload = {
+        **catalogue.command("mission.create").examples[0],
         "missionId": urn(str(uuid.uuid4())),
         "groupId": urn(group),
         "coordinatorId": coordinator.urn,
         "title": "Survey",
         "objective": "Map the coast",
+        "deadline": format_timestamp(datetime.now(UTC) + timedelta(days=7)),
     }
     return owner.command("mission.create", group, payload, **kw)
 
@@ -144,29 +149,26 @@ def test_an_unknown_key_is_401_spec_6_4(owner: AgentKey, coordinator: AgentKey) 
         error_of(post_json(http(), COMMANDS, create_mission(stranger, coordinator)), 401, "AUTH_INVALID_SIGNATURE")
 
 
+def propose(agent: AgentKey, group: str, **kw: Any) -> dict[str, Any]:
+    """A signed ``work.propose`` (the catalogue's example contract, a fresh proposal)."""
+    contract = catalogue.command("work.propose").examples[0]["contract"]
+    return agent.command("work.propose", group, {"proposalId": urn(str(uuid.uuid4())), "contract": contract}, **kw)
+
+
 def test_a_stale_session_epoch_is_401_spec_6_3(mission: dict[str, str], worker: AgentKey) -> None:
     stale = worker.session_epoch
     worker.open_session()
-    document = worker.command(
-        "message.post",
-        mission["group"],
-        {"messageId": urn(str(uuid.uuid4())), "conversationId": conversation(mission), "content": "hello"},
-        session_epoch=stale,
-    )
     with nothing_written():
-        error_of(post_json(http(), COMMANDS, document), 401, "AUTH_STALE_SESSION")
-
-
-def conversation(mission: dict[str, str]) -> str:
-    from missions.handlers.common import main_conversation_id
-
-    return urn(main_conversation_id(mission["group"]))
+        error_of(
+            post_json(http(), COMMANDS, propose(worker, mission["group"], session_epoch=stale)),
+            401,
+            "AUTH_STALE_SESSION",
+        )
 
 
 def test_a_non_member_gets_the_answer_of_an_absent_group_spec_17_2(mission: dict[str, str], outsider: AgentKey) -> None:
     def post(group: str) -> dict[str, Any]:
-        payload = {"messageId": urn(str(uuid.uuid4())), "conversationId": conversation(mission), "content": "hi"}
-        document = outsider.command("message.post", group, payload, membership_epoch=1)
+        document = propose(outsider, group, membership_epoch=1)
         error = error_of(post_json(http(), COMMANDS, document), 404, "GROUP_NOT_FOUND")
         error.pop("relatedActionId", None)
         return error

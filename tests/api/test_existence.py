@@ -37,6 +37,6 @@ def test_a_removed_member_reads_a_group_exactly_as_an_absent_one_spec_17_2(
 
 
 def test_a_review_of_an_unknown_workitem_names_no_group(mission: dict[str, str], outsider: AgentKey) -> None:
-    response = http().get(f"{API}/workitems/{uuid.uuid4()}/review", **bearer(outsider.extra["token"]))
+    response = http().get(f"{API}/work-items/{wire(str(uuid.uuid4()))}/review", **bearer(outsider.extra["token"]))
     error_of(response, 404, "GROUP_NOT_FOUND")
     assert mission["group"] not in response.content.decode()
