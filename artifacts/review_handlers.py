@@ -141,14 +141,18 @@ def _open_review(ctx: HandlerContext, item: WorkItem, submission: Submission, wa
     )
     sm.check_transition(sm.OPEN, "work.offer")
     expires_at = ctx.now + timedelta(seconds=settings.MWP_REVIEW_OFFER_SECONDS)
+    # The Group's reviewer role is what qualifies a candidate for the review capability.
     basis = {
         "requiredCapabilities": [REVIEW_CAPABILITY],
-        "verifiedMatches": [],
+        "verifiedMatches": [REVIEW_CAPABILITY],
         "authorizationEligible": True,
         "availabilityEstimate": when(ctx.now),
         "expectedCost": 0,
         "reliabilityEvidence": [],
-        "policyRulesApplied": ["review: every reviewer member of the Group except the submitter"],
+        "policyRulesApplied": [
+            "review: every reviewer member of the Group except the submitter",
+            "review: the reviewer role of the Group stands for the mwportal.review capability",
+        ],
     }
     Offer.objects.bulk_create(
         [

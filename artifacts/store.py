@@ -344,14 +344,15 @@ def check_served(sha256: str) -> None:
     ``artifact_hash_mismatch``) for bytes that no longer match (or vanished):
     the Authority's store failed, not the request; returns quietly when they
     may be served."""
+    shown = wire_hash(sha256)
     if not Blob.objects.filter(sha256=sha256).exists():
-        raise ProtocolError(ErrorCode.GROUP_NOT_FOUND, f"no Artifact {sha256}", details={"sha256": sha256})
+        raise ProtocolError(ErrorCode.GROUP_NOT_FOUND, f"no Artifact {shown}", details={"contentHash": shown})
     outcome = blob_integrity(sha256)
     if outcome != "verified":
         raise ProtocolError(
             ErrorCode.INTERNAL_ERROR,
-            f"stored bytes of {sha256} do not match its hash ({outcome})",
-            details={"sha256": sha256, "integrity": outcome, "reason": "artifact_hash_mismatch"},
+            f"stored bytes of {shown} do not match its hash ({outcome})",
+            details={"contentHash": shown, "integrity": outcome, "reason": "artifact_hash_mismatch"},
         )
 
 

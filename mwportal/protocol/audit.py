@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="mwportal.protocol.audit", description="verify an audit bundle offline")
     parser.add_argument("file")
-    parser.add_argument("--group-authority-key", default=None, help="pin the Group Authority's public key (base64url)")
+    parser.add_argument("--server-key", default=None, help="pin the Group Authority's public key (base64url)")
     args = parser.parse_args(argv)
     try:
         report = verify_bundle(args.file, server_key=args.server_key)

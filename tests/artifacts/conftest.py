@@ -115,16 +115,19 @@ def reviewer(org: dict[str, str], mission: dict[str, str], owner: AgentKey) -> A
     return rita
 
 
-def make_coordinator(name: str) -> AgentKey:
-    """An Agent with an Agent Card, as a Coordinator lease pins one (§6.1, §7.2)."""
+def give_card(agent: AgentKey) -> AgentKey:
+    """Register an Agent Card for ``agent`` (a Coordinator lease pins one, §6.1, §7.2)."""
     from missions.handlers.sessions import capability, issue_agent_card
+
+    card = capability(CAPABILITY["id"], CAPABILITY["version"], verified_evidence=[urn(uuid.uuid4())])
+    issue_agent_card(agent.id, [card])
+    return agent
+
+
+def make_coordinator(name: str) -> AgentKey:
     from tests.conftest import make_agent
 
-    agent = make_agent("acme", name, ["coordinator"])
-    issue_agent_card(
-        agent.id, [capability(CAPABILITY["id"], CAPABILITY["version"], verified_evidence=[urn(uuid.uuid4())])]
-    )
-    return agent
+    return give_card(make_agent("acme", name, ["coordinator"]))
 
 
 def new_mission(owner: AgentKey, coordinator: AgentKey, title: str = "Other") -> dict[str, str]:
@@ -141,6 +144,16 @@ def new_mission(owner: AgentKey, coordinator: AgentKey, title: str = "Other") ->
         },
     )  # fmt: skip
     return {"group": group_id, "mission": mission_id}
+
+
+@pytest.fixture
+def mission(owner: AgentKey, coordinator: AgentKey, worker: AgentKey, worker2: AgentKey) -> dict[str, str]:
+    """The Survey Mission: Olivia owns it, Carl (with his Agent Card) holds its Coordinator lease, Wanda
+    and Walt work in it."""
+    created = new_mission(owner, give_card(coordinator), title="Survey")
+    for member in (worker, worker2):
+        add_member(owner, created["group"], member, ["worker"])
+    return created
 
 
 @pytest.fixture
@@ -200,7 +213,10 @@ class Artifacts:
 
     def offer(self, item_id: str, agents: list[AgentKey] | None = None) -> dict[str, Any]:
         candidates = [a.urn for a in agents or [self.worker]]
-        payload = {"workItemId": urn(item_id), "candidateAgentIds": candidates, "selectionBasis": BASIS}
+        payload = {
+            "workItemId": urn(item_id), "candidateAgentIds": candidates, "selectionBasis": BASIS,
+            "offerExpiresInSeconds": 600,
+        }  # fmt: skip
         return self.coordinate("work.offer", payload, expected_revision=self.item(item_id).revision)
 
     def accept(self, item_id: str, agent: AgentKey | None = None) -> dict[str, Any]:

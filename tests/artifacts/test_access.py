@@ -31,7 +31,7 @@ from missions.models import GroupEvent
 from mwportal.protocol import ErrorCode
 from mwportal.protocol.ids import urn
 from tests.api.support import API, COMMANDS, bearer, error_of, http, nothing_written, post_json
-from tests.artifacts.conftest import Artifacts, criterion, now_text
+from tests.artifacts.conftest import Artifacts, criterion, give_card, now_text
 from tests.artifacts.test_context import forward, package_doc, publish
 from tests.conftest import AgentKey, Because, add_member, group_revision, make_agent, make_person, refused
 
@@ -39,9 +39,9 @@ UPLOADS = f"{API}/artifacts/uploads"
 STORE = "ext.mwportal.artifact.content_store"
 
 
-def signed_upload(agent: AgentKey, group: str, sha: str) -> Any:
+def signed_upload(agent: AgentKey, group: str, sha: str, **envelope: Any) -> Any:
     """The attack: a signed ``content_store`` naming bytes the sender never sent."""
-    return post_json(http(), COMMANDS, agent.command(STORE, group, {"contentHash": sha}))
+    return post_json(http(), COMMANDS, agent.command(STORE, group, {"contentHash": sha}, **envelope))
 
 
 def assert_not_readable(art: Artifacts, sha: str, agent: AgentKey) -> None:
@@ -59,7 +59,7 @@ def globex() -> dict[str, Any]:
     blob its worker uploaded there."""
     org_id, admin = create_organization("globex", "Globex")
     gina = make_person("globex", "Gina Owner", ["mission_owner"])
-    gus = make_agent("globex", "Gus Coordinator", ["coordinator"])
+    gus = give_card(make_agent("globex", "Gus Coordinator", ["coordinator"]))
     greg = make_agent("globex", "Greg Worker", ["worker"])
     group = str(uuid.uuid4())
     gina.send(
@@ -120,7 +120,8 @@ def test_it_stops_serving_a_removed_member_at_once(art: Artifacts) -> None:
     assert art.download(sha, art.worker).status_code == 200
     end_membership(art, art.worker)
     assert_not_readable(art, sha, art.worker)
-    error_of(signed_upload(art.worker, art.group, sha), 403, "AUTH_FORBIDDEN")
+    # She signs with the Membership Epoch she held.
+    error_of(signed_upload(art.worker, art.group, sha, membership_epoch=1), 403, "AUTH_FORBIDDEN")
     assert art.download(sha, art.coordinator).status_code == 200
 
 

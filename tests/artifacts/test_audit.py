@@ -109,8 +109,8 @@ def test_one_byte_changed_in_one_event_fails_at_that_event(
         return b"".join(lines)  # one byte of one signed member
 
     err = failure(rewrite(bundle, "events.jsonl", change))
-    assert err.where == "events: sequence 1"
-    with pytest.raises(CommandError, match="FAILED at events: sequence 1"):
+    assert err.where == "events: sequence 1: signature"
+    with pytest.raises(CommandError, match="FAILED at events: sequence 1: signature"):
         call_command("mwp", "verify-audit", str(rewrite(bundle, "events.jsonl", change)))
 
 
@@ -131,7 +131,7 @@ def test_a_changed_event_later_in_the_log_is_named_by_its_sequence(
         out[target] = out[target].replace(b'"passed"', b'"failed"', 1)
         return b"".join(out)
 
-    assert failure(rewrite(bundle, "events.jsonl", change)).where == f"events: sequence {sequence}"
+    assert failure(rewrite(bundle, "events.jsonl", change)).where == f"events: sequence {sequence}: signature"
 
 
 def test_one_changed_manifest_signature_fails_at_that_manifest(

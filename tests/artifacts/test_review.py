@@ -369,7 +369,10 @@ def test_failure_evidence_is_kept_as_records_of_the_event_that_carried_it_13_2(a
     (retried,) = events_of(art.group, "ext.mwportal.work.attempt_failed")
     ending = art.evidence(item, ["complete", "accurate"], [], result="failed", agent=art.coordinator,
                           type_="failure_report")  # fmt: skip
-    art.coordinate("work.fail", {"workItemId": urn(item), "reason": "given up", "evidence": [ending]})
+    art.coordinate(
+        "work.fail", {"workItemId": urn(item), "reason": "given up", "evidence": [ending]},
+        expected_revision=art.item(item).revision,
+    )  # fmt: skip
     (failed,) = events_of(art.group, "work.failed")
     rows = list(Evidence.objects.filter(workitem_id=item, origin="failure").order_by("sequence"))
     assert [(r.sequence, r.as_record()) for r in rows] == [

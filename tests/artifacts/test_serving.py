@@ -16,8 +16,7 @@ from artifacts.models import Blob
 from mwportal.protocol.ids import urn
 from tests.api.support import error_of
 from tests.artifacts.conftest import Artifacts
-from tests.portal.conftest import Person, make_person
-from tests.portal.conftest import add_member as add_person
+from tests.portal.conftest import Person, grant, make_person
 
 PAGE = b"<html><body><script>document.title = 'ran'</script></body></html>"
 SVG = b'<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>'
@@ -35,9 +34,9 @@ def assert_attachment(response: object, sha: str) -> None:
 
 @pytest.fixture
 def member(art: Artifacts) -> Person:
-    """Pam, a person member of the Mission signed in to the portal (session cookie)."""
+    """Pam, a person observing the Mission, signed in to the portal (session cookie)."""
     pam = make_person("pam", ["mission_owner"])
-    add_person(art.owner, art.group, pam.agent, ["mission_owner"])
+    grant(art.owner, art.group, pam, ["observer"])
     return pam
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -99,7 +100,7 @@ def test_an_expired_reservation_no_longer_counts(art: Artifacts, settings: Any) 
     settings.MWP_ARTIFACT_UPLOAD_MAX_OPEN = 1
     old = opened(art, 10)
     rate_limited(start(art, 10))
-    meta_path = uploads_dir() / f"{old}.json"
+    meta_path = uploads_dir() / f"{uuid.UUID(old.removeprefix('urn:uuid:')).hex}.json"
     meta = json.loads(meta_path.read_text())
     meta["created"] = time.time() - settings.MWP_ARTIFACT_UPLOAD_TTL_SECONDS - 1
     meta_path.write_text(json.dumps(meta))
