@@ -15,7 +15,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from mwportal.protocol.ids import bare
+from mwportal.protocol.ids import bare, urn
 
 from .errors import Refused
 from .protocol import error_reason
@@ -74,7 +74,7 @@ class _Http:
         return await asyncio.to_thread(self.put_artifact_blocking, token, group, data, media_type)
 
     def put_artifact_blocking(self, token: str | None, group: str, data: bytes, media_type: str) -> str:
-        """Upload ``data`` as an Artifact of ``group``; its SHA-256.
+        """Upload ``data`` as an Artifact of ``group`` (a ``urn:uuid:``); its content hash ``sha256:<hex>``.
 
         Up to the portal's ``chunk_max`` (until known: ``SINGLE_UPLOAD_BYTES``)
         in one request; larger through the resumable upload, a chunk per
@@ -83,20 +83,20 @@ class _Http:
         """
         if len(data) <= (self.chunk_max or SINGLE_UPLOAD_BYTES):
             status, payload = self._call(
-                "POST", f"/api/v0.1/artifacts?group={bare(group, 'groupId')}", token, None, data, media_type
+                "POST", f"/api/v0.1/artifacts?groupId={urn(bare(group, 'groupId'))}", token, None, data, media_type
             )
             if status != 201:
                 raise _error_of(status, payload)
-            return str(payload["sha256"])
-        sha = hashlib.sha256(data).hexdigest()
+            return str(payload["contentHash"])
+        sha = "sha256:" + hashlib.sha256(data).hexdigest()
         status, payload = self._call(
-            "POST", f"/api/v0.1/artifacts/uploads?group={bare(group, 'groupId')}", token, None, b"", media_type,
-            {"Upload-Length": str(len(data))},
+            "POST", f"/api/v0.1/artifacts/uploads?groupId={urn(bare(group, 'groupId'))}", token, None, b"",
+            media_type, {"Upload-Length": str(len(data))},
         )  # fmt: skip
         if status != 201:
             raise _error_of(status, payload)
-        self.chunk_max = chunk_max = int(payload["chunk_max"])
-        url = f"/api/v0.1/artifacts/uploads/{payload['upload']}"
+        self.chunk_max = chunk_max = int(payload["chunkMax"])
+        url = f"/api/v0.1/artifacts/uploads/{payload['uploadId']}"
         offset, tries = 0, 0
         while offset < len(data):
             chunk = data[offset : offset + chunk_max]
@@ -119,10 +119,10 @@ class _Http:
                 offset = resume
             else:
                 raise _error_of(status, payload)
-        status, payload = self._call("POST", f"{url}/complete?sha256={sha}", token, None, b"", "application/json")
+        status, payload = self._call("POST", f"{url}/complete?contentHash={sha}", token, None, b"", "application/json")
         if status != 201:
             raise _error_of(status, payload)
-        return str(payload["sha256"])
+        return str(payload["contentHash"])
 
 
 SINGLE_UPLOAD_BYTES = 1024 * 1024  # one request up to this before the portal's chunk_max is known

@@ -74,7 +74,7 @@ def package_url(group: str, package: str = "", tail: str = "") -> str:
     return f"{API}/groups/{urn(group)}/context-packages" + (f"/{package}" if package else "") + tail
 
 
-def test_a_package_is_signed_scoped_and_carries_every_member_of_13_3(art: Artifacts) -> None:
+def test_a_package_is_signed_scoped_and_carries_every_field_of_13_3(art: Artifacts) -> None:
     sha = art.upload(b"notes")
     doc = package_doc(art, art.coordinator, artifacts=[sha], workItemId=urn(art.authorize()))
     normative("context-package", doc)

@@ -20,7 +20,7 @@ from tests.artifacts.conftest import Artifacts, events_of, now_text
 from tests.conftest import AgentKey, Because, refused
 
 
-def test_a_published_manifest_carries_every_member_of_13_1_and_its_signature(art: Artifacts) -> None:
+def test_a_published_manifest_carries_every_field_of_13_1_and_its_signature(art: Artifacts) -> None:
     item = art.active_item()
     content = b"# findings\n"
     sha = art.upload(content)
@@ -39,7 +39,7 @@ def test_a_published_manifest_carries_every_member_of_13_1_and_its_signature(art
     assert urn(row.artifact_id) == manifest["artifactId"] and urn(row.lease_id) == art.fences(item)["executionLeaseId"]
 
 
-def test_a_manifest_with_a_wrong_signature_is_refused_13_1_6_4(art: Artifacts) -> None:
+def test_a_manifest_with_a_wrong_signature_is_refused_13_1(art: Artifacts) -> None:
     item = art.active_item()
     sha = art.upload(b"data")
     stranger = Key(art.worker.key.key_id, Key.generate().seed)  # the Worker's key ID, another key's bytes
@@ -118,7 +118,7 @@ def test_a_producer_publishes_only_its_own_manifest(art: Artifacts) -> None:
     assert err.details["field"] == "/payload/artifact/producer/agentId"
 
 
-def test_publication_needs_the_current_lease_MWP_WRK_013_11_3(art: Artifacts) -> None:
+def test_publication_needs_the_current_lease_MWP_WRK_013(art: Artifacts) -> None:
     item = art.active_item()
     sha = art.upload(b"late")
     manifest = art.manifest(item, sha, b"late")

@@ -129,7 +129,7 @@ def test_under_asgi_the_bytes_stream_from_an_async_iterator_after_the_check(art:
     assert status == 500 and b"INTERNAL_ERROR" in body and b"artifact_hash_mismatch" in body
 
 
-def test_a_group_holding_an_upload_is_a_signed_event_of_the_control_plane_without_the_bytes_13_1(
+def test_a_group_holding_an_upload_is_an_event_of_its_log_without_the_bytes_13_1(
     art: Artifacts, other: dict[str, str]
 ) -> None:
     """The upload path stores and hashes the bytes, then the control plane (a
