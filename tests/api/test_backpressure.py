@@ -20,6 +20,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -30,6 +31,7 @@ from django.test import RequestFactory
 from missions.backpressure import BackpressureASGI, BackpressureMiddleware, process_gate
 from missions.models import ActionReceipt, Group
 from mwportal.protocol import catalogue
+from mwportal.protocol.command import format_timestamp
 from mwportal.protocol.ids import urn
 from tests.conftest import AgentKey
 from tests.delivery.conftest import Daphne, daphne  # noqa: F401  (daphne: the real-server fixture)
@@ -94,7 +96,10 @@ def hold_the_slot(server: Daphne, envelope: dict[str, Any], results: dict[str, A
 
 def authorize(coordinator: AgentKey, group: str) -> dict[str, Any]:
     """A signed ``work.propose`` of ``group`` (the catalogue's example contract, a fresh proposal)."""
-    contract = catalogue.command("work.propose").examples[0]["contract"]
+    contract = {
+        **catalogue.command("work.propose").examples[0]["contract"],
+        "deadline": format_timestamp(datetime.now(UTC) + timedelta(days=7)),
+    }
     return coordinator.command("work.propose", group, {"proposalId": urn(str(uuid.uuid4())), "contract": contract})
 
 

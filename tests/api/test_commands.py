@@ -151,7 +151,10 @@ def test_an_unknown_key_is_401_spec_6_4(owner: AgentKey, coordinator: AgentKey) 
 
 def propose(agent: AgentKey, group: str, **kw: Any) -> dict[str, Any]:
     """A signed ``work.propose`` (the catalogue's example contract, a fresh proposal)."""
-    contract = catalogue.command("work.propose").examples[0]["contract"]
+    contract = {
+        **catalogue.command("work.propose").examples[0]["contract"],
+        "deadline": format_timestamp(datetime.now(UTC) + timedelta(days=7)),
+    }
     return agent.command("work.propose", group, {"proposalId": urn(str(uuid.uuid4())), "contract": contract}, **kw)
 
 
