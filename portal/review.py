@@ -40,46 +40,57 @@ ORIGINS = {
     "coordinator": "Coordinator decision",
     "failure": "Failure",
 }
+# The pipeline's results and outcomes (evidence.schema.json ``result``) as the pages mark them.
+MARKS = {"passed": "✔", "failed": "✘", "pending": "◷", "inconclusive": "?"}
 
 
 def review_summary(item: WorkItem, *, recheck: bool = False) -> dict[str, Any]:
     """The pipeline's summary of ``item`` arranged for the portal (reads only,
     except that ``recheck`` records each blob's integrity through the store).
 
-    Adds to ``artifacts.review.review_summary``: per criterion ``steps`` (each
-    pipeline result with a label and a short ``why``, in stage order, plus a
-    ``pending`` reviewer step), ``failed`` (the results that failed) and
-    ``stale_artifacts`` (cited Artifacts failing integrity now though the
-    recorded review passed them); per Artifact ``short``, ``ok`` and
-    ``fresh`` (re-hashed on this view); ``retained_by_origin``;
-    ``late_results``. The caller must have checked that the viewer may read
-    the WorkItem's Group (``portal.access.access_mission``).
+    Adds to ``artifacts.review.review_summary`` (whose members are the wire's,
+    camelCase): per criterion ``steps`` (each pipeline result with a label and
+    a short ``why``, in stage order, plus a ``pending`` reviewer step),
+    ``failed`` (the results that failed) and ``stale_artifacts`` (cited
+    Artifacts failing integrity now though the recorded review passed them);
+    per Artifact ``sha256`` (the bare hex the portal's download URL takes),
+    ``short``, ``ok`` and ``fresh`` (re-hashed on this view); per Evidence
+    record ``shas``; ``retained_by_origin``; ``late_results``. The caller must
+    have checked that the viewer may read the WorkItem's Group
+    (``portal.access.access_mission``).
     """
     summary = pipeline_summary(item)
     fresh = set()
-    if recheck:
-        for a in summary["artifacts"]:
-            if a["media_type"] is not None:  # a Blob row exists: hash its stored bytes again
-                a["integrity"] = blob_integrity(a["sha256"])
-                fresh.add(a["sha256"])
+    for a in summary["artifacts"]:
+        a["sha256"] = a["contentHash"].removeprefix("sha256:")
+        if recheck and a["mediaType"] is not None:  # a Blob row exists: hash its stored bytes again
+            a["integrity"] = blob_integrity(a["sha256"])
+            fresh.add(a["sha256"])
     failing_now = {a["sha256"] for a in summary["artifacts"] if a["integrity"] in ("mismatch", "missing")}
     for a in summary["artifacts"]:
         a["short"] = a["sha256"][:12] + "…"
         a["ok"] = a["integrity"] == "verified"
         a["fresh"] = a["sha256"] in fresh
-    pending_review = {c for r in summary["review"]["requests"] for c in r["criteria"]}
+    pending_review = {c for r in summary["review"]["requests"] for c in r["criterionIds"]}
     for c in summary["criteria"]:
+        for record in (*c["evidence"], *c["reviewerEvidence"]):
+            record["shas"] = [h.removeprefix("sha256:") for h in record.get("artifactHashes", [])]
         steps = [
             {**r, "label": STAGES.get(r["stage"], r["stage"]), "why": describe(r["details"])} for r in c["results"]
         ]
-        if c["outcome"] == "pending" or (c["id"] in pending_review and not c["reviewer_evidence"]):
+        if c["outcome"] == "pending" or (c["criterionId"] in pending_review and not c["reviewerEvidence"]):
             steps.append({"stage": "reviewer", "label": STAGES["reviewer"], "kind": "reviewer_evidence",
-                          "result": "pending", "artifacts": [], "details": {},
+                          "result": "pending", "artifactHashes": [], "details": {},
                           "why": "awaiting a reviewer Agent's Evidence"})  # fmt: skip
+        for step in steps:
+            step["mark"] = MARKS.get(step["result"], "?")
         c["steps"] = steps
-        c["failed"] = [s for s in steps if s["result"] == "fail"]
+        c["failed"] = [s for s in steps if s["result"] == "failed"]
         recorded_ok = {
-            sha for s in steps if s["stage"] == "integrity" and s["result"] != "fail" for sha in s["artifacts"]
+            h.removeprefix("sha256:")
+            for s in steps
+            if s["stage"] == "integrity" and s["result"] != "failed"
+            for h in s["artifactHashes"]
         }
         c["stale_artifacts"] = sorted(recorded_ok & failing_now)
     by_origin: dict[str, list[dict[str, Any]]] = {}
@@ -87,7 +98,7 @@ def review_summary(item: WorkItem, *, recheck: bool = False) -> dict[str, Any]:
         by_origin.setdefault(record["origin"], []).append(record)
     summary["retained_by_origin"] = [(ORIGINS.get(o, o), o, by_origin[o]) for o in ORIGINS if o in by_origin]
     summary["integrity_failures"] = sorted(failing_now)
-    # Results of fenced owners are kept for audit but never reviewed (MWP-WRK-013).
+    # Results of fenced owners are kept for audit but never reviewed (§11.5).
     summary["late_results"] = Submission.objects.filter(workitem=item, authoritative=False).count()
     return summary
 
@@ -109,4 +120,5 @@ def describe(details: dict[str, Any]) -> str:
 
 
 def _short(value: str) -> str:
-    return value[:12] + "…" if len(value) == 64 and all(ch in "0123456789abcdef" for ch in value) else value
+    text = value.removeprefix("sha256:")
+    return text[:12] + "…" if len(text) == 64 and all(ch in "0123456789abcdef" for ch in text) else value

@@ -6,8 +6,7 @@ decision is the Coordinator Agent's (§7.2), so the page issues no Command."""
 from __future__ import annotations
 
 import io
-import json
-from datetime import UTC, datetime
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -16,35 +15,21 @@ from django.conf import settings
 from artifacts.models import ReviewRequest
 from artifacts.store import blob_name, store_stream
 from missions.models import Agent, Group
-from mwportal.protocol import format_time
+from mwportal.protocol.ids import urn
 from tests.artifacts.conftest import Artifacts
+from tests.artifacts.test_review import REPORT, checked_contract
 from tests.conftest import AgentKey, nothing_written
 from tests.portal.conftest import Person, events_of
-from tests.workitems.flow import contract
-
-REPORT = json.dumps({"rows": 3, "title": "survey"}).encode()
-
-
-def checked_contract(*more: dict[str, Any]) -> dict[str, Any]:
-    """``complete`` declares a JSON Schema and a size check; ``accurate`` needs a reviewer."""
-    return contract(
-        acceptance_criteria=[
-            {"id": "complete", "description": "covers every response", "evidence_methods": ["test", "schema"],
-             "checks": [{"kind": "json_schema", "schema": {"type": "object", "required": ["rows"]}},
-                        {"kind": "size", "max_bytes": 1000}, *more]},
-            {"id": "accurate", "description": "no invented facts", "evidence_methods": ["reviewer"]},
-        ]
-    )  # fmt: skip
 
 
 def submitted(art: Artifacts, content: bytes = REPORT, *more: dict[str, Any], review: bool = True) -> tuple[str, str]:
-    """A WorkItem submitted with one published JSON Artifact, reviewed by the pipeline."""
+    """A WorkItem submitted with one published JSON Artifact, reviewed by the pipeline: (WorkItem, hex)."""
     item = art.active_item(checked_contract(*more))
-    sha = art.produce(item, content, "application/json")
-    art.submit_with(item, {"complete": [sha], "accurate": []}, [sha])
+    content_hash, artifact_id = art.produce(item, content, "application/json")
+    art.submit_with(item, {"complete": [content_hash], "accurate": []}, [artifact_id])
     if review:
         art.review(item)
-    return item, sha
+    return item, content_hash.removeprefix("sha256:")
 
 
 def url(art: Artifacts, item: str, action: str = "") -> str:
@@ -67,10 +52,12 @@ def test_each_criterion_shows_the_workers_evidence_and_every_pipeline_stage_13_2
     item, sha = submitted(art)
     html = obi.client.get(url(art, item)).content.decode()
     complete = criterion(html, "complete")
-    assert 'data-outcome="pass"' in complete
-    assert "complete checked" in complete and "accurate checked" not in complete  # the Worker's Evidence
+    assert 'data-outcome="passed"' in complete
+    assert "ran the survey checks" in complete  # the Worker's Evidence, citing the Artifact
+    assert f"/missions/{art.group}/artifacts/{sha}" in complete
+    assert f"/missions/{art.group}/artifacts/{sha}" not in criterion(html, "accurate")
     for stage, kind in (("integrity", "artifact_integrity"), ("schema", "json_schema"), ("deterministic", "size")):
-        assert f'data-stage="{stage}" data-kind="{kind}" data-result="pass"' in complete
+        assert f'data-stage="{stage}" data-kind="{kind}" data-result="passed"' in complete
     assert "data-failed" not in complete
     row = artifact_row(html, sha)
     assert 'data-integrity="verified"' in row and "hash verified" in row
@@ -83,26 +70,26 @@ def test_before_the_pipeline_runs_the_page_says_so(art: Artifacts, obi: Person) 
     html = obi.client.get(url(art, item)).content.decode()
     assert "review not recorded yet" in html
     assert "pipeline not run" in criterion(html, "complete")
-    assert "complete checked" in criterion(html, "complete")
+    assert "ran the survey checks" in criterion(html, "complete")
 
 
 def test_a_contract_declared_check_that_fails_shows_failed_for_its_criterion_13_2(art: Artifacts, obi: Person) -> None:
     item, _ = submitted(art, b'{"title": "no rows"}')
     html = obi.client.get(url(art, item)).content.decode()
     complete = criterion(html, "complete")
-    assert 'data-outcome="fail"' in complete
-    assert 'data-stage="schema" data-kind="json_schema" data-result="fail"' in complete
-    assert 'data-stage="deterministic" data-kind="size" data-result="pass"' in complete
+    assert 'data-outcome="failed"' in complete
+    assert 'data-stage="schema" data-kind="json_schema" data-result="failed"' in complete
+    assert 'data-stage="deterministic" data-kind="size" data-result="passed"' in complete
     failed = complete[complete.index('data-failed="json_schema"') :]
     assert "&#x27;rows&#x27; is a required property" in failed[:600]  # why it failed
     assert "data-failed" not in criterion(html, "accurate")
-    assert "review fail" in html[: html.index("<h2>Acceptance criteria</h2>")]
+    assert "review failed" in html[: html.index("<h2>Acceptance criteria</h2>")]
 
 
 def test_a_declared_deterministic_check_that_fails_names_its_kind(art: Artifacts, obi: Person) -> None:
     item, _ = submitted(art, REPORT, {"kind": "media_type", "allowed": ["text/csv"]})
     complete = criterion(obi.client.get(url(art, item)).content.decode(), "complete")
-    assert 'data-stage="deterministic" data-kind="media_type" data-result="fail"' in complete
+    assert 'data-stage="deterministic" data-kind="media_type" data-result="failed"' in complete
     assert 'data-failed="media_type"' in complete and "text/csv" in complete
 
 
@@ -114,7 +101,7 @@ def test_a_blob_corrupted_before_the_review_fails_integrity_and_is_not_served_is
     art.review(item)
     html = obi.client.get(url(art, item)).content.decode()
     complete = criterion(html, "complete")
-    assert 'data-stage="integrity" data-kind="artifact_integrity" data-result="fail"' in complete
+    assert 'data-stage="integrity" data-kind="artifact_integrity" data-result="failed"' in complete
     assert 'data-failed="artifact_integrity"' in complete and "hash: mismatch" in complete
     row = artifact_row(html, sha)
     assert 'data-integrity="mismatch"' in row and "hash mismatch" in row
@@ -151,17 +138,17 @@ def test_a_reviewer_criterion_is_pending_until_a_reviewers_evidence_arrives_13_2
 
     art.accept(review, rita)
     art.start(review, rita)
-    evidence = [{
-        "subject": item, "criteria": ["accurate"], "method": "reviewer", "result": "pass",
-        "producer": rita.id, "timestamp": format_time(datetime.now(UTC)), "artifacts": [sha],
-        "summary": "every figure traced to a response",
-    }]  # fmt: skip
-    art.lease_command("work.submit", review, {"artifacts": [], "evidence": evidence}, agent=rita)
+    note = art.upload(b"every figure traced", agent=rita)
+    manifest = art.manifest(review, note, b"every figure traced", agent=rita)
+    art.publish(review, manifest, agent=rita)
+    verdict = art.evidence(review, ["accurate"], ["sha256:" + sha], agent=rita, type_="reviewer_assessment")
+    rita.send("work.submit", art.group, {"workItemId": urn(review), **art.fences(review),
+                                         "artifactIds": [manifest["artifactId"]], "evidence": [verdict]})  # fmt: skip
     art.review(review)  # reviews the review WorkItem, then its subject again
     accurate = criterion(obi.client.get(url(art, item)).content.decode(), "accurate")
-    assert 'data-outcome="pass"' in accurate and 'data-pending="reviewer"' not in accurate
-    assert 'data-stage="reviewer" data-kind="reviewer_evidence" data-result="pass"' in accurate
-    assert "data-reviewer-evidence" in accurate and "every figure traced to a response" in accurate
+    assert 'data-outcome="passed"' in accurate and 'data-pending="reviewer"' not in accurate
+    assert 'data-stage="reviewer" data-kind="reviewer_evidence" data-result="passed"' in accurate
+    assert "data-reviewer-evidence" in accurate and "reviewer_assessment" in accurate
 
 
 def test_the_download_streams_the_verified_bytes(art: Artifacts, obi: Person) -> None:
@@ -176,12 +163,17 @@ def test_the_page_decides_nothing_the_coordinator_is_an_agent_spec_7_2(art: Arti
     page shows the review, with no decision form and no URL that would issue one."""
     item, _ = submitted(art)
     html = pat.client.get(url(art, item)).content.decode()
-    assert "complete checked" in html
+    assert "ran the survey checks" in html
     assert 'id="accept-result"' not in html and 'id="fail-result"' not in html
     with nothing_written():
         for action in ("accept", "fail"):
             assert pat.client.post(url(art, item, action), {"revision": art.item(item).revision}).status_code == 404
-    art.accept_result(item)  # the Coordinator Agent decides over the wire
+    decision = art.evidence(item, ["complete", "accurate"], [], agent=art.coordinator, type_="human_review")
+    art.coordinate(
+        "work.accept_result",
+        {"workItemId": urn(item), "evidence": [decision]},
+        expected_revision=art.item(item).revision,
+    )  # the Coordinator Agent decides over the wire
     (event,) = events_of(art.group, "work.result.accepted")
     html = pat.client.get(url(art, item)).content.decode()
     assert 'id="item-state">verified' in html and event.as_wire()["kind"] == "work.result.accepted"
@@ -196,3 +188,4 @@ def test_an_artifact_of_another_group_is_not_served_through_this_one(
     ).sha256  # fmt: skip
     assert obi.client.get(f"/missions/{art.group}/artifacts/{foreign}").status_code == 404
     assert obi.client.get(f"/missions/{other_mission['group']}/artifacts/{foreign}").status_code == 404
+    assert obi.client.get(f"/missions/{art.group}/artifacts/{uuid.uuid4()}").status_code == 404
