@@ -35,7 +35,7 @@ from django.views.decorators.http import require_GET, require_POST
 from artifacts.models import BlobGroup
 from artifacts.store import check_sha256
 from artifacts.views import blob_download
-from missions.models import Agent, Approval, GroupEvent
+from missions.models import Agent, Approval, Group, GroupEvent
 from mwportal.protocol import ProtocolError, format_time
 from workitems.models import ExecutionLease, WorkItem
 
@@ -342,7 +342,8 @@ def awaiting_approval(group_id: Any) -> dict[str, Any] | None:
     decision followed it: ``{missionRevision, artifactHashes, expectedRevision, sequence}``.
 
     Read from the stored ``mission.submitted_for_approval`` Event document; the
-    form carries the Mission's aggregate revision after it as ``expectedRevision``.
+    form carries the Mission's revision as the page saw it (its Group's revision:
+    a Mission's status change is a Group revision change) as ``expectedRevision``.
     """
     last = GroupEvent.objects.filter(group_id=group_id, type__in=_MISSION_DECISIONS).order_by("-sequence").first()
     if last is None or last.type != "mission.submitted_for_approval":
@@ -351,7 +352,7 @@ def awaiting_approval(group_id: Any) -> dict[str, Any] | None:
     return {
         "missionRevision": document["payload"]["missionRevision"],
         "artifactHashes": document["payload"]["artifactHashes"],
-        "expectedRevision": document["aggregateRevision"],
+        "expectedRevision": Group.objects.values_list("revision", flat=True).get(id=group_id),
         "sequence": document["sequence"],
     }
 

@@ -73,9 +73,8 @@ class MissionAdmin(ReadOnlyAdmin):
         Approval needs the submitted revision and Artifact set: the portal's final page.)"""
 
         def one(agent: Agent, mission: Mission) -> Any:
-            last = GroupEvent.objects.filter(group_id=mission.group_id, aggregate_kind="mission").order_by(
-                "-sequence").first()  # fmt: skip
-            revision = last.aggregate_revision if last is not None else None
+            # A Mission's status is its Group's revision (missions: a status change bumps it).
+            revision = Group.objects.values_list("revision", flat=True).get(id=mission.group_id)
             return issue(agent, "mission.cancel", str(mission.group_id), cancel_mission("cancelled in the admin"),
                          expected_revision=revision)  # fmt: skip
 
