@@ -60,6 +60,9 @@ def test_sixteen_threads_append_to_one_group_without_gap_or_duplicate_PROTOCOL_1
         for k in range(per_thread):
             policy = {"classes": {f"c{i}": k + 1}, "default_class": f"c{i}"}
             people[i].send(kind, admin, {"policy": policy})
+            # Back to the pool after each Command, as a request ends: sixteen threads share
+            # MWP_DB_POOL_MAX connections, and one kept for twelve Commands starves the others.
+            connection.close()
         return per_thread
 
     results = run_threads(16, work)
