@@ -101,6 +101,17 @@ def embed_protocol_schemas(result: dict[str, Any], generator: Any, request: Any,
     return result
 
 
+def openapi_document() -> dict[str, Any]:
+    """The document ``GET /api/v0.1/schema/`` serves, built without a request
+    (for tools and tests that read it at collection time, schemathesis say)."""
+    from drf_spectacular.generators import SchemaGenerator
+    from drf_spectacular.settings import patched_settings
+
+    with patched_settings(ProtocolSchemaView.custom_settings):
+        document: dict[str, Any] = SchemaGenerator().get_schema(request=None, public=True)
+    return document
+
+
 class ProtocolSchemaView(SpectacularAPIView):
     """The OpenAPI 3.1 document of the REST binding (YAML, or JSON with ``?format=json``)."""
 

@@ -4,6 +4,7 @@ build and check what it sends (§15.1), and names the normative error document f
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -86,6 +87,12 @@ def test_it_answers_the_openapi_json_media_type_and_the_same_yaml(db: None, spec
     response = http().get(SCHEMA, HTTP_ACCEPT="application/vnd.oai.openapi+json")
     assert response["Content-Type"].startswith("application/vnd.oai.openapi+json")
     assert yaml.safe_load(http().get(SCHEMA).content) == spec == response.json()
+
+
+def test_the_document_built_without_a_request_is_the_served_one(spec: dict[str, Any]) -> None:
+    from missions.api.openapi import openapi_document
+
+    assert json.loads(json.dumps(openapi_document(), default=str)) == spec
 
 
 def test_it_documents_every_route_of_the_binding(spec: dict[str, Any]) -> None:
