@@ -67,12 +67,12 @@ def check_policy(policy: Any) -> dict[str, Any]:
     errors = sorted(_validator.iter_errors(policy), key=lambda e: list(e.absolute_path))
     if errors:
         err = errors[0]
-        path = ".".join(str(p) for p in err.absolute_path)
-        raise malformed("body.policy" + (f".{path}" if path else ""), err.message)
+        path = "".join(f"/{p}" for p in err.absolute_path)
+        raise malformed("/payload/policy" + path, err.message)
     classes = policy["classes"]
     if policy["default_class"] not in classes:
-        raise malformed("body.policy.default_class", "must name one of the classes")
+        raise malformed("/payload/policy/default_class", "must name one of the classes")
     for group_id, entry in policy.get("groups", {}).items():
         if "class" in entry and entry["class"] not in classes:
-            raise malformed(f"body.policy.groups.{group_id}.class", "must name one of the classes")
+            raise malformed(f"/payload/policy/groups/{group_id}/class", "must name one of the classes")
     return dict(policy)

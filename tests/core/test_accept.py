@@ -18,11 +18,12 @@ import pytest
 
 from missions import registry as command_registry
 from missions.authority import AggregateRef, Decision, Emit, accept_document
+from missions.commands import register_principal
 from missions.keyregistry import DjangoRegistry
 from missions.models import ActionReceipt, AdmissionRecord, Agent, Group, GroupEvent, Organization, OrganizationEvent
 from missions.service_keys import GROUP_AUTHORITY, principal_id
 from mwportal.protocol import ErrorCode, ProtocolError, jcs
-from mwportal.protocol.command import Key
+from mwportal.protocol.command import Key, format_timestamp
 from mwportal.protocol.eventdoc import verify_event
 from mwportal.protocol.ids import urn
 from mwportal.protocol.verification import sign_document
@@ -38,27 +39,41 @@ def _post(doc: dict[str, Any]) -> dict[str, Any]:
     return accept_document(_bytes(doc))
 
 
-ENROLL = "ext.mwportal.registry.principal_key_enroll"
+POLICY = "ext.mwportal.scheduling.priority_policy_set"
 
 
-def _enroll(agent: AgentKey, group: str, public_key: str | None = None, **kw: Any) -> dict[str, Any]:
-    """A simple signed Command: the Principal binds one more key of its own (in the administrative Group)."""
-    return agent.command(ENROLL, group, {"publicKey": public_key or Key.generate().public_key}, **kw)
+@pytest.fixture
+def planner(org: dict[str, str]) -> AgentKey:
+    """An Agent with the Organization's admin role: it sets the priority policy in the
+    administrative Group. Its key is valid from an hour ago, so that only freshness
+    (not the key's validity, §6.4 stage 4) judges a Command issued minutes ago."""
+    key = Key.generate()
+    since = format_timestamp(datetime.now(UTC) - timedelta(hours=1))
+    public_key = {"keyId": key.key_id, "algorithm": "Ed25519", "publicKey": key.public_key, "validFrom": since}
+    principal_id, key_id = register_principal("acme", "Pat Planner", "agent", ["admin"], public_key)  # type: ignore[arg-type]
+    assert key_id == key.key_id
+    planner = AgentKey(principal_id, Key(key.key_id, key.seed, ("agent", principal_id), org["id"]), "acme")
+    planner.open_session()
+    return planner
+
+
+def _policy(agent: AgentKey, group: str, weight: int = 1, **kw: Any) -> dict[str, Any]:
+    """A simple signed Agent Command: the Organization's priority policy (administrative Group)."""
+    return agent.command(POLICY, group, {"policy": {"classes": {"normal": weight}, "default_class": "normal"}}, **kw)
 
 
 def _add(by: AgentKey, group: str, member: AgentKey, **kw: Any) -> dict[str, Any]:
     """A Mission Group Command: ``membership.change`` granting ``member`` the worker role."""
-    kw.setdefault("expected_revision", group_revision(group))
+    if "expected_revision" not in kw:
+        kw["expected_revision"] = group_revision(group)
     return by.command("membership.change", group, {"principal": member.actor, "roles": ["worker"]}, **kw)
 
 
 # --- §15.1: idempotency -----------------------------------------------------------------------
 
 
-def test_same_action_and_content_returns_the_original_receipt_spec_15_1(
-    org: dict[str, str], mission: dict[str, str], worker: AgentKey
-) -> None:
-    doc = _enroll(worker, org["admin_group"])
+def test_same_action_and_content_returns_the_original_receipt_spec_15_1(org: dict[str, str], planner: AgentKey) -> None:
+    doc = _policy(planner, org["admin_group"])
     first = _post(doc)
     assert first["replayed"] is False and first["actionId"] == doc["actionId"]
     events = GroupEvent.objects.count()
@@ -68,19 +83,19 @@ def test_same_action_and_content_returns_the_original_receipt_spec_15_1(
 
 
 def test_changed_content_under_the_same_action_id_is_a_collision_spec_15_1(
-    org: dict[str, str], mission: dict[str, str], worker: AgentKey
+    org: dict[str, str], planner: AgentKey
 ) -> None:
-    doc = _enroll(worker, org["admin_group"])
+    doc = _policy(planner, org["admin_group"])
     _post(doc)
-    other = _enroll(worker, org["admin_group"], action_id=doc["actionId"].removeprefix("urn:uuid:"))
+    other = _policy(planner, org["admin_group"], 2, action_id=doc["actionId"].removeprefix("urn:uuid:"))
     err = refused(ErrorCode.ACTION_ID_COLLISION, _post, other)
     assert err.related_action_id == doc["actionId"]
 
 
 def test_a_forged_copy_of_a_known_command_gets_invalid_signature_not_the_receipt_issue_18_item_1(
-    org: dict[str, str], mission: dict[str, str], worker: AgentKey
+    org: dict[str, str], planner: AgentKey
 ) -> None:
-    doc = _enroll(worker, org["admin_group"])
+    doc = _policy(planner, org["admin_group"])
     _post(doc)
     forged = sign_document(doc, key_id=doc["signature"]["keyId"], seed=Key.generate().seed, profile="command")
     refused(ErrorCode.AUTH_INVALID_SIGNATURE, _post, forged)
@@ -97,55 +112,49 @@ def test_bytes_that_are_not_one_json_value_are_a_protocol_violation_spec_6_4_sta
 
 
 def test_a_document_the_schema_refuses_is_schema_validation_failed_spec_6_4_stage_2(
-    org: dict[str, str], mission: dict[str, str], worker: AgentKey
+    org: dict[str, str], planner: AgentKey
 ) -> None:
-    doc = _enroll(worker, org["admin_group"])
+    doc = _policy(planner, org["admin_group"])
     del doc["correlationId"]
     refused(ErrorCode.SCHEMA_VALIDATION_FAILED, _post, doc)
 
 
-def test_the_wire_message_does_not_tell_which_check_failed_spec_6_4(
-    org: dict[str, str], mission: dict[str, str], worker: AgentKey
-) -> None:
-    tampered = _enroll(worker, org["admin_group"])
-    tampered["payload"]["publicKey"] = Key.generate().public_key
+def test_the_wire_message_does_not_tell_which_check_failed_spec_6_4(org: dict[str, str], planner: AgentKey) -> None:
+    tampered = _policy(planner, org["admin_group"])
+    tampered["payload"]["policy"] = {"classes": {"normal": 9}, "default_class": "normal"}
     unknown_key = sign_document(
-        _enroll(worker, org["admin_group"]), key_id=urn(uuid.uuid4()), seed=worker.key.seed, profile="command"
+        _policy(planner, org["admin_group"]), key_id=urn(uuid.uuid4()), seed=planner.key.seed, profile="command"
     )
     messages = {refused(ErrorCode.AUTH_INVALID_SIGNATURE, _post, d).message for d in (tampered, unknown_key)}
     assert len(messages) == 1
 
 
 def test_a_key_bound_to_another_principal_is_refused_spec_6_4_stage_4(
-    org: dict[str, str], mission: dict[str, str], worker: AgentKey, worker2: AgentKey
+    org: dict[str, str], planner: AgentKey, worker2: AgentKey
 ) -> None:
-    doc = _enroll(worker, org["admin_group"])
+    doc = _policy(planner, org["admin_group"])
     as_walt = sign_document(doc, key_id=worker2.key.key_id, seed=worker2.key.seed, profile="command")
     refused(ErrorCode.AUTH_INVALID_SIGNATURE, _post, as_walt)
 
 
 def test_identifiers_other_than_urn_uuid_are_refused_naming_the_member_design_4(
-    org: dict[str, str], mission: dict[str, str], worker: AgentKey
+    org: dict[str, str], planner: AgentKey
 ) -> None:
-    doc = _enroll(worker, org["admin_group"])
+    doc = _policy(planner, org["admin_group"])
     doc["groupId"] = "urn:example:group:1"
-    doc = sign_document(doc, key_id=worker.key.key_id, seed=worker.key.seed, profile="command")
+    doc = sign_document(doc, key_id=planner.key.key_id, seed=planner.key.seed, profile="command")
     err = refused(ErrorCode.SCHEMA_VALIDATION_FAILED, _post, doc)
     assert err.details == {"field": "groupId", "reason": "not-urn-uuid"}
 
 
-def test_a_payload_the_catalogue_refuses_names_the_member_design_2(
-    org: dict[str, str], mission: dict[str, str], worker: AgentKey
-) -> None:
-    doc = worker.command(ENROLL, org["admin_group"], {"publicKey": 7})
+def test_a_payload_the_catalogue_refuses_names_the_member_design_2(org: dict[str, str], planner: AgentKey) -> None:
+    doc = planner.command(POLICY, org["admin_group"], {"policy": 7})
     err = refused(ErrorCode.SCHEMA_VALIDATION_FAILED, _post, doc)
-    assert err.details["field"] == "/payload/publicKey"
+    assert err.details["field"] == "/payload/policy"
 
 
-def test_an_extension_kind_nobody_handles_is_an_invalid_command(
-    org: dict[str, str], mission: dict[str, str], worker: AgentKey
-) -> None:
-    doc = worker.command("ext.example.unknown.thing_do", org["admin_group"], {})
+def test_an_extension_kind_nobody_handles_is_an_invalid_command(org: dict[str, str], planner: AgentKey) -> None:
+    doc = planner.command("ext.example.unknown.thing_do", org["admin_group"], {})
     err = refused(ErrorCode.INVALID_COMMAND, _post, doc)
     assert err.details["reason"] == "unsupported-kind"
 
@@ -155,26 +164,24 @@ def test_an_extension_kind_nobody_handles_is_an_invalid_command(
 
 @pytest.mark.parametrize(("offset", "reason"), [(-301, "stale"), (301, "ahead")])
 def test_a_new_command_outside_the_freshness_window_is_refused_design_3(
-    org: dict[str, str], mission: dict[str, str], worker: AgentKey, offset: int, reason: str
+    org: dict[str, str], planner: AgentKey, offset: int, reason: str
 ) -> None:
-    doc = _enroll(worker, org["admin_group"], issued_at=datetime.now(UTC) + timedelta(seconds=offset))
+    doc = _policy(planner, org["admin_group"], issued_at=datetime.now(UTC) + timedelta(seconds=offset))
     err = refused(ErrorCode.AUTH_INVALID_SIGNATURE, _post, doc)
     assert err.details["reason"] == reason
 
 
-def test_a_command_inside_the_window_is_accepted_design_3(
-    org: dict[str, str], mission: dict[str, str], worker: AgentKey
-) -> None:
-    _post(_enroll(worker, org["admin_group"], issued_at=datetime.now(UTC) - timedelta(seconds=250)))
+def test_a_command_inside_the_window_is_accepted_design_3(org: dict[str, str], planner: AgentKey) -> None:
+    _post(_policy(planner, org["admin_group"], issued_at=datetime.now(UTC) - timedelta(seconds=250)))
 
 
 # --- §6.4 first admission ----------------------------------------------------------------------
 
 
 def test_every_accepted_signed_command_leaves_one_first_admission_record_spec_6_4(
-    org: dict[str, str], mission: dict[str, str], worker: AgentKey
+    org: dict[str, str], planner: AgentKey
 ) -> None:
-    doc = _enroll(worker, org["admin_group"])
+    doc = _policy(planner, org["admin_group"])
     before = AdmissionRecord.objects.count()
     _post(doc)
     _post(doc)  # a replay admits nothing new
@@ -186,10 +193,8 @@ def test_every_accepted_signed_command_leaves_one_first_admission_record_spec_6_
 # --- §15.2: Events are signed documents ---------------------------------------------------------
 
 
-def test_events_are_documents_signed_by_the_group_authority_spec_15_2(
-    mission: dict[str, str], org: dict[str, str], worker: AgentKey
-) -> None:
-    doc = _enroll(worker, org["admin_group"])
+def test_events_are_documents_signed_by_the_group_authority_spec_15_2(org: dict[str, str], planner: AgentKey) -> None:
+    doc = _policy(planner, org["admin_group"])
     receipt = _post(doc)
     [ref] = receipt["events"]
     row = GroupEvent.objects.get(event_id=ref["eventId"].removeprefix("urn:uuid:"))
@@ -199,19 +204,28 @@ def test_events_are_documents_signed_by_the_group_authority_spec_15_2(
     assert event["cause"] == {"type": "command", "id": doc["actionId"]}
     assert event["correlationId"] == doc["correlationId"]
     assert event["commandHash"] == jcs.signing_hash(doc)
-    assert event["actor"] == worker.actor
-    assert (event["groupId"], event["sequence"], event["kind"]) == (urn(mission["group"]), ref["sequence"], ref["kind"])
+    assert event["actor"] == planner.actor
+    assert (event["groupId"], event["sequence"], event["kind"]) == (
+        urn(org["admin_group"]),
+        ref["sequence"],
+        ref["kind"],
+    )
     verified = verify_event(row.document.encode(), DjangoRegistry(Organization.objects.get(id=org["id"])))
     assert verified.principal.id == authority["id"]
 
 
 def test_every_event_of_a_group_validates_against_the_bundle_and_sequences_start_at_1_spec_15_2(
-    org: dict[str, str], mission: dict[str, str], worker: AgentKey
+    org: dict[str, str], mission: dict[str, str], planner: AgentKey
 ) -> None:
     require_bundle()
-    _post(_enroll(worker, org["admin_group"]))
-    rows = list(GroupEvent.objects.filter(group_id=mission["group"]).order_by("sequence"))
-    assert [r.sequence for r in rows] == list(range(1, len(rows) + 1))
+    _post(_policy(planner, org["admin_group"]))
+    rows = list(GroupEvent.objects.filter(group_id__in=[mission["group"], org["admin_group"]]).order_by("sequence"))
+    rows = [r for r in rows if str(r.group_id) == mission["group"]] + [
+        r for r in rows if str(r.group_id) == org["admin_group"]
+    ]
+    for group in (mission["group"], org["admin_group"]):
+        mine = [r.sequence for r in rows if str(r.group_id) == group]
+        assert mine == list(range(1, len(mine) + 1))
     for row in rows:
         document = row.as_wire()
         assert normative_problems("event", document) == [], document["kind"]
@@ -229,31 +243,29 @@ def test_organization_scoped_events_carry_no_group_position_spec_15_2(org: dict[
 
 
 def test_a_handler_emitting_a_payload_the_catalogue_refuses_fails_design_2(
-    org: dict[str, str], mission: dict[str, str], worker: AgentKey, monkeypatch: pytest.MonkeyPatch
+    org: dict[str, str], planner: AgentKey, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    spec = command_registry.spec_for(ENROLL)
+    spec = command_registry.spec_for(POLICY)
     assert spec is not None
 
     def broken(ctx: Any) -> Decision:
-        ref = AggregateRef("agent", ctx.actor.id, 1)
-        return Decision([Emit("ext.mwportal.registry.principal_key_enrolled", ref, {"publicKey": 7})], ref)
+        ref = AggregateRef("organization", ctx.actor.organization_id, 1)
+        return Decision([Emit("ext.mwportal.scheduling.priority_policy_changed", ref, {"policy": 7})], ref)
 
-    monkeypatch.setitem(command_registry._REGISTRY, ENROLL, dataclasses.replace(spec, handler=broken))
+    monkeypatch.setitem(command_registry._REGISTRY, POLICY, dataclasses.replace(spec, handler=broken))
     with nothing_written(), pytest.raises(RuntimeError, match="catalogue refuses"):
-        _post(_enroll(worker, org["admin_group"]))
+        _post(_policy(planner, org["admin_group"]))
 
 
 # --- §15.1 epochs and membership ------------------------------------------------------------------
 
 
-def test_a_stale_session_epoch_is_refused_after_a_new_session_spec_6_3(
-    org: dict[str, str], mission: dict[str, str], worker: AgentKey
-) -> None:
-    old = _enroll(worker, org["admin_group"])
-    worker.open_session()
+def test_a_stale_session_epoch_is_refused_after_a_new_session_spec_6_3(org: dict[str, str], planner: AgentKey) -> None:
+    old = _policy(planner, org["admin_group"])
+    planner.open_session()
     err = refused(ErrorCode.AUTH_STALE_SESSION, _post, old)
-    assert err.details["current"] == worker.session_epoch
-    _post(_enroll(worker, org["admin_group"]))
+    assert err.details["current"] == planner.session_epoch
+    _post(_policy(planner, org["admin_group"]))
 
 
 def test_a_stale_membership_epoch_is_refused_spec_8(
@@ -306,13 +318,11 @@ def test_an_internal_kind_from_a_client_is_forbidden_issue_16(mission: dict[str,
     assert info.value.code in (ErrorCode.AUTH_FORBIDDEN, ErrorCode.SCHEMA_VALIDATION_FAILED)
 
 
-def test_receipts_name_the_events_appended_spec_15_1(
-    org: dict[str, str], mission: dict[str, str], worker: AgentKey
-) -> None:
-    doc = _enroll(worker, org["admin_group"])
+def test_receipts_name_the_events_appended_spec_15_1(org: dict[str, str], planner: AgentKey) -> None:
+    doc = _policy(planner, org["admin_group"])
     receipt = _post(doc)
     assert set(receipt) == {"actionId", "events", "aggregateRevision", "replayed"}
-    stored = ActionReceipt.objects.get(actor=worker.id, action_id=doc["actionId"].removeprefix("urn:uuid:"))
+    stored = ActionReceipt.objects.get(actor=planner.id, action_id=doc["actionId"].removeprefix("urn:uuid:"))
     assert stored.content_hash == jcs.signing_hash(doc)
 
 
