@@ -169,7 +169,7 @@ class Command(BaseCommand):
             raise CommandError(f"WorkItem {item_id} has no submission to review")
         summary = review_summary(WorkItem.objects.get(id=item_id))
         for row in summary["criteria"]:
-            self.stdout.write(f"{row['id']}: {row['outcome']}")
+            self.stdout.write(f"{row['criterionId']}: {row['outcome']}")
         self.stdout.write(f"overall: {summary['review']['outcome']}")
 
     def do_demo(self, options: dict[str, Any]) -> None:
