@@ -1,6 +1,6 @@
 """The Worker process that ``test_crash.py`` kills with SIGKILL.
 
-    python tests/worker/crash_child.py STORE AGENT DELIVERY
+    python tests/worker/crash_child.py STORE AGENT DELIVERY SEED
 
 Opens the Worker's store (as a restarted Worker does: the Cursors come from
 disk, nothing waits in memory), writes ``r``, then applies the frames of
@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def main(store_path: str, agent: str, delivery_path: str) -> int:
+def main(store_path: str, agent: str, delivery_path: str, seed: str) -> int:
     sys.path.insert(0, str(ROOT))
     # ``import mwportal.protocol`` runs mwportal/__init__.py, which imports the
     # Celery app (and with it part of Django): a quarter of a second per
@@ -37,9 +37,11 @@ def main(store_path: str, agent: str, delivery_path: str) -> int:
     sys.modules["mwportal"] = package
 
     from mwworker import Store
+    from tests.worker.streams import verifier
 
     frames = marshal.loads(Path(delivery_path).read_bytes())  # noqa: S302 (the test's own file)
-    store = Store(store_path, agent=agent, audit=True)
+    # The stream's Group Authority key, as a Worker learns it from GET /api/v0.1/keys/{keyId}.
+    store = Store(store_path, agent=agent, audit=True, verifier=verifier(int(seed)))
     os.write(1, b"r")
     for frame in frames:
         store.apply(frame)
@@ -50,4 +52,4 @@ def main(store_path: str, agent: str, delivery_path: str) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(*sys.argv[1:4]))
+    raise SystemExit(main(*sys.argv[1:5]))

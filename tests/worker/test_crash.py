@@ -1,4 +1,4 @@
-"""Crash safety of the apply cycle (DESIGN §5; spec 16; MWP-WRK-029/030).
+"""Crash safety of the apply cycle (DESIGN §6; PROTOCOL §16; MWP-WRK-029/030).
 
 A Worker process replaying 10,000 Events over 20 Groups is SIGKILLed at random
 points at least 100 times. Every restart opens the store from disk and is
@@ -7,7 +7,7 @@ again around the Cursor, Groups interleaved at random, frames duplicated and
 reordered. After each kill:
 
 - no Cursor skipped a gap: each Group's inbox holds exactly sequences
-  1..Cursor, the stream's own Events, and the Cursor's hash is the last one's;
+  1..Cursor, the stream's own signed Events, and the Cursor names the last one;
 - no Event was applied twice: the ``apply_audit`` counter, written in the
   apply transaction, is 1 for every applied Event, and ``processed_event``
   matches the inbox;
@@ -33,9 +33,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from mwworker import Store
-from tests.worker.streams import ME, Event, generate, resume_delivery
+from tests.worker.streams import ME, Event, generate, resume_delivery, verifier
 
 CHILD = Path(__file__).with_name("crash_child.py")
+SEED = 2026
 KILLS = 100
 # SIGKILL lands after the Worker has applied a random number of frames (up to
 # this many; about 60 Events on average) plus a random moment, often inside
@@ -66,19 +67,19 @@ def check_invariants(db: Path, stream_ids: dict[tuple[str, int], str], previous:
     """The durable state after a kill: contiguous, exactly-once, monotonic. Returns the Cursors."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
-        cursors = {g: (s, h) for g, s, h in conn.execute("SELECT group_id, sequence, last_hash FROM cursor")}
-        inbox: dict[str, list[tuple[int, str, str]]] = {}
-        for g, seq, event_id, digest in conn.execute(
-            "SELECT group_id, sequence, event_id, hash FROM inbox ORDER BY group_id, sequence"
+        cursors = {g: (s, e) for g, s, e in conn.execute("SELECT group_id, sequence, last_event_id FROM cursor")}
+        inbox: dict[str, list[tuple[int, str]]] = {}
+        for g, seq, event_id in conn.execute(
+            "SELECT group_id, sequence, event_id FROM inbox ORDER BY group_id, sequence"
         ):
-            inbox.setdefault(g, []).append((seq, event_id, digest))
+            inbox.setdefault(g, []).append((seq, event_id))
         assert set(inbox) <= set(cursors)
         total = 0
-        for group, (cursor, last_hash) in cursors.items():
+        for group, (cursor, last_event_id) in cursors.items():
             rows = inbox.get(group, [])
-            assert [seq for seq, _, _ in rows] == list(range(1, cursor + 1)), f"a gap in {group}"
-            assert all(stream_ids[(group, seq)] == event_id for seq, event_id, _ in rows)
-            assert not rows or rows[-1][2] == last_hash
+            assert [seq for seq, _ in rows] == list(range(1, cursor + 1)), f"a gap in {group}"
+            assert all(stream_ids[(group, seq)] == event_id for seq, event_id in rows)
+            assert not rows or rows[-1][1] == last_event_id
             assert cursor >= previous.get(group, 0), f"the Cursor of {group} went back"
             total += cursor
         assert conn.execute("SELECT count(*) FROM processed_event").fetchone() == (total,)
@@ -106,6 +107,7 @@ def copy_of(db: Path, target: Path) -> Path:
 
 def rebuild_matches(path: Path) -> str | None:
     """None when rebuild() on this copy reproduces its projection, else what differs."""
+    # No verifier: the comparison is of the fold, not of the signatures again (the child verified them).
     store = Store(path, agent=ME, synchronous="NORMAL")
     try:
         before = store.projection_dump()
@@ -120,7 +122,7 @@ def rebuild_matches(path: Path) -> str | None:
 
 def run_child(db: Path, delivery: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(  # noqa: S603 (our own script, this interpreter)
-        [sys.executable, str(CHILD), str(db), ME, str(delivery)],
+        [sys.executable, str(CHILD), str(db), ME, str(delivery), str(SEED)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
@@ -141,9 +143,9 @@ def wait_for_frames(child: subprocess.Popen[bytes], frames: int) -> bool:
 
 def test_a_worker_killed_100_times_never_skips_a_gap_nor_applies_twice(tmp_path: Path) -> None:
     started = time.monotonic()
-    _, events = generate(2026, 10_000, groups=20)
-    assert len({e["group"] for e in events}) == 20
-    stream_ids = {(e["group"], e["sequence"]): e["event_id"] for e in events}
+    _, events = generate(SEED, 10_000, groups=20)
+    assert len({e["groupId"] for e in events}) == 20
+    stream_ids = {(e["groupId"], e["sequence"]): e["eventId"] for e in events}
     rng = random.Random(77)
     db = tmp_path / "worker.sqlite3"
     delivery = tmp_path / "delivery.marshal"
@@ -178,12 +180,12 @@ def test_a_worker_killed_100_times_never_skips_a_gap_nor_applies_twice(tmp_path:
         differences = [f.result() for f in comparisons]
         assert [d for d in differences if d] == []
 
-    worker = Store(db, agent=ME)
+    worker = Store(db, agent=ME, verifier=verifier(SEED))
     final = worker.projection_dump()
     worker.rebuild()
     assert worker.projection_dump() == final
     worker.close()
-    in_order = Store(":memory:", agent=ME)
+    in_order = Store(":memory:", agent=ME, verifier=verifier(SEED))
     for e in events:
         in_order.apply(e)
     assert in_order.projection_dump() == final
