@@ -155,8 +155,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     table.add_column("leases", no_wrap=True, min_width=8)
     for r in rows:
         table.add_row(
-            _short(r["group"]), r["kind"] or "?", r["title"][:30], str(r["cursor"]), str(r["offered"]), str(r["queued"]),
-            str(r["active"]), str(r["blocked"]), "\n".join(_short(lease) for lease in r["leases"]) or "-",
+            _short(r["group"]), r["kind"] or "?", r["title"][:30], str(r["cursor"]), str(r["offered"]),
+            str(r["queued"]), str(r["active"]), str(r["blocked"]), "\n".join(map(_short, r["leases"])) or "-",
         )  # fmt: skip
     active = sum(r["active"] for r in rows)
     Console().print(table)
