@@ -5,7 +5,9 @@ strict reading of a request body. The endpoints are in ``missions/api/``."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django.conf import settings
@@ -164,6 +166,27 @@ def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
         )
         return json_error_response(err)
     return defaults.page_not_found(request, exception)
+
+
+def methods_only(view: Callable[..., HttpResponse], *methods: str) -> Callable[..., HttpResponse]:
+    """A plain Django view under ``/api/`` that answers any other method with
+    the 405 error document (with ``Allow``), as the DRF views do."""
+
+    @functools.wraps(view)
+    def answer(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.method not in methods:
+            err = ProtocolError(
+                ErrorCode.PROTOCOL_VIOLATION,
+                f"method {request.method} is not allowed here",
+                details={"reason": "method_not_allowed"},
+                http_status=405,
+            )
+            response = json_error_response(err)
+            response["Allow"] = ", ".join(methods)
+            return response
+        return view(request, *args, **kwargs)
+
+    return answer
 
 
 def server_error(request: HttpRequest) -> HttpResponse:

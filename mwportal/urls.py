@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from missions.api.openapi import ProtocolSchemaView
+from missions.views import methods_only
 from workitems.views import work_contract_schema
 
 # The REST binding of MWP 0.1 (DESIGN §5), a project extension: one prefix,
@@ -11,7 +12,7 @@ API = "api/v0.1/"
 urlpatterns = [
     path("admin/", admin.site.urls),
     path(f"{API}schema/", ProtocolSchemaView.as_view(), name="schema"),
-    path(f"{API}schema/work-contract.json", work_contract_schema, name="work-contract-schema"),
+    path(f"{API}schema/work-contract.json", methods_only(work_contract_schema, "GET"), name="work-contract-schema"),
     path(API, include("missions.urls")),
     path(API, include("artifacts.urls")),
     path("", include("portal.urls")),

@@ -4,6 +4,7 @@ unknown path is 404, a wrong method 405, both ``PROTOCOL_VIOLATION``; the portal
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import pytest
@@ -35,6 +36,34 @@ def test_the_version_1_routes_are_gone_spec_17(db: None, path: str, method: str)
 @pytest.mark.parametrize("path", ["/api/v0.1/no/such/route", "/api/v0.1/", "/api/", "/api/v0.2/commands"])
 def test_an_unknown_api_path_is_the_404_error_document(db: None, path: str) -> None:
     error_of(http().get(path), 404, "PROTOCOL_VIOLATION")
+
+
+def operations() -> dict[str, set[str]]:
+    from missions.api.openapi import openapi_document
+
+    paths = openapi_document()["paths"]
+    return {path: {m for m in item if m in {"get", "post", "put", "patch", "delete"}} for path, item in paths.items()}
+
+
+OPERATIONS = operations()
+
+
+@pytest.mark.parametrize("path", sorted(OPERATIONS))
+def test_every_route_answers_a_wrong_method_with_the_405_error_document(db: None, path: str) -> None:
+    wrong = next(m for m in ("put", "patch", "delete", "post", "get") if m not in OPERATIONS[path])
+    url = re.sub(
+        r"\{(\w+)\}", lambda m: "1" if m.group(1) == "sequence" else m.group(1), path
+    )  # the method is refused first
+    response = getattr(http(), wrong)(url)
+    error_of(response, 405, "PROTOCOL_VIOLATION")
+    assert response["Allow"], response.headers
+
+
+@pytest.mark.parametrize("method", ["post", "put", "delete"])
+def test_the_work_contract_schema_route_answers_a_wrong_method_with_the_error_document(db: None, method: str) -> None:
+    response = getattr(http(), method)("/api/v0.1/schema/work-contract.json")
+    error_of(response, 405, "PROTOCOL_VIOLATION")
+    assert response["Allow"] == "GET"
 
 
 def test_a_portal_path_keeps_the_portal_404_page(db: None) -> None:
