@@ -133,6 +133,10 @@ class Flow:
     def revision(self, item_id: str) -> int:
         return self.item(item_id).revision
 
+    def epoch(self, item_id: str) -> int:
+        """The Ownership Epoch a client cites: the current one (1 before any owner: epochs are positive)."""
+        return max(self.item(item_id).ownership_epoch, 1)
+
     def evidence(
         self,
         item_id: str,
@@ -199,15 +203,14 @@ class Flow:
     def approve(self, item_id: str) -> dict[str, Any]:
         payload = {
             "approvalId": urn(uuid.uuid4()),
-            "ownershipEpoch": self.item(item_id).ownership_epoch,
+            "ownershipEpoch": self.epoch(item_id),
             "operations": ["email.send"],
             "comments": "ok",
         }
         return self.send(self.owner, "approval.grant_execution", item_id, payload)
 
     def start(self, item_id: str, agent: AgentKey | None = None) -> dict[str, Any]:
-        epoch = self.item(item_id).ownership_epoch
-        receipt = self.send(agent or self.worker, "work.start", item_id, {"ownershipEpoch": epoch})
+        receipt = self.send(agent or self.worker, "work.start", item_id, {"ownershipEpoch": self.epoch(item_id)})
         self.leases[item_id] = bare(receipt["grants"]["executionLeaseId"], "grants")
         return receipt
 
@@ -222,7 +225,7 @@ class Flow:
     ) -> dict[str, Any]:
         """A Command citing the Ownership Epoch and the current Execution Lease (catalogue ``LEASED``, §11.3)."""
         fences = {
-            "ownershipEpoch": self.item(item_id).ownership_epoch,
+            "ownershipEpoch": self.epoch(item_id),
             "executionLeaseId": urn(lease_id or self.leases[item_id]),
         }
         return self.send(agent or self.worker, kind, item_id, {**fences, **payload}, **kw)
@@ -276,9 +279,10 @@ class Flow:
         one": a stale lease cannot publish, and its submission (a late result,
         §11.5) cites an Artifact ID that names nothing here."""
         agent = agent or self.worker
-        sha = self.blob()
         if publish is None:
             publish = self.item(item_id).state == "active" and lease_id in (None, self.leases.get(item_id))
+        # Nothing is stored for a submission that cannot be accepted: it writes nothing but its late result.
+        sha = self.blob() if publish else "00" * 32
         artifact = self.publish(item_id, sha, agent, lease_id) if publish else urn(uuid.uuid4())
         payload = {"artifactIds": [artifact], "evidence": self.evidence(item_id, agent, artifacts=[sha])}
         return self.lease_command("work.submit", item_id, payload, agent=agent, lease_id=lease_id, **kw)

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from missions.models import ActionReceipt, GroupEvent
 from mwportal.protocol import ErrorCode, ProtocolError
-from tests.workitems.flow import AMBIGUITY, DECLINE, Flow, contract
+from tests.workitems.flow import AMBIGUITY, DECLINE, Flow, contract, give_card
 from workitems import state_machine as sm
 from workitems.models import WorkItem
 
@@ -91,6 +91,8 @@ def test_every_state_command_pair_follows_the_table_spec_10_2(flow: Flow, state:
         _drive_existing(flow, item, state)
     else:
         item = flow.drive_to(state)
+    if command == "mission.create_child":
+        give_card(flow.worker2)  # the child's Coordinator (flow.create_child), carded before the count
     before = (GroupEvent.objects.count(), ActionReceipt.objects.count())
     if expected_to_accept(state, command):
         COMMANDS[command](flow, item)
