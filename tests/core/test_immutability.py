@@ -27,7 +27,8 @@ def log(org: dict[str, str], worker: AgentKey, worker2: AgentKey, outsider: Agen
     return org["admin_group"]
 
 
-def test_database_refuses_update_of_an_event_PROTOCOL_15_2(log: str) -> None:
+def test_database_refuses_update_of_an_event(log: str) -> None:
+    """An Event is an immutable accepted fact (PROTOCOL §15.2)."""
     event = GroupEvent.objects.filter(group_id=log).first()
     assert event is not None
     with pytest.raises(DatabaseError, match="immutable"), transaction.atomic():
@@ -36,7 +37,8 @@ def test_database_refuses_update_of_an_event_PROTOCOL_15_2(log: str) -> None:
         cur.execute(f"UPDATE {TABLE} SET document = 'x' WHERE id = %s", [event.pk])
 
 
-def test_database_refuses_delete_of_an_event_PROTOCOL_7_4(log: str) -> None:
+def test_database_refuses_delete_of_an_event(log: str) -> None:
+    """Redaction appends a tombstone; it never removes an Event (PROTOCOL §7.4)."""
     with pytest.raises(DatabaseError, match="immutable"), transaction.atomic():
         GroupEvent.objects.filter(group_id=log).delete()
     assert GroupEvent.objects.filter(group_id=log).count() > 0
