@@ -10,7 +10,7 @@ from .chain import GENESIS_HASH, event_hash, first_break
 from .errors import HTTP_STATUS, ErrorCode, ProtocolError, malformed
 from .fields import MAX_COMMAND_BYTES, attempt_key, format_time, parse_time, parse_uuid
 from .jcs import DataModelError, sha256_hash, signing_hash
-from .signing import b64url_decode, b64url_encode, generate_keypair, sign, signed, verify
+from .signing import b64url_decode, b64url_encode, generate_keypair, sign, verify
 from .strictjson import StrictJSONError
 
 __all__ = [
@@ -37,7 +37,6 @@ __all__ = [
     "parse_uuid",
     "sha256_hash",
     "sign",
-    "signed",
     "signing_hash",
     "strictjson",
     "verify",

@@ -83,8 +83,3 @@ def verify_bytes(public_key: str, payload: bytes, signature: str) -> bool:
     except (ValueError, ed25519.Ed25519EncodingError):
         return False
     return ed25519.verify(key, payload, raw)
-
-
-def signed(private_key: str, obj: dict[str, Any]) -> dict[str, Any]:
-    """``obj`` with its ``signature`` member set: what a client sends."""
-    return {**obj, "signature": sign(private_key, obj)}
