@@ -11,28 +11,37 @@ in the same run:
 
 **Project side.** A real ``daphne`` subprocess serves
 ``mwportal.asgi:application`` (the command line of ``tests/delivery``). Each of
-the 100 subscribers is its own Agent with its own session token and an active
-Membership; it connects to ``/ws/v1/agent`` with a ``websockets`` client, sends
-``hello {token}`` and ``subscribe {group, after: head - 1}`` (so the Event at
-the head arrives at once and proves the subscription live). A committer
-process issues ``membership.set_roles`` through ``accept()`` at a steady rate
-(the Group owner toggles a non-subscribing member between ``["worker"]`` and
-``["worker", "reviewer"]``, compare-and-set on the Group revision; round-robin
-over the Groups of the topology) and records, keyed by (Group, sequence) from
-the receipt, the commit time: ``time.time()`` in ``accept()``'s on_commit step
-(it wraps ``missions.authority._notify``), after COMMIT and before the
-channel-layer notice. ``time.time()`` right after ``accept()`` returns is
-recorded too and shown as "after-return"; with Redis it comes after the notice
-has gone out, so it understates the latency (it can even go negative).
+the 100 subscribers is its own Agent with its own key bound in the Registry
+and an active Membership; it connects to ``/mwp/0.1`` (PROTOCOL §17) with a
+``websockets`` client, completes the four-phase HELLO (§6.3; a new session
+each time) and sends ``SUBSCRIBE`` with ``afterSequence = head - 1`` (so the
+Event at the head arrives at once and proves the subscription live). EVENT
+frames carry the stored signed Event documents (§15.2), as delivery serves
+them. A committer process sends, at a steady rate, the person Olivia's signed
+``membership.change`` documents through ``accept_document`` (she toggles a
+non-subscribing member between ``["worker"]`` and ``["reviewer",
+"worker"]``, compare-and-set on the Group revision with ``expectedRevision``;
+round-robin over the Groups of the topology; each document built and signed
+before its paced time, signing being the client's cost). Each such Command
+appends two Events (one ``membership.changed`` per role, §8), so every
+subscriber of the Group receives two frames per commit. For every Event of the
+receipt, keyed by (Group, sequence), the committer records the commit time:
+``time.time()`` in ``accept()``'s on_commit step (it wraps
+``missions.authority.notify_commit``), after COMMIT and before the delivery
+notice. ``time.time()`` right after ``accept_document()`` returns is recorded
+too and shown as "after-return"; with Redis it comes after the notice has gone
+out, so it understates the latency (it can even go negative).
 
 **Baseline.** A bare ``websockets.asyncio.server`` broadcast server (a
 subprocess of this script) with the same 100 subscriber connections in the
-same topology; a publisher process on one connection sends, at the same rate,
-event frames of the same size (a real ``membership.roles_set`` event frame of
-the project as the template, with its group and sequence replaced) and
-records ``time.time()`` right after ``send()`` returns; the server reads the
-frame's group and ``broadcast()``s it unchanged to that Group's subscribers.
-No compression on either side (daphne does not negotiate it).
+same topology (a one-frame hello and subscribe, no authentication); a
+publisher process on one connection sends, at the same rate, as many EVENT
+frames per commit as the project's Command appends Events, each of the same
+size (a real signed ``membership.changed`` EVENT frame of the project as the
+template, its ``groupId``, ``sequence`` and ``frameId`` replaced) and records
+``time.time()`` right after ``send()`` returns; the server reads the frame's
+``event.groupId`` and ``broadcast()``s it unchanged to that Group's
+subscribers. No compression on either side (daphne does not negotiate it).
 
 **Cross-machine floor** (``--floor``; PostgreSQL and Redis only). The same
 bare server, fed not by a publisher connection but the way the project feeds
@@ -242,96 +251,66 @@ def setup_django(migrate: bool) -> None:
 
 
 # --------------------------------------------------------------------------
-# Fixtures, built through accept() as a client would
+# Fixtures, built through accept_document() as a client would
 # --------------------------------------------------------------------------
 
 
-@dataclass
-class Key:
-    id: str
-    private_key: str
-    session_epoch: int = 0
-    token: str = ""
+def _persona_data(p: Any) -> dict[str, Any]:
+    """What a worker process needs to sign as ``p``: id, key ID, seed, Membership Epochs."""
+    from mwportal.protocol.values import b64url_encode
+
+    return {"id": p.id, "kind": p.kind, "key_id": p.key.key_id, "seed": b64url_encode(p.key.seed),
+            "session_epoch": p.session_epoch, "epochs": p.epochs}  # fmt: skip
 
 
-def _send(key: Key, type_: str, group: str, body: dict[str, Any], **kw: Any) -> dict[str, Any]:
-    from missions.authority import Auth, Command, accept
-    from mwportal.protocol import make_envelope, parse_envelope
+def _persona(data: dict[str, Any]) -> Any:
+    from bench._commands_project import Persona
+    from mwportal.protocol.command import Key
+    from mwportal.protocol.values import b64url_decode
 
-    raw = make_envelope(type=type_, actor=key.id, group=group, body=body, private_key=key.private_key,
-                        session_epoch=key.session_epoch, **kw)  # fmt: skip
-    return accept(Command(parse_envelope(raw), Auth.SIGNED))
-
-
-def _open_session(key: Key, admin_group: str) -> None:
-    from datetime import UTC, datetime
-
-    from missions.authority import Auth, Command, accept
-    from mwportal.protocol import format_time, make_envelope, parse_envelope, signed
-
-    request = signed(key.private_key, {"agent": key.id, "issued_at": format_time(datetime.now(UTC)),
-                                       "nonce": uuid.uuid4().hex})  # fmt: skip
-    raw = make_envelope(type="agent.open_session", actor=key.id, group=admin_group, body={"request": request},
-                        session_epoch=key.session_epoch)  # fmt: skip
-    receipt = accept(Command(parse_envelope(raw, require_signature=False), Auth.SELF))
-    key.session_epoch = receipt["grants"]["session_epoch"]
-    key.token = str(receipt["grants"]["token"])
+    key = Key(data["key_id"], b64url_decode(data["seed"]))
+    return Persona(data["id"], key, data["kind"], data["session_epoch"], dict(data["epochs"]))
 
 
-def _agent(slug: str, admin_group: str, name: str, roles: list[str], session: bool) -> Key:
-    from missions.commands import register_agent
-    from mwportal.protocol import generate_keypair
+def build_fixtures() -> dict[str, Any]:
+    """The owner (Olivia, a person: the committer's actor), a Coordinator, one toggled
+    member and 100 subscribing Agents; the one Group with all of them and 100 Groups
+    with one subscriber each. Each subscriber opens its own session with HELLO."""
+    from bench._commands_project import COORDINATE, make_principal, new_mission, with_card
+    from missions.commands import create_organization
+    from missions.models import GroupEvent
 
-    private_key, public_key = generate_keypair()
-    key = Key(register_agent(slug, name, "agent", roles, public_key), private_key)
-    if session:
-        _open_session(key, admin_group)
-    return key
+    create_organization("fanout", "Fan-out bench")
+    owner = make_principal("fanout", "Olivia Owner", ["mission_owner"], kind="person")
+    coordinator = with_card(make_principal("fanout", "Carl Coordinator", ["coordinator"]), COORDINATE)
+    toggle = make_principal("fanout", "Toggled member", ["worker"])
+    subs = [make_principal("fanout", f"Subscriber {i}", ["worker"]) for i in range(SUBSCRIBERS)]
+    one = new_mission(owner, coordinator, [(toggle, ["worker"])] + [(s, ["worker"]) for s in subs], "Fan-out")
+    many = [new_mission(owner, coordinator, [(toggle, ["worker"]), (s, ["worker"])], "Fan-out") for s in subs]
+    # One real membership.change: its Events are the template of the baseline's frames.
+    receipt = owner.send("membership.change", one, {"principal": toggle.actor, "roles": ["reviewer", "worker"]},
+                         expected_revision=_revision(one))  # fmt: skip
+    owner.send("membership.change", one, {"principal": toggle.actor, "roles": ["worker"]},
+               expected_revision=_revision(one))  # fmt: skip
+    last = GroupEvent.objects.filter(group_id=one).order_by("-sequence").first()
+    assert last is not None and last.type == "membership.changed", last
+    from mwportal.protocol import frames
+
+    return {
+        "owner": _persona_data(owner),
+        "toggle": toggle.actor,
+        "subscribers": [_persona_data(s) for s in subs],
+        "one_group": one,
+        "many_groups": many,
+        "template": frames.event(last.as_wire()),
+        "events_per_commit": len(receipt["events"]),
+    }
 
 
 def _revision(group_id: str) -> int:
     from missions.models import Group
 
     return int(Group.objects.values_list("revision", flat=True).get(id=group_id))
-
-
-def _mission(owner: Key, members: list[tuple[str, list[str]]]) -> str:
-    group_id = str(uuid.uuid4())
-    _send(owner, "mission.create", group_id, {"mission": str(uuid.uuid4()), "title": "Fan-out", "objective": "bench"})
-    for agent_id, roles in members:
-        _send(owner, "membership.add", group_id, {"agent": agent_id, "roles": roles},
-              target={"kind": "group", "id": group_id, "revision": _revision(group_id)})  # fmt: skip
-    return group_id
-
-
-def build_fixtures() -> dict[str, Any]:
-    """One owner (the committer's actor), one toggled member, 100 subscribers; the one
-    Group with all of them and 100 Groups with one subscriber each."""
-    from missions.commands import create_organization
-    from missions.models import GroupEvent
-
-    _, admin = create_organization("fanout", "Fan-out bench")
-    owner = _agent("fanout", admin, "Owner", ["mission_owner"], session=True)
-    toggle = _agent("fanout", admin, "Toggled member", ["worker"], session=False)
-    subs = [_agent("fanout", admin, f"Subscriber {i}", ["worker"], session=True) for i in range(SUBSCRIBERS)]
-    one = _mission(owner, [(toggle.id, ["worker"])] + [(s.id, ["worker"]) for s in subs])
-    many = [_mission(owner, [(toggle.id, ["worker"]), (s.id, ["worker"])]) for s in subs]
-    # One real membership.roles_set Event: the template of the baseline's frames.
-    _send(owner, "membership.set_roles", one, {"agent": toggle.id, "roles": ["worker", "reviewer"]},
-          target={"kind": "group", "id": one, "revision": _revision(one)})  # fmt: skip
-    _send(owner, "membership.set_roles", one, {"agent": toggle.id, "roles": ["worker"]},
-          target={"kind": "group", "id": one, "revision": _revision(one)})  # fmt: skip
-    last = GroupEvent.objects.filter(group_id=one).order_by("-sequence").first()
-    assert last is not None and last.type == "membership.roles_set", last
-    template = {"op": "event", "event": last.as_wire()}
-    return {
-        "owner": {"id": owner.id, "private_key": owner.private_key, "session_epoch": owner.session_epoch},
-        "toggle": toggle.id,
-        "tokens": [s.token for s in subs],
-        "one_group": one,
-        "many_groups": many,
-        "template": template,
-    }
 
 
 def heads(group_ids: list[str]) -> dict[str, int]:
@@ -379,43 +358,42 @@ def sleep_until(due: float) -> None:
 
 
 def committer_main(fixtures_path: str) -> int:
+    """The project's committer: Olivia's signed ``membership.change`` documents through
+    ``accept_document`` at the paced times; each Event of a receipt is one record."""
     setup_django(migrate=False)
     import missions.authority as authority
-    from missions.authority import Auth, Command, accept
+    from missions.authority import accept_document
     from missions.models import Group
-    from mwportal.protocol import make_envelope, parse_envelope
 
     fx = json.loads(Path(fixtures_path).read_text())
-    owner, toggle = fx["owner"], fx["toggle"]
+    owner, toggle = _persona(fx["owner"]), fx["toggle"]
     roles_now: dict[str, list[str]] = defaultdict(lambda: ["worker"])
     committed_at: list[float] = []
-    original_notify = authority._notify
+    original_notify = authority.notify_commit
 
     def timed_notify(*args: Any) -> None:  # on_commit: the moment the transaction committed
         committed_at.append(time.time())
         original_notify(*args)
 
-    authority._notify = timed_notify  # type: ignore[assignment]  # this process only
+    authority.notify_commit = timed_notify  # type: ignore[assignment]  # this process only
     answer({"ready": True})
     for req in requests():
         groups: list[str] = req["groups"]
         revisions = {str(g): int(r) for g, r in Group.objects.filter(id__in=groups).values_list("id", "revision")}
         records: list[list[Any]] = []
-        errors = 0
+        errors = accepted = 0
         for k, due in enumerate(paced(req["rate"], req["duration"])):
             sleep_until(due - PREPARE_LEAD)
             group = groups[k % len(groups)]
-            roles = ["worker", "reviewer"] if roles_now[group] == ["worker"] else ["worker"]
-            raw = make_envelope(type="membership.set_roles", actor=owner["id"], group=group,
-                                body={"agent": toggle, "roles": roles}, private_key=owner["private_key"],
-                                session_epoch=owner["session_epoch"],
-                                target={"kind": "group", "id": group, "revision": revisions[group]})  # fmt: skip
-            command = Command(parse_envelope(raw), Auth.SIGNED)
+            roles = ["reviewer", "worker"] if roles_now[group] == ["worker"] else ["worker"]
+            # Built and signed here, before the clock: signing is the client's cost.
+            data = owner.document("membership.change", group, {"principal": toggle, "roles": roles},
+                                  expected_revision=revisions[group])  # fmt: skip
             sleep_until(due)
             committed_at.clear()
             t0 = time.time()
             try:
-                receipt = accept(command)
+                receipt = accept_document(data)
             except Exception as exc:  # count it and carry on; the report shows it
                 errors += 1
                 print(f"committer: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
@@ -423,37 +401,46 @@ def committer_main(fixtures_path: str) -> int:
                 continue
             t1 = time.time()
             roles_now[group] = roles
-            revisions[group] = int(receipt["aggregate"]["revision"])
+            accepted += 1
+            revisions[group] = int(receipt["aggregateRevision"])
             tc = committed_at[0] if committed_at else t1
-            records.append([group, int(receipt["events"][0]["sequence"]), t1, tc, t0])
-        answer({"records": records, "errors": errors})
+            records += [[f"urn:uuid:{group}", int(e["sequence"]), t1, tc, t0] for e in receipt["events"]]
+        answer({"records": records, "errors": errors, "commands": accepted})
     return 0
 
 
 def publish_frames(fixtures_path: str, publish: Callable[[str, int, str], float]) -> None:
-    """The publishers' loop (bare and floor): say ready, then for each request
-    build the template's frame for the next sequence of each Group in turn
-    and, at its paced time, hand it to ``publish(group, sequence, frame)``,
-    which returns the moment the frame counts as committed. Records
-    ``[group, sequence, returned, committed, started]`` like the committer."""
-    template = json.loads(Path(fixtures_path).read_text())["template"]
+    """The publishers' loop (bare and floor): say ready, then for each request, at
+    each paced time, build as many EVENT frames as the project's Command appends
+    Events (the template's, with the next sequences of the Group in turn) and hand
+    each to ``publish(group, sequence, frame)``, which returns the moment the frame
+    counts as committed. Records ``[group, sequence, returned, committed, started]``
+    like the committer."""
+    fx = json.loads(Path(fixtures_path).read_text())
+    template, per_commit = fx["template"], int(fx["events_per_commit"])
     sequence: dict[str, int] = defaultdict(int)
     answer({"ready": True})
     for req in requests():
-        groups: list[str] = req["groups"]
+        groups: list[str] = [f"urn:uuid:{g}" for g in req["groups"]]
         records: list[list[Any]] = []
+        ticks = 0
         for k, due in enumerate(paced(req["rate"], req["duration"])):
             sleep_until(due - PREPARE_LEAD)
             group = groups[k % len(groups)]
-            sequence[group] += 1
-            seq = sequence[group]
-            event = {**template["event"], "group": group, "sequence": seq}
-            frame = json.dumps({"op": "event", "event": event}, separators=(",", ":"))
+            ticks += 1
+            built = []
+            for _ in range(per_commit):
+                sequence[group] += 1
+                seq = sequence[group]
+                event = {**template["event"], "groupId": group, "sequence": seq}
+                built.append((seq, json.dumps({**template, "frameId": f"urn:uuid:{uuid.uuid4()}", "event": event},
+                                              separators=(",", ":"))))  # fmt: skip
             sleep_until(due)
             t0 = time.time()
-            committed = publish(group, seq, frame)
-            records.append([group, seq, time.time(), committed, t0])
-        answer({"records": records, "errors": 0})
+            for seq, frame in built:
+                committed = publish(group, seq, frame)
+                records.append([group, seq, time.time(), committed, t0])
+        answer({"records": records, "errors": 0, "commands": ticks})
 
 
 def publisher_main(url: str, fixtures_path: str) -> int:
@@ -462,7 +449,7 @@ def publisher_main(url: str, fixtures_path: str) -> int:
     from websockets.sync.client import connect
 
     with connect(url, max_size=MAX_WS_BYTES, compression=None, open_timeout=30) as ws:
-        ws.send(json.dumps({"op": "publisher"}))
+        ws.send(json.dumps({"frameType": "PUBLISHER"}))
         ws.recv(timeout=30)
 
         def publish(group: str, seq: int, frame: str) -> float:
@@ -533,22 +520,23 @@ def bare_server_main(port: int, floor_db: str | None = None, floor_redis: str | 
         try:
             async for message in ws:
                 if publisher:
-                    group = json.loads(message)["event"]["group"]
+                    group = json.loads(message)["event"]["groupId"]
                     targets = subscribers.get(group)
                     if targets:
                         broadcast(targets, message)
                     continue
                 frame = json.loads(message)
-                op = frame.get("op")
-                if op == "hello":
-                    await ws.send(json.dumps({"op": "welcome"}))
-                elif op == "subscribe":
-                    subscribers[frame["group"]].add(ws)
-                    joined.append(frame["group"])
-                    await ws.send(json.dumps({"op": "subscribed", "group": frame["group"]}))
-                elif op == "publisher":
+                kind = frame.get("frameType")
+                if kind == "HELLO":  # no handshake: the bare server trusts every client
+                    await ws.send(json.dumps({"frameType": "HELLO", "phase": "server_accept"}))
+                elif kind == "SUBSCRIBE":
+                    group = frame["groups"][0]["groupId"]
+                    subscribers[group].add(ws)
+                    joined.append(group)
+                    await ws.send(json.dumps({"frameType": "SUBSCRIBED", "groupId": group}))
+                elif kind == "PUBLISHER":
                     publisher = True
-                    await ws.send(json.dumps({"op": "ok"}))
+                    await ws.send(json.dumps({"frameType": "OK"}))
         finally:
             for group in joined:
                 subscribers[group].discard(ws)
@@ -661,39 +649,50 @@ async def _recv_json(ws: Any) -> dict[str, Any]:
     return dict(json.loads(await asyncio.wait_for(ws.recv(), READY_TIMEOUT)))
 
 
-async def _connect(url: str, side: str, token: str) -> Any:
-    """A connection that has said hello."""
+async def _connect(url: str, side: str, subscriber: dict[str, Any]) -> Any:
+    """A connection that has completed HELLO: on the project, the four phases of
+    §6.3 with the subscriber's Registry key (a new session each time); on the
+    bare server, one frame each way."""
     from websockets.asyncio.client import connect
 
+    from mwportal.protocol.handshake import ClientHandshake
+
     ws = await connect(url, max_size=MAX_WS_BYTES, compression=None, open_timeout=30, ping_interval=None)
-    await ws.send(json.dumps({"op": "hello", "token": token} if side == "project" else {"op": "hello"}))
+    if side == "project":
+        handshake = ClientHandshake(f"urn:uuid:{subscriber['id']}", _persona(subscriber).key)
+        await ws.send(json.dumps(handshake.start()))
+        await ws.send(json.dumps(handshake.receive_challenge(await _recv_json(ws))))
+        handshake.receive_accept(await _recv_json(ws))
+        return ws
+    await ws.send(json.dumps({"frameType": "HELLO"}))
     welcome = await _recv_json(ws)
-    if welcome.get("op") != "welcome":
-        raise RuntimeError(f"hello answered {welcome}")
+    if welcome.get("phase") != "server_accept":
+        raise RuntimeError(f"HELLO answered {welcome}")
     return ws
 
 
 async def _subscribe(ws: Any, side: str, group: str, after: int) -> None:
-    """Follow ``group``; returns once the subscription is live."""
+    """Follow ``group`` (urn); returns once the subscription is live."""
+    from mwportal.protocol import frames
+
+    await ws.send(json.dumps(frames.subscribe([(group, after)])))
     if side == "project":
-        await ws.send(json.dumps({"op": "subscribe", "group": group, "after": after}))
         while True:  # the Event at the head proves the subscription live
             frame = await _recv_json(ws)
-            if frame.get("op") == "event" and frame["event"]["sequence"] > after:
+            if frame.get("frameType") == "EVENT" and frame["event"]["sequence"] > after:
                 return
-            if frame.get("op") == "error":
-                raise RuntimeError(f"subscribe answered {frame}")
+            if frame.get("frameType") == "ERROR":
+                raise RuntimeError(f"SUBSCRIBE answered {frame}")
     else:
-        await ws.send(json.dumps({"op": "subscribe", "group": group}))
-        while (await _recv_json(ws)).get("op") != "subscribed":
+        while (await _recv_json(ws)).get("frameType") != "SUBSCRIBED":
             pass
 
 
 class Subscribers:
     """One side's 100 connections for one measurement."""
 
-    def __init__(self, side: str, url: str, tokens: list[str]):
-        self.side, self.url, self.tokens = side, url, tokens
+    def __init__(self, side: str, url: str, subscribers: list[dict[str, Any]]):
+        self.side, self.url, self.subscribers = side, url, subscribers
         self.conns: list[Any] = []
         self.limit = asyncio.Semaphore(CONNECT_PARALLEL)
 
@@ -711,7 +710,7 @@ class Subscribers:
         async def one(i: int) -> None:
             async with self.limit:
                 group, after = plan[i]
-                conns[i] = await _connect(self.url, self.side, self.tokens[i])
+                conns[i] = await _connect(self.url, self.side, self.subscribers[i])
                 await _subscribe(conns[i], self.side, group, after)
 
         firsts: dict[str, int] = {}
@@ -760,11 +759,11 @@ async def measure(
     loop = asyncio.get_running_loop()
     try:
         reply = await loop.run_in_executor(None, worker.call, {"groups": groups, "rate": rate, "duration": duration})
-        fanout = {g: 0 for g in groups}
+        fanout: dict[str, int] = defaultdict(int)  # subscribers per Group (urn)
         for group, _ in plan:
             fanout[group] += 1
         records = reply["records"]
-        state["expected"] = sum(fanout[r[0]] for r in records)
+        state["expected"] = sum(fanout.get(r[0], 0) for r in records)
         if len(received) >= state["expected"]:
             done.set()
         with contextlib.suppress(TimeoutError):
@@ -775,7 +774,8 @@ async def measure(
             task.cancel()
         await asyncio.gather(*readers, return_exceptions=True)
 
-    run.commits, run.errors, run.expected = len(records), reply["errors"], int(state["expected"])
+    # Commits: accepted Commands (project) or publishing ticks (bare); each is one or more Events.
+    run.commits, run.errors, run.expected = int(reply["commands"]), reply["errors"], int(state["expected"])
     run.closed_early = len(closed)
     if closed:
         run.notes.append(f"{len(closed)} closed by the server: {closed[0]}")
@@ -788,13 +788,13 @@ async def measure(
     position: dict[tuple[int, str], int] = {}
     for t, index, raw in received:
         frame = json.loads(raw)
-        event = frame.get("event") if frame.get("op") == "event" else None
-        at = committed.get((event["group"], event["sequence"])) if event else None
+        event = frame.get("event") if frame.get("frameType") == "EVENT" else None
+        at = committed.get((event["groupId"], event["sequence"])) if event else None
         if at is None:
             run.extra_frames += 1
             continue
         assert event is not None
-        key = (index, event["group"], event["sequence"])
+        key = (index, event["groupId"], event["sequence"])
         if key in seen:
             run.duplicates += 1
             continue
@@ -939,7 +939,7 @@ def main(argv: list[str] | None = None) -> int:
         workers.append(publisher)
         log(f"  daphne pid {servers[0].proc.pid} on 127.0.0.1:{daphne_port}; bare server pid {servers[1].proc.pid} "
             f"on 127.0.0.1:{bare_port}")  # fmt: skip
-        project_url = f"ws://127.0.0.1:{daphne_port}/ws/v1/agent"
+        project_url = f"ws://127.0.0.1:{daphne_port}/mwp/0.1"
         bare_url = f"ws://127.0.0.1:{bare_port}"
         floor_url, floor_publisher = "", None
         if args.floor:
@@ -963,14 +963,14 @@ def main(argv: list[str] | None = None) -> int:
             one = scenario == "one_group"
             groups = [fx["one_group"]] if one else list(fx["many_groups"])
             followed = [fx["one_group"]] * SUBSCRIBERS if one else list(fx["many_groups"])
-            return [(g, h[g] - 1 if side == "project" else 0) for g in followed], groups
+            return [(f"urn:uuid:{g}", h[g] - 1 if side == "project" else 0) for g in followed], groups
 
         async def one_run(side: str, scenario: str, h: dict[str, int]) -> Run:
             url, worker = {"project": (project_url, committer), "bare": (bare_url, publisher),
                            "floor": (floor_url, floor_publisher)}[side]  # fmt: skip
             assert worker is not None
             plan, groups = plan_of(side, scenario, h)
-            subs = Subscribers(side, url, fx["tokens"])
+            subs = Subscribers(side, url, fx["subscribers"])
             try:
                 return await measure(subs, scenario, worker, plan, groups, rates[scenario], duration, drain)
             finally:
