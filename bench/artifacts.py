@@ -7,13 +7,13 @@ What it measures (spec 13.1; issue 8):
 - **upload** of an N MiB file (default 1024 MiB = 1 GiB; ``--quick``:
   256 MiB, and it says so) over a real socket to a server in a subprocess:
   daphne by default (the ASGI server of production and ``./mw serve``),
-  through the resumable upload (``POST /api/v1/artifacts/uploads?group=``,
-  one ``PATCH`` per ``chunk_max`` bytes, each appended and fsynced, then
-  ``POST .../complete?sha256=``, which hashes the staged file and moves it
+  through the resumable upload (``POST /api/v0.1/artifacts/uploads?groupId=``,
+  one ``PATCH`` per ``chunkMax`` bytes, each appended and fsynced, then
+  ``POST .../complete?contentHash=``, which hashes the staged file and moves it
   under its hash); ``--server wsgi`` (informational) sends one
-  ``POST /api/v1/artifacts?group=`` to Django's threaded WSGI development
+  ``POST /api/v0.1/artifacts?groupId=`` to Django's threaded WSGI development
   server, which streams the body through SHA-256 into the store and fsyncs it;
-- **download**: ``GET /api/v1/artifacts/{sha256}`` of the same Artifact: the
+- **download**: ``GET /api/v0.1/artifacts/{contentHash}`` of the same Artifact: the
   server hashes the stored bytes before the first byte leaves, then streams
   them; the timed client counts the bytes and keeps nothing (the measurement
   is the server's), and a second, untimed download checks that they hash to
@@ -86,9 +86,8 @@ def log(message: str) -> None:
 
 
 def setup_fixtures() -> None:
-    """Migrate, create the Organization, an Agent with a session and a Mission Group; print JSON."""
-    import uuid
-
+    """Migrate; the Organization, a person owning a Mission Group whose Worker Agent has
+    a session (signed MWP 0.1 Commands through ``accept_document``); print JSON."""
     import django
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mwportal.settings")
@@ -97,34 +96,16 @@ def setup_fixtures() -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0, interactive=False)
-    from missions.authority import Auth, Command, accept
-    from missions.commands import create_organization, register_agent
-    from mwportal.protocol import generate_keypair, make_envelope, parse_envelope
+    from bench._commands_project import COORDINATE, make_principal, new_mission, with_card
+    from missions.commands import create_organization, open_session
 
     create_organization("bench", "Bench")
-    private_key, public_key = generate_keypair()
-    agent = register_agent("bench", "Bench Worker", "agent", ["mission_owner", "worker"], public_key)
-    from datetime import UTC, datetime
-
-    from missions.models import Group
-    from mwportal.protocol import format_time, signed
-
-    admin = Group.objects.get(organization__slug="bench", kind=Group.KIND_ADMIN)
-    request = signed(
-        private_key, {"agent": agent, "issued_at": format_time(datetime.now(UTC)), "nonce": uuid.uuid4().hex}
-    )
-    raw = make_envelope(
-        type="agent.open_session", actor=agent, group=str(admin.id), body={"request": request}, session_epoch=0
-    )
-    grants = accept(Command(parse_envelope(raw, require_signature=False), Auth.SELF))["grants"]
-    group = str(uuid.uuid4())
-    envelope = make_envelope(
-        type="mission.create", actor=agent, group=group, private_key=private_key,
-        body={"mission": str(uuid.uuid4()), "title": "bench", "objective": "move bytes"},
-        session_epoch=grants["session_epoch"],
-    )  # fmt: skip
-    accept(Command(parse_envelope(envelope), Auth.SIGNED))
-    print(json.dumps({"token": grants["token"], "group": group}))
+    owner = make_principal("bench", "Olivia Owner", ["mission_owner"], kind="person")
+    coordinator = with_card(make_principal("bench", "Carl Coordinator", ["coordinator"]), COORDINATE)
+    worker = make_principal("bench", "Bench Worker", ["worker"])
+    group = new_mission(owner, coordinator, [(worker, ["worker"])], "bench")
+    token, _ = open_session(worker.id)  # the bearer token of the byte routes
+    print(json.dumps({"token": token, "group": f"urn:uuid:{group}"}))
 
 
 # --- measurement ---------------------------------------------------------------------
@@ -230,7 +211,7 @@ def upload(port: int, token: str, group: str, src: Path, size: int) -> tuple[flo
                "Content-Length": str(size)}  # fmt: skip
     start = time.perf_counter()
     with open(src, "rb") as fh:
-        conn.request("POST", f"/api/v1/artifacts?group={group}", body=fh, headers=headers)
+        conn.request("POST", f"/api/v0.1/artifacts?groupId={group}", body=fh, headers=headers)
         response = conn.getresponse()
         payload = response.read()
     elapsed = time.perf_counter() - start
@@ -241,8 +222,8 @@ def upload(port: int, token: str, group: str, src: Path, size: int) -> tuple[flo
 
 
 def upload_resumable(port: int, token: str, group: str, src: Path, size: int, sha: str) -> tuple[float, dict[str, Any]]:
-    """The resumable upload (``POST /api/v1/artifacts/uploads``, a ``PATCH`` per
-    ``chunk_max`` bytes, ``POST .../complete?sha256=``) on one keep-alive
+    """The resumable upload (``POST /api/v0.1/artifacts/uploads``, a ``PATCH`` per
+    ``chunkMax`` bytes, ``POST .../complete?contentHash=``) on one keep-alive
     connection: what a client of daphne does, which queues each request body
     whole in memory. The client holds one chunk at a time."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
@@ -255,12 +236,12 @@ def upload_resumable(port: int, token: str, group: str, src: Path, size: int, sh
         return response.status, response.read()
 
     start = time.perf_counter()
-    status, payload = call("POST", f"/api/v1/artifacts/uploads?group={group}",
+    status, payload = call("POST", f"/api/v0.1/artifacts/uploads?groupId={group}",
                            **{"Content-Type": "application/octet-stream", "Upload-Length": str(size)})  # fmt: skip
     if status != 201:
         raise RuntimeError(f"upload start answered {status}: {payload[:300]!r}")
     created = json.loads(payload)
-    url, chunk_max = f"/api/v1/artifacts/uploads/{created['upload']}", int(created["chunk_max"])
+    url, chunk_max = f"/api/v0.1/artifacts/uploads/{created['uploadId']}", int(created["chunkMax"])
     offset = 0
     with open(src, "rb") as fh:
         while chunk := fh.read(chunk_max):
@@ -270,7 +251,7 @@ def upload_resumable(port: int, token: str, group: str, src: Path, size: int, sh
                 raise RuntimeError(f"PATCH at {offset} answered {status}: {payload[:300]!r}")
             offset += len(chunk)
     chunks_done = time.perf_counter()
-    status, payload = call("POST", f"{url}/complete?sha256={sha}")
+    status, payload = call("POST", f"{url}/complete?contentHash=sha256:{sha}")
     elapsed = time.perf_counter() - start
     log(f"resumable upload: chunks {chunks_done - start:.2f} s, complete {elapsed - (chunks_done - start):.2f} s")
     conn.close()
@@ -285,7 +266,7 @@ def download(port: int, token: str, sha: str, *, verify: bool) -> tuple[float, i
     what arrives."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     start = time.perf_counter()
-    conn.request("GET", f"/api/v1/artifacts/{sha}", headers={"Authorization": f"Bearer {token}"})
+    conn.request("GET", f"/api/v0.1/artifacts/sha256:{sha}", headers={"Authorization": f"Bearer {token}"})
     response = conn.getresponse()
     if response.status != 200:
         raise RuntimeError(f"download answered {response.status}: {response.read()[:300]!r}")
@@ -327,7 +308,7 @@ def wait_ready(port: int, proc: subprocess.Popen[bytes], workdir: Path) -> None:
             raise RuntimeError("the server exited:\n" + (workdir / "server.log").read_text()[-2000:])
         try:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            conn.request("GET", "/api/v1/server-key")
+            conn.request("GET", "/api/v0.1/catalogue")
             if conn.getresponse().status == 200:
                 conn.close()
                 return
@@ -380,7 +361,7 @@ def measure(kind: str, size: int, workdir: Path, chunk_mib: int | None = None) -
             up_seconds, answer = upload_resumable(port, fixtures["token"], fixtures["group"], src, size, sha)
         else:
             up_seconds, answer = upload(port, fixtures["token"], fixtures["group"], src, size)
-        if answer.get("sha256") != sha:
+        if answer.get("contentHash") != f"sha256:{sha}":
             raise RuntimeError(f"the server named the bytes {answer.get('sha256')}, not {sha}")
         up_peak, sampler.peak = sampler.peak, 0
         log(f"after upload: {RssSampler.breakdown(proc.pid)}")
