@@ -88,15 +88,17 @@ class _Port:
 
 
 def _progress(phase: str, milestones: Sequence[str], next_checkpoint: str | None, blockers: Sequence[str],
-              estimate: str | None, evidence: Sequence[str]) -> dict[str, Any]:  # fmt: skip
-    """The structured progress of §11.4 (the WorkItem schema's ``progress``; no percentages)."""
-    out: dict[str, Any] = {"currentPhase": phase, "completedMilestones": list(milestones), "blockers": list(blockers),
-                           "evidenceIds": list(evidence)}  # fmt: skip
-    if next_checkpoint:
-        out["nextCheckpoint"] = next_checkpoint
-    if estimate:
-        out["updatedCompletionEstimate"] = estimate
-    return out
+              estimate: str, evidence: Sequence[str]) -> dict[str, Any]:  # fmt: skip
+    """The structured progress of §11.4 (the WorkItem schema's ``progress``, every
+    member present; no percentages)."""
+    return {
+        "currentPhase": phase,
+        "completedMilestones": list(milestones),
+        "nextCheckpoint": next_checkpoint or "submission",
+        "blockers": list(blockers),
+        "updatedCompletionEstimate": estimate,
+        "evidenceIds": list(evidence),
+    }
 
 
 def _checkpoint(phase: str, milestones: Sequence[str], next_step: str | None, state_hash: str | None) -> dict[str, Any]:
@@ -266,7 +268,7 @@ class SlotContext:
         state_artifact: str | None = None,
         estimate: str | None = None,
         evidence: Sequence[str] = (),
-    ) -> None:
+    ) -> None:  # estimate: the updated completion estimate (RFC 3339)
         """A safe, idempotent point: the checkpoint (§11.3: ``phase``, the
         ``milestones`` done, the ``next_step``, and the hash of an Artifact
         holding the handler's state, ``put_artifact``) is durable in the Group
@@ -278,7 +280,8 @@ class SlotContext:
         WorkItem back in its Group queue. Otherwise the slot starts again under
         a new lease and the handler continues.
         """
-        progress = _progress(phase, milestones, next_step, [], estimate, evidence)
+        # Without an estimate of its own, the handler still means to finish by the deadline.
+        progress = _progress(phase, milestones, next_step, [], estimate or str(self.contract["deadline"]), evidence)
         checkpoint = _checkpoint(phase, milestones, next_step, state_artifact)
         outcome = await self._port.call("checkpoint", checkpoint=checkpoint, progress=progress,
                                         usage=self._take_usage())  # fmt: skip
