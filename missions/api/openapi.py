@@ -108,7 +108,8 @@ def openapi_document() -> dict[str, Any]:
     from drf_spectacular.settings import patched_settings
 
     with patched_settings(ProtocolSchemaView.custom_settings):
-        document: dict[str, Any] = SchemaGenerator().get_schema(request=None, public=True)
+        generator = SchemaGenerator()  # type: ignore[no-untyped-call]  # drf-spectacular is untyped
+        document: dict[str, Any] = generator.get_schema(request=None, public=True)  # type: ignore[no-untyped-call]
     return document
 
 

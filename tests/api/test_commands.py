@@ -180,6 +180,22 @@ def test_a_non_member_gets_the_answer_of_an_absent_group_spec_17_2(mission: dict
         assert post(mission["group"]) == post(str(uuid.uuid4()))
 
 
+def test_a_member_without_the_role_is_403_spec_8(mission: dict[str, str], worker: AgentKey, outsider: AgentKey) -> None:
+    # membership.change is the MissionOwner's or the Coordinator's; Wanda is a worker.
+    with nothing_written():
+        error_of(post_json(http(), COMMANDS, add_reviewer(worker, mission, outsider)), 403, "AUTH_FORBIDDEN")
+
+
+def test_a_stale_expected_revision_is_409_revision_conflict_spec_15_3(
+    mission: dict[str, str], owner: AgentKey, outsider: AgentKey
+) -> None:
+    current = group_revision(mission["group"])
+    document = add_reviewer(owner, mission, outsider, expected_revision=current - 1)
+    with nothing_written():
+        error = error_of(post_json(http(), COMMANDS, document), 409, "REVISION_CONFLICT")
+    assert (error["expectedRevision"], error["currentRevision"]) == (current - 1, current), error
+
+
 def test_no_bearer_token_is_needed_and_a_bad_one_is_not_consulted(owner: AgentKey, coordinator: AgentKey) -> None:
     response = http().post(
         COMMANDS, json.dumps(create_mission(owner, coordinator)), content_type="application/json", **bearer("x" * 43)
