@@ -64,3 +64,38 @@ def install(schema_editor: Any) -> None:
 def drop(schema_editor: Any) -> None:
     for sql in drop_sql(schema_editor.connection.vendor):
         schema_editor.execute(sql, None)
+
+
+# The Organization-scoped Events (PROTOCOL §15.2: Session activation, Agent Card
+# registration) are immutable too (migration 0009).
+ORGANIZATION_TABLE = "missions_organizationevent"
+
+
+def organization_install_sql(vendor: str) -> list[str]:
+    if vendor == "postgresql":
+        # The function of migration 0002 refuses the change and names the table.
+        return [
+            f"CREATE TRIGGER mwp_organizationevent_immutable BEFORE UPDATE OR DELETE ON {ORGANIZATION_TABLE} "
+            "FOR EACH ROW EXECUTE FUNCTION mwp_refuse_event_change();"
+        ]
+    return [
+        f"CREATE TRIGGER mwp_organizationevent_no_{op.lower()} BEFORE {op} ON {ORGANIZATION_TABLE} "
+        f"BEGIN SELECT RAISE(ABORT, 'organization events are immutable: {op} refused'); END;"
+        for op in ("UPDATE", "DELETE")
+    ]
+
+
+def organization_drop_sql(vendor: str) -> list[str]:
+    if vendor == "postgresql":
+        return [f"DROP TRIGGER IF EXISTS mwp_organizationevent_immutable ON {ORGANIZATION_TABLE};"]
+    return [f"DROP TRIGGER IF EXISTS mwp_organizationevent_no_{op};" for op in ("update", "delete")]
+
+
+def install_organization(schema_editor: Any) -> None:
+    for sql in organization_install_sql(schema_editor.connection.vendor):
+        schema_editor.execute(sql, None)
+
+
+def drop_organization(schema_editor: Any) -> None:
+    for sql in organization_drop_sql(schema_editor.connection.vendor):
+        schema_editor.execute(sql, None)

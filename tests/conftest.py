@@ -246,12 +246,21 @@ def purge_events_after(request: pytest.FixtureRequest) -> Iterator[None]:
     from missions import immutability, keyregistry
 
     with connection.cursor() as cur:
-        for sql in immutability.drop_sql("sqlite") + keyregistry.drop_sql("sqlite"):
+        for sql in (
+            immutability.drop_sql("sqlite")
+            + immutability.organization_drop_sql("sqlite")
+            + keyregistry.drop_sql("sqlite")
+        ):
             cur.execute(sql)
         cur.execute(f"DELETE FROM {immutability.TABLE}")
+        cur.execute(f"DELETE FROM {immutability.ORGANIZATION_TABLE}")
         # The Registry's append-only tables too (PROTOCOL §6.4): validity
         # records before the keys they refer to.
         for table in sorted(keyregistry.APPEND_ONLY_TABLES, key=lambda t: t != "missions_signingkeyvalidity"):
             cur.execute(f"DELETE FROM {table}")
-        for sql in immutability.install_sql("sqlite") + keyregistry.install_sql("sqlite"):
+        for sql in (
+            immutability.install_sql("sqlite")
+            + immutability.organization_install_sql("sqlite")
+            + keyregistry.install_sql("sqlite")
+        ):
             cur.execute(sql)

@@ -334,3 +334,16 @@ def test_the_organization_has_its_service_principals_in_the_registry_design_4(or
     event = GroupEvent.objects.filter(group=admin).order_by("sequence").first()
     assert event is not None
     verify_event(event.document.encode(), registry)
+
+
+def test_organization_scoped_events_are_immutable_spec_15_2(org: dict[str, str], planner: AgentKey) -> None:
+    from django.db import DatabaseError, transaction
+
+    row = OrganizationEvent.objects.latest("id")
+    for change in (
+        lambda: OrganizationEvent.objects.filter(pk=row.pk).update(body={}),
+        lambda: OrganizationEvent.objects.filter(pk=row.pk).delete(),
+    ):
+        with pytest.raises(DatabaseError), transaction.atomic():
+            change()
+    assert OrganizationEvent.objects.get(pk=row.pk).document == row.document
