@@ -1,14 +1,17 @@
-"""Artifacts, Evidence, review results and Context Packages (spec 13).
+"""Artifacts, Evidence, review results and Context Packages (PROTOCOL §13).
 
 - ``Blob``/``BlobGroup``: the content-addressed byte index. Blobs live outside
   the Group Event log, behind Django's storage API; identity is the SHA-256 of
   the content, never a URI. These rows are content bookkeeping (which bytes
   exist, which Group's members uploaded them), like the bytes themselves: the
-  store writes them. ``Blob.integrity`` records the last check of the stored
-  bytes, so the portal can show a blob that no longer matches its hash.
+  store writes them; ``BlobGroup`` rows are written by the control plane's
+  ``ext.mwportal.artifact.content_store`` handler. Hashes are kept as their
+  64 hex digits (the wire writes ``sha256:<hex>``). ``Blob.integrity`` records
+  the last check of the stored bytes, so the portal can show a blob that no
+  longer matches its hash.
 - ``Artifact``, ``ArtifactSource``, ``Evidence``, ``ReviewRequest``,
   ``ContextPackage``, ``ContextForward``: authoritative, written only by the
-  handlers of ``artifacts/handlers.py`` inside ``accept()``.
+  handlers (``handlers``, ``review_handlers``, ``context``) inside ``accept()``.
 """
 
 from __future__ import annotations
@@ -45,7 +48,8 @@ class Blob(models.Model):
 
 
 class BlobGroup(models.Model):
-    """Which Group a blob was uploaded to: members of that Group may read it."""
+    """Which Group a blob was uploaded to: members of that Group may read it.
+    ``uploaded_by`` is the Principal of the Command that recorded it (the control plane)."""
 
     blob = models.ForeignKey(Blob, on_delete=models.PROTECT, related_name="groups")
     group = models.ForeignKey(Group, on_delete=models.PROTECT, related_name="+")

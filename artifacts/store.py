@@ -1,13 +1,15 @@
-"""Streaming, content-addressed blob storage (spec 13.1).
+"""Streaming, content-addressed blob storage (PROTOCOL §13.1).
 
 Bytes live behind Django's storage API (``MWP_ARTIFACT_STORAGE``, a
 ``FileSystemStorage`` under ``MWP_ARTIFACT_ROOT`` by default), under a name
 derived from their SHA-256 only: a mutable URI is never identity. Writes
 stream through SHA-256 into a temporary file and land under their hash; reads
 check the hash before a byte is served. A blob whose bytes no longer match is
-never served (INTERNAL_ERROR, reason ``artifact_hash_mismatch``): the mismatch is logged and recorded on
-the ``Blob`` row (``integrity = "mismatch"``), where the portal shows it.
-Nothing is ever held whole in memory: every loop moves ``CHUNK`` bytes.
+never served (INTERNAL_ERROR, reason ``artifact_hash_mismatch``): the mismatch
+is logged and recorded on the ``Blob`` row (``integrity = "mismatch"``), where
+the portal shows it. Nothing is ever held whole in memory: every loop moves
+``CHUNK`` bytes. The store names content by its 64 hex digits; ``wire_hash``
+and ``hex_of`` convert to and from the wire's ``sha256:<hex>``.
 
 The store is private to the server's user (issue 16 item 8): its
 directories are created 0700 and its files 0600 (``private_dir``; staged
@@ -232,10 +234,10 @@ def link_to_group(blob: Blob, group: Group, agent: Agent) -> None:
     The Command is ``ext.mwportal.artifact.content_store``, issued by the
     Organization's control plane (``Auth.SERVICE``): only the upload path,
     which has just stored and hashed the bytes, may say a Group holds them
-    (issue 16 item 1). ``agent`` (authenticated by the caller's bearer token
-    or portal session, and an active member of ``group``) is the uploader.
+    (issue 16 item 1). ``agent`` is the uploader the caller authenticated and
+    found an active member of ``group``; the catalogue's Event names no
+    uploader, so the server's log records who it was.
     """
-    del agent  # the upload views checked the uploader's Membership; the Command is the control plane's
     if BlobGroup.objects.filter(blob=blob, group=group).exists():
         return
     from missions.authority import accept
@@ -248,6 +250,7 @@ def link_to_group(blob: Blob, group: Group, agent: Agent) -> None:
         # A concurrent upload of the same bytes to the same Group won: fine.
         if not BlobGroup.objects.filter(blob=blob, group=group).exists():
             raise
+    log.info("Group %s holds %s, uploaded by %s", group.id, wire_hash(blob.sha256), agent.id)
 
 
 READ_AHEAD = 4  # chunks in flight between the reading thread and the hashing/writing one

@@ -1,6 +1,7 @@
-"""The review pipeline as a Celery task (spec 13.2): enqueued after each
+"""The review pipeline as a Celery task (PROTOCOL §13.2): enqueued after each
 ``work.submit`` commits; it reads the Artifacts and records its results
-through ``accept()`` as the system actor. Running it twice records once."""
+through ``accept()`` as the Organization's control plane
+(``ext.mwportal.review.result_record``). Running it twice records once."""
 
 from __future__ import annotations
 
