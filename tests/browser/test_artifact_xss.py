@@ -56,7 +56,7 @@ PAYLOADS = {
 def worker_uploads(server: Daphne, flow: Flow, media_type: str) -> str:
     """The Worker's upload through daphne's REST API, as its runtime does it."""
     request = urllib.request.Request(  # noqa: S310 (http to our own daphne)
-        f"{base_url(server)}/api/v0.1/artifacts?groupId={flow.group}",
+        f"{base_url(server)}/api/v0.1/artifacts?groupId=urn:uuid:{flow.group}",
         data=PAYLOADS[media_type].encode(),
         headers={"Content-Type": media_type, "Authorization": f"Bearer {flow.worker.extra['token']}"},
         method="POST",
