@@ -65,12 +65,13 @@ class KeyView(APIView):
     )
     def get(self, request: Request, keyId: str) -> Response:  # noqa: N803 (the path's protocol name)
         # A key ID is never reused within an Organization, and the portal
-        # mints them as urn:uuid: URIs, so one names one binding. Should two
-        # Organizations hold the same ID, the earliest registration answers:
-        # a later one can never take a key ID over.
-        row = SigningKey.objects.filter(key_id=keyId).order_by("registered_at", "pk").first()
-        if row is None:
+        # mints them as urn:uuid: URIs, so one names one binding. One held by
+        # two Organizations is evidence no verification trusts (it fails
+        # closed, missions.authority.SignerRegistry), so none is served.
+        rows = list(SigningKey.objects.filter(key_id=keyId)[:2])
+        if len(rows) != 1:
             raise ProtocolError(ErrorCode.GROUP_NOT_FOUND, "no such key in the Registry")
+        (row,) = rows
         return Response(key_binding(row))
 
 

@@ -13,7 +13,8 @@ import pytest
 from missions.keyregistry import record_validity
 from missions.models import SigningKey
 from mwportal.protocol import catalogue
-from mwportal.protocol.command import format_timestamp
+from mwportal.protocol.command import Key, format_timestamp
+from mwportal.protocol.values import b64url_decode
 from tests.api.support import CATALOGUE, MEMBERSHIPS, bearer, error_of, http, key_url, normative, show, wire
 from tests.conftest import AgentKey
 
@@ -46,6 +47,24 @@ def test_the_effective_validity_is_the_earliest_recorded_boundary_spec_6_4(worke
     record_validity(row, valid_until=earlier, revoked_at=later)
     served = binding(worker.key.key_id)
     assert served["validUntil"] == earlier and served["revokedAt"] == later
+
+
+def test_a_key_id_bound_in_two_organizations_is_not_served_spec_6_4(worker: AgentKey) -> None:
+    # No verification trusts such evidence (it fails closed), so no binding is handed out for it.
+    from missions.commands import create_organization
+    from missions.keyregistry import register_key
+    from missions.models import Organization
+    from mwportal.protocol.registry import Principal
+
+    create_organization("globex", "Globex")
+    register_key(
+        Organization.objects.get(slug="globex"),
+        key_id=worker.key.key_id,
+        principal=Principal("agent", "urn:uuid:" + str(uuid.uuid4())),
+        public_key=b64url_decode(Key.generate().public_key),
+        valid_from=format_timestamp(datetime.now(UTC)),
+    )
+    error_of(http().get(key_url(worker.key.key_id)), 404, "GROUP_NOT_FOUND")
 
 
 @pytest.mark.parametrize("key_id", ["urn:uuid:" + str(uuid.uuid4()), "nonsense", "urn:example:k"])
