@@ -5,8 +5,9 @@ One connection is one Agent and multiplexes all its Groups:
 - **HELLO** in four phases (``mwportal.protocol.handshake.ServerHandshake``):
   ``client_init`` -> ``server_challenge`` -> ``client_response`` (the Agent's
   Ed25519 signature over the challenge transcript, its key resolved in its
-  Organization's Registry) -> ``server_accept`` with a session token and a
-  new Session Epoch, issued by the control plane's
+  Organization's Registry, as the REST binding resolves it) ->
+  ``server_accept`` with a session token (``missions.auth``) and a new
+  Session Epoch, issued by the control plane's
   ``ext.missionweaveprotocol.identity.session_open`` Command
   (``missions.commands.open_session``). Epoch n + 1 fences n: every other
   connection of that Agent at n or lower is told AUTH_STALE_SESSION and
@@ -56,27 +57,26 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from channels.db import database_sync_to_async
-from django.conf import settings
 from django.utils import timezone
 
 from mwportal.protocol import ErrorCode, ProtocolError, frames
 from mwportal.protocol.handshake import ServerHandshake
 from mwportal.protocol.ids import bare, urn
-from mwportal.protocol.registry import UNKNOWN_KEY, KeyBinding, KeyResolutionError
 from mwportal.protocol.values import is_absolute_uri
 
 from .access import access_group
+from .api.sessions import agent_key_resolver
+from .auth import session_expires_at
 from .authority import accept_document
 from .commands import open_session
 from .consumers import CLOSE_POLICY, CLOSE_SESSION_REPLACED, CLOSE_UNAUTHENTICATED, EventStream, internal_error
 from .delivery import agent_channel
 from .feed import Event
 from .hub import Subscription, get_hub
-from .keyregistry import DjangoRegistry
 from .models import Agent, AgentCursor, AgentPresence, Group
 from .ws_limits import Limits, TokenBucket, client_address, unauthenticated
 
@@ -87,27 +87,8 @@ log = logging.getLogger(__name__)
 DRAINED_BYTES = 64 * 1024
 
 
-def session_ttl() -> timedelta:
-    """How long a session token is good for (``HELLO/server_accept.expiresAt``)."""
-    return timedelta(seconds=float(getattr(settings, "MWP_SESSION_TTL_SECONDS", 3600)))
-
-
 def _usable(value: Any) -> str | None:
     return value if isinstance(value, str) and len(value) <= 512 and is_absolute_uri(value) else None
-
-
-def key_resolver(agent_urn: str) -> Callable[[str], KeyBinding]:
-    """Resolve a HELLO's key ID in the Registry of the claimed Agent's
-    Organization; an Agent that does not exist resolves no key (the
-    handshake answers that like a wrong signature, §6.4 stage 4)."""
-
-    def resolve(key_id: str) -> KeyBinding:
-        agent = Agent.objects.select_related("organization").filter(id=bare(agent_urn, "agentId")).first()
-        if agent is None or agent.kind != Agent.KIND_AGENT:
-            raise KeyResolutionError(UNKNOWN_KEY)
-        return DjangoRegistry(agent.organization).resolve(key_id)
-
-    return resolve
 
 
 def _mentions(payload: dict[str, Any]) -> set[str]:
@@ -315,7 +296,7 @@ class AgentConsumer(EventStream):
         try:
             if frame.phase == "client_init" and self.handshake is None:
                 agent_urn = str(frame.doc["agentId"])
-                self.handshake = ServerHandshake(key_resolver(agent_urn))
+                self.handshake = ServerHandshake(agent_key_resolver(agent_urn))
                 self.agent_urn = agent_urn
                 await self.send_frame(self.handshake.receive_client_init(frame, now))
                 return
@@ -359,7 +340,7 @@ class AgentConsumer(EventStream):
         hub = await get_hub()
         hub.watch_agent(agent_id, self._check_current)
         hub.listen_agent(agent_id, self._agent_notice)
-        await self.send_frame(handshake.accept_frame(token, epoch, datetime.now(UTC) + session_ttl()))
+        await self.send_frame(handshake.accept_frame(token, epoch, session_expires_at(datetime.now(UTC))))
 
     # --- SUBSCRIBE ------------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ from mwportal.protocol import ErrorCode, ProtocolError, frames
 from mwportal.protocol.ids import bare, urn
 
 from .access import access_group
+from .api.groups import cursor_too_old
 from .direct_send import direct_sender
 from .feed import Event
 from .hub import Subscription, get_hub
@@ -74,18 +75,6 @@ def internal_error(**related: Any) -> ProtocolError:
     )
 
 
-def _cursor_too_old(group_id: str, reference: dict[str, Any]) -> ProtocolError:
-    """CURSOR_TOO_OLD (§16) with the signed snapshot reference to restore from."""
-    artifact_hash = reference.get("snapshotArtifactHash")
-    return ProtocolError(
-        ErrorCode.CURSOR_TOO_OLD,
-        "the position is older than the online replay window; restore the snapshot and resume after it",
-        details={"snapshot": reference},
-        group_id=urn(group_id),
-        snapshot_artifact_hash=artifact_hash if isinstance(artifact_hash, str) else None,
-    )
-
-
 def subscribe_check(agent: Agent, group_id: str, after: int) -> Group:
     """Membership (GROUP_NOT_FOUND, the same answer as for an absent Group,
     §17.2) and the online window (CURSOR_TOO_OLD) of one subscription."""
@@ -98,7 +87,10 @@ def subscribe_check(agent: Agent, group_id: str, after: int) -> Group:
         )
     snap = snapshot_for_cursor(group, after)
     if snap is not None:
-        raise _cursor_too_old(group_id, snap.reference())
+        # The same document as the REST page's (DESIGN §5), naming the Group.
+        err = cursor_too_old(snap, after)
+        err.group_id = urn(group_id)
+        raise err
     return group
 
 

@@ -290,9 +290,13 @@ class Feed(Generic[C]):
             return Notice.READ
         return Notice.CARRIED if self._continues(events) else Notice.READ
 
+    def link_hash(self) -> str | None:
+        """The chain hash of the head Event, when the feed knows it."""
+        return _link(self.cache[-1], "hash") if self.cache else self.head_hash
+
     def _continues(self, events: list[Any]) -> bool:
         expected = self.head + 1
-        prev = _link(self.cache[-1], "hash") if self.cache else self.head_hash
+        prev = self.link_hash()
         if prev is None and self.head > 0:
             # The head's hash is unknown, so the first carried link cannot be
             # checked: read instead (spec 16: never take an altered chain).

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import uuid
@@ -43,8 +44,10 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 
+from mwportal.protocol import jcs
+
 from . import delivery, local_notices
-from .delivery import AGENT_CHANNEL_PREFIX, AGENT_NOTICES, group_channel, register_serving_loop
+from .delivery import AGENT_CHANNEL_PREFIX, AGENT_NOTICES, carried_event, group_channel, register_serving_loop
 from .feed import Cursor, Event, Feed, Notice, Read
 from .local_notices import database_file
 from .readers import LiveReader, read_after, read_head, wire_carried
@@ -459,7 +462,7 @@ class Hub:
         live = self.feeds.get(group_id)
         if live is None:
             return True  # old news: no one here follows the Group
-        carried = message.get("events")
+        carried = _linked(live.feed, message.get("events"))
         verdict = live.feed.head_notice(sequence, carried)
         if verdict is Notice.READ:
             return False
@@ -546,6 +549,31 @@ class Hub:
                 moved = True
                 await self.head_moved(group_id, sequence)
         return moved
+
+
+def _linked(feed: Feed[Subscription], carried: Any) -> Any:
+    """A notice's Events as ``delivery.carried_event`` entries. Entries that
+    are signed Event documents alone get their chain links computed here
+    (``hash = sha256(prev_hash || JCS(document))``, from the hash of the
+    feed's head), when they start right after the feed's head; anything else
+    is returned as it came (the feed then reads, or takes it as old news)."""
+    if not isinstance(carried, list) or not carried or not all(isinstance(e, dict) for e in carried):
+        return carried
+    if "document" in carried[0] or carried[0].get("sequence") != feed.head + 1:
+        return carried
+    prev = feed.link_hash()
+    if prev is None:
+        return carried
+    entries = []
+    try:
+        for document in carried:
+            text = jcs.canonicalize(document)
+            link = hashlib.sha256(prev.encode("ascii") + text).hexdigest()
+            entries.append(carried_event(document["sequence"], text.decode("utf-8"), prev, link))
+            prev = link
+    except (KeyError, TypeError, ValueError):
+        return carried
+    return entries
 
 
 def _discard(registry: dict[str, set[Any]], key: str, member: Any) -> None:

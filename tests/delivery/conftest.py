@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,14 @@ from django.db import connection
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from mwportal.protocol import frames
+from mwportal.protocol.handshake import ClientHandshake, Session
+from mwportal.protocol.ids import urn
 from tests.conftest import AgentKey, group_revision
+from tests.protocol.normative import normative_problems
 
 ROOT = Path(__file__).resolve().parents[2]
+AGENT_PATH = "/mwp/0.1"
 
 
 def free_port() -> int:
@@ -136,6 +142,7 @@ def daphne_process_env(settings: Any, head_poll_seconds: float, extra: dict[str,
         "MWP_HEAD_POLL_SECONDS": str(head_poll_seconds),
         "MWP_ONLINE_REPLAY_EVENTS": str(settings.MWP_ONLINE_REPLAY_EVENTS),
         "MWP_SIGNING_KEY_FILE": str(settings.MWP_SIGNING_KEY_FILE),
+        "MWP_SERVICE_KEY_DIR": str(settings.MWP_SERVICE_KEY_DIR),
         "DJANGO_SETTINGS_MODULE": "mwportal.settings",
     })  # fmt: skip
     for name, value in extra.items():
@@ -156,39 +163,85 @@ def daphne(
     server.kill()
 
 
+def check_frame(frame: Any) -> None:
+    """Every frame the server sends is one of ``websocket-frame.schema.json``'s
+    shapes (PROTOCOL §17.1), by the bundle's own schema (nothing checked
+    when no bundle is present; the tests that need one skip first)."""
+    problems = normative_problems("websocket-frame", frame)
+    assert not problems, (problems[:3], frame)
+
+
 class Client:
-    """A ``websockets`` client speaking the agent protocol."""
+    """A ``websockets`` client speaking MWP 0.1 on ``/mwp/0.1`` (PROTOCOL §17).
+
+    Every frame it receives is checked against the bundle's frame schema."""
 
     def __init__(self, ws: ClientConnection):
         self.ws = ws
+        self.session: Session | None = None
 
     @classmethod
-    async def open(cls, server: Daphne, token: str | None = None) -> Client:
-        ws = await connect(f"{server.url}/ws/v1/agent", max_size=8 * 1024 * 1024, open_timeout=10)
+    async def open(cls, server: Daphne, agent: AgentKey | None = None, **connect_kw: Any) -> Client:
+        """Connect; with ``agent``, complete the HELLO handshake as that Agent
+        (its ``session_epoch`` becomes the new one)."""
+        connect_kw.setdefault("max_size", 8 * 1024 * 1024)
+        ws = await connect(f"{server.url}{AGENT_PATH}", open_timeout=10, **connect_kw)
         client = cls(ws)
-        if token is not None:
-            await client.send({"op": "hello", "token": token})
-            welcome = await client.recv()
-            assert welcome["op"] == "welcome", welcome
+        if agent is not None:
+            await client.hello(agent)
         return client
+
+    async def hello(self, agent: AgentKey) -> Session:
+        """The four phases of §6.3 with ``agent``'s Registry key."""
+        handshake = ClientHandshake(agent.urn, agent.key)
+        await self.send(handshake.start())
+        await self.send(handshake.receive_challenge(await self.recv()))
+        self.session = handshake.receive_accept(await self.recv())
+        agent.session_epoch = self.session.session_epoch
+        return self.session
 
     async def send(self, frame: dict[str, Any]) -> None:
         await self.ws.send(json.dumps(frame))
 
-    async def recv(self, timeout: float = 10) -> dict[str, Any]:
-        frame: dict[str, Any] = json.loads(await asyncio.wait_for(self.ws.recv(), timeout))
+    async def subscribe(self, group: str, after: int = 0, attention: dict[str, Any] | None = None) -> dict[str, Any]:
+        """SUBSCRIBE to one Group (bare id) after ``after``; the frame sent."""
+        frame = frames.subscribe([(urn(group), after)], attention={urn(group): attention} if attention else None)
+        await self.send(frame)
         return frame
 
+    async def command(self, document: dict[str, Any]) -> dict[str, Any]:
+        """COMMAND carrying a signed Command document; the frame sent."""
+        frame = frames.command(document)
+        await self.send(frame)
+        return frame
+
+    async def recv(self, timeout: float = 10) -> dict[str, Any]:
+        text = await asyncio.wait_for(self.ws.recv(), timeout)
+        assert isinstance(text, str), "the server sent a binary message (PROTOCOL §17.1)"
+        frame: dict[str, Any] = json.loads(text)
+        check_frame(frame)
+        return frame
+
+    async def error(self, timeout: float = 10) -> dict[str, Any]:
+        """The next ERROR frame's error document (other frames are skipped)."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            frame = await self.recv(max(deadline - asyncio.get_running_loop().time(), 0.01))
+            if frame["frameType"] == "ERROR":
+                document: dict[str, Any] = frame["error"]
+                return document
+
     async def events(self, group: str, until: int, timeout: float = 20) -> list[dict[str, Any]]:
-        """Receive ``event`` frames of ``group`` until its sequence ``until``."""
+        """The Event documents of EVENT frames of ``group`` (bare id) until its sequence ``until``."""
         got: list[dict[str, Any]] = []
+        group_urn = urn(group)
         deadline = asyncio.get_running_loop().time() + timeout
         while not got or got[-1]["sequence"] < until:
             left = deadline - asyncio.get_running_loop().time()
             if left <= 0:
                 raise AssertionError(f"timed out at {[e['sequence'] for e in got][-5:]} waiting for {until}")
             frame = await self.recv(left)
-            if frame["op"] == "event" and frame["event"]["group"] == group:
+            if frame["frameType"] == "EVENT" and frame["event"].get("groupId") == group_urn:
                 got.append(frame["event"])
         return got
 
@@ -196,17 +249,17 @@ class Client:
         """Every frame until the server closes the connection, and its close
         code; None as the code when it is still open after ``timeout`` seconds
         (then this side closes it)."""
-        frames: list[dict[str, Any]] = []
+        frames_seen: list[dict[str, Any]] = []
         deadline = asyncio.get_running_loop().time() + timeout
         try:
             while (left := deadline - asyncio.get_running_loop().time()) > 0:
-                frames.append(await self.recv(left))
+                frames_seen.append(await self.recv(left))
         except ConnectionClosed as closed:
-            return frames, closed.rcvd.code if closed.rcvd else None
+            return frames_seen, closed.rcvd.code if closed.rcvd else None
         except TimeoutError:
             pass
         await self.close()
-        return frames, None
+        return frames_seen, None
 
     async def close(self) -> None:
         await self.ws.close()
@@ -235,12 +288,66 @@ async def in_db_thread(fn: Any, *args: Any) -> Any:
     return await asyncio.to_thread(run)
 
 
-def set_roles_envelope(by: AgentKey, group: str, member: AgentKey, roles: list[str]) -> dict[str, Any]:
-    """``by``'s signed ``membership.set_roles`` of ``member`` in ``group``, at
-    the Group's current revision: the ordinary Command the socket tests send."""
-    return by.envelope(
-        "membership.set_roles",
+def set_roles_command(by: AgentKey, group: str, member: AgentKey, roles: list[str]) -> dict[str, Any]:
+    """``by``'s signed ``membership.change`` of ``member``'s roles in ``group``,
+    at the Group's current revision (§15.3): the ordinary Command the socket tests send."""
+    return by.command(
+        "membership.change",
         group,
-        {"agent": member.id, "roles": roles},
-        target={"kind": "group", "id": group, "revision": group_revision(group)},
+        {"principal": member.actor, "roles": roles},
+        expected_revision=group_revision(group),
     )
+
+
+CRITERION = {"criterionId": "done", "description": "It is done.", "evidenceRequired": ["reviewer_assessment"]}
+COORDINATE = "urn:uuid:00000000-0000-4000-8000-0000000e0003"
+
+
+def new_mission(owner: AgentKey, coordinator: AgentKey, title: str = "Survey") -> str:
+    """A Mission Group created by ``owner`` with ``coordinator`` as its
+    Coordinator (PROTOCOL §7.1: terms, a Coordinator able to coordinate); its id."""
+    from datetime import UTC, datetime, timedelta
+
+    from missions.handlers.sessions import capability, issue_agent_card
+    from missions.models import AgentCard
+    from mwportal.protocol.command import format_timestamp
+
+    if not AgentCard.objects.filter(agent_id=coordinator.id).exists():
+        issue_agent_card(coordinator.id, [capability("mission.coordinate", "1.0.0", verified_evidence=[COORDINATE])])
+    group_id = str(uuid.uuid4())
+    owner.send(
+        "mission.create",
+        group_id,
+        {
+            "missionId": urn(uuid.uuid4()),
+            "groupId": urn(group_id),
+            "coordinatorId": coordinator.urn,
+            "title": title,
+            "objective": "Map the districts.",
+            "definitionOfDone": [CRITERION],
+            "deadline": format_timestamp(datetime.now(UTC) + timedelta(days=7)),
+            "budget": {"currency": "EUR", "financialLimit": 100, "modelTokenLimit": 1_000_000},
+        },
+    )
+    return group_id
+
+
+@pytest.fixture
+def planner(org: dict[str, str]) -> AgentKey:
+    """An Agent with the Organization's admin role: it sets the priority
+    policy in the administrative Group, the simplest Agent Command."""
+    from tests.conftest import make_agent
+
+    return make_agent("acme", "Pat Planner", ["admin"])
+
+
+@pytest.fixture
+def mission(owner: AgentKey, coordinator: AgentKey, worker: AgentKey, worker2: AgentKey) -> dict[str, str]:
+    """TEMPORARY override until tests/conftest.py's mission fixture names a Coordinator."""
+    from missions.models import Mission
+    from tests.conftest import add_member
+
+    group_id = new_mission(owner, coordinator)
+    for member, roles in ((worker, ["worker"]), (worker2, ["worker"])):
+        add_member(owner, group_id, member, roles)
+    return {"group": group_id, "mission": str(Mission.objects.get(group_id=group_id).id)}

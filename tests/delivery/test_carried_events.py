@@ -1,8 +1,9 @@
 """Head notices that carry the committed Events (missions.delivery, missions.hub).
 
-A commit's notice brings the Events it appended; a hub takes them only when
-they continue, by sequence and hash chain, the last Event it holds for the
-Group, and reads the database otherwise. So a lost, late, reordered or
+A commit's notice brings the signed Event documents it appended; a hub takes
+them only when they continue, by sequence and hash chain, the last Event it
+holds for the Group (it computes their links from its head's hash), and reads
+the database otherwise. So a lost, late, reordered or
 altered notice costs latency, never order or completeness (spec 16: each
 Group in sequence order; DESIGN §4)."""
 
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from missions.delivery import head_notice
+from missions.feed import Cursor, Feed, Notice
 from missions.hub import Hub, Subscription
 from mwportal.protocol import GENESIS_HASH, event_hash
 from tests.conftest import AgentKey, group_revision
@@ -66,7 +68,7 @@ class Following:
         self.subscriptions: list[Subscription] = []
         self.reads: list[int] = []
         self.heads: list[Any] = []  # (group, head, events) of each commit, as its notice would carry them
-        monkeypatch.setattr(authority, "_notify", lambda prepared: self.heads.extend(prepared.heads))
+        monkeypatch.setattr(authority, "notify_commit", lambda prepared: self.heads.extend(prepared.heads))
         live_read = self.hub.reader.read
 
         async def read(group_id: str, after: int, limit: int) -> list[Any]:
@@ -230,26 +232,35 @@ def test_a_commit_notice_carries_its_events_as_the_log_stores_them(
     mission: dict[str, str], owner: AgentKey, worker: AgentKey, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What the hub may deliver without reading is exactly what a read
-    would give: the same wire Events, hash-chained (DESIGN §4)."""
+    would give: the stored signed Event documents (PROTOCOL §15.2), and the
+    links the hub computes for them from its head are the stored chain
+    (``missions.hub._linked``, DESIGN §3)."""
     import missions.authority as authority
+    from missions.hub import _linked
     from missions.models import GroupEvent
 
     heads: list[Any] = []
-    monkeypatch.setattr(authority, "_notify", lambda prepared: heads.extend(prepared.heads))
+    monkeypatch.setattr(authority, "notify_commit", lambda prepared: heads.extend(prepared.heads))
     g = mission["group"]
+    before = head(g)
     receipt = owner.send(
-        "membership.set_roles",
+        "membership.change",
         g,
-        {"agent": worker.id, "roles": ["worker", "reviewer"]},
-        target={"kind": "group", "id": g, "revision": group_revision(g)},
+        {"principal": worker.actor, "roles": ["worker", "reviewer"]},
+        expected_revision=group_revision(g),
     )
     sequences = [e["sequence"] for e in receipt["events"]]
-    ((group, head, events),) = heads
-    assert (group, head) == (g, sequences[-1])
-    stored = [e.as_wire() for e in GroupEvent.objects.filter(group_id=g, sequence__in=sequences).order_by("sequence")]
-    assert events == stored
-    for event in events:
-        assert event_hash(event["prev_hash"], event) == event["hash"]
+    ((group, top, events),) = heads
+    assert (group, top) == (g, sequences[-1])
+    rows = list(GroupEvent.objects.filter(group_id=g, sequence__in=sequences).order_by("sequence"))
+    assert events == [row.as_wire() for row in rows]
+    feed: Feed[Cursor] = Feed(g)
+    feed.open(before, GroupEvent.objects.get(group_id=g, sequence=before).hash)
+    entries = _linked(feed, events)
+    assert [(e["prev_hash"], e["hash"], e["document"]) for e in entries] == [
+        (row.prev_hash, row.hash, row.document) for row in rows
+    ]
+    assert feed.head_notice(top, entries) is Notice.CARRIED
 
 
 @pytest.mark.django_db(transaction=True)
@@ -260,14 +271,14 @@ def test_a_refused_command_sends_no_notice(
     from mwportal.protocol import ProtocolError
 
     heads: list[Any] = []
-    monkeypatch.setattr(authority, "_notify", lambda prepared: heads.extend(prepared.heads))
+    monkeypatch.setattr(authority, "notify_commit", lambda prepared: heads.extend(prepared.heads))
     g = mission["group"]
     with pytest.raises(ProtocolError):
         owner.send(
-            "membership.set_roles",
+            "membership.change",
             g,
-            {"agent": worker.id, "roles": ["reviewer"]},
-            target={"kind": "group", "id": g, "revision": group_revision(g) + 5},
+            {"principal": worker.actor, "roles": ["reviewer"]},
+            expected_revision=group_revision(g) + 5,
         )
     assert heads == []
 

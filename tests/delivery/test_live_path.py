@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import AgentKey, group_revision
+from tests.conftest import AgentKey
 from tests.delivery.conftest import Client, Daphne, in_db_thread
-from tests.delivery.test_agent_socket import churn, head
+from tests.delivery.test_agent_socket import POLICY, churn, head, policy_payload
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -23,24 +23,19 @@ def head_poll_seconds() -> float:
 
 
 def test_a_command_over_the_socket_reaches_subscribers_through_the_in_process_layer(
-    daphne: Daphne, mission: dict[str, str], owner: AgentKey, worker: AgentKey
+    daphne: Daphne, org: dict[str, str], worker: AgentKey, planner: AgentKey
 ) -> None:
-    g = mission["group"]
+    g = org["admin_group"]
     start = head(g)
-    envelope = owner.envelope(
-        "membership.set_roles",
-        g,
-        {"agent": worker.id, "roles": ["reviewer"]},
-        target={"kind": "group", "id": g, "revision": group_revision(g)},
-    )
 
     async def scenario() -> tuple[list[int], float]:
-        watcher = await Client.open(daphne, worker.extra["token"])
-        await watcher.send({"op": "subscribe", "group": g, "after": start})
+        watcher = await Client.open(daphne, worker)
+        await watcher.subscribe(g, start)
         await asyncio.sleep(0.5)
-        sender = await Client.open(daphne, owner.extra["token"])
+        sender = await Client.open(daphne, planner)
+        command = await in_db_thread(lambda: planner.command(POLICY, g, policy_payload()))
         began = time.monotonic()
-        await sender.send({"op": "command", "envelope": envelope})
+        await sender.command(command)
         got = [e["sequence"] for e in await watcher.events(g, start + 1, timeout=10)]
         elapsed = time.monotonic() - began
         await watcher.close()
@@ -67,8 +62,8 @@ def commits_of_this_process_reach_a_subscriber(daphne: Daphne, g: str, owner: Ag
     start = head(g)
 
     async def scenario() -> tuple[list[int], float]:
-        watcher = await Client.open(daphne, worker.extra["token"])
-        await watcher.send({"op": "subscribe", "group": g, "after": start})
+        watcher = await Client.open(daphne, worker)
+        await watcher.subscribe(g, start)
         await asyncio.sleep(0.5)
         began = time.monotonic()
         top = await in_db_thread(churn, owner, g, worker, 3)
@@ -87,11 +82,14 @@ def test_the_live_read_gives_each_event_as_the_log_stores_it(
 ) -> None:
     """The hub's live read and head check (an asynchronous connection of its
     own on PostgreSQL, a read-only connection of its own on SQLite) yield the
-    same wire Events and frames as the ORM's ``as_wire``, so the hash chain
-    a Worker checks holds, and the same heads."""
+    same signed Event documents as the ORM's ``as_wire`` (PROTOCOL §15.2),
+    EVENT frames around the stored text itself, the stored chain links, and
+    the same heads."""
+    import json
+
     from missions.models import GroupEvent
     from missions.readers import LiveReader, read_after
-    from mwportal.protocol.chain import event_hash
+    from tests.delivery.conftest import check_frame
 
     g = mission["group"]
     start = head(g)
@@ -116,11 +114,17 @@ def test_the_live_read_gives_each_event_as_the_log_stores_it(
 
     live, heads = asyncio.run(read())
     assert heads == {g: head(g)}
-    expected = [e.as_wire() for e in GroupEvent.objects.filter(group_id=g, sequence__gt=start - 1).order_by("sequence")]
-    assert [dict(e) for e in live] == expected
-    assert [e.frame for e in live] == [e.frame for e in read_after(g, start - 1, 100)]
-    for event in live:
-        assert event_hash(event["prev_hash"], event) == event["hash"]
+    rows = list(GroupEvent.objects.filter(group_id=g, sequence__gt=start - 1).order_by("sequence"))
+    assert [dict(e) for e in live] == [row.as_wire() for row in rows]
+    assert [(e.prev_hash, e.hash) for e in live] == [(row.prev_hash, row.hash) for row in rows]
+
+    def frame_less_id(text: str) -> dict[str, Any]:
+        return {k: v for k, v in json.loads(text).items() if k != "frameId"}
+
+    assert [frame_less_id(e.frame) for e in live] == [frame_less_id(e.frame) for e in read_after(g, start - 1, 100)]
+    for event, row in zip(live, rows, strict=True):
+        check_frame(json.loads(event.frame))
+        assert event.frame.endswith(',"event":' + row.document + "}")  # the signed bytes, untouched
 
 
 @pytest.mark.skipif(not os.environ.get("MWP_REDIS_URL"), reason="needs MWP_REDIS_URL (the Redis channel layer)")

@@ -18,7 +18,6 @@ import time
 from typing import Any
 
 import pytest
-from websockets.exceptions import ConnectionClosed
 
 from missions import local_notices
 from missions.delivery import (
@@ -365,40 +364,37 @@ def test_a_commit_in_another_process_arrives_through_the_local_notice(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_membership_change_and_a_new_session_in_another_process_reach_the_connection_at_once(
+def test_a_membership_end_and_a_new_session_in_another_process_reach_the_connection_at_once(
     daphne: Daphne, mission: dict[str, str], owner: AgentKey, worker: AgentKey, settings: Any
 ) -> None:
-    """A change of an Agent's Membership, then a new session, committed in
+    """The end of an Agent's Membership, then a new session, committed in
     the test's process (as a Celery task's or a management command's would
-    be) reach that Agent's connection to daphne at once: a ``membership``
-    frame, then the close of the replaced session (MWP-WRK-014), with no
-    channel layer between the processes and the agent check minutes away."""
+    be) reach that Agent's connection to daphne at once: the EVENT ending
+    the Membership, then AUTH_STALE_SESSION and the close of the replaced
+    session (PROTOCOL §6.3), with no channel layer between the processes and
+    the agent check minutes away."""
     settings.MWP_LOCAL_NOTICES = True
     settings.MWP_NOTICE_DIR = ""
     g = mission["group"]
 
-    def set_roles() -> None:
-        owner.send("membership.set_roles", g, {"agent": worker.id, "roles": ["worker", "reviewer"]},
-                   target={"kind": "group", "id": g, "revision": group_revision(g)})  # fmt: skip
+    def end() -> None:
+        owner.send("membership.end", g, {"principal": worker.actor}, expected_revision=group_revision(g))
 
-    async def scenario() -> tuple[dict[str, Any], float, int | None, float]:
-        client = await Client.open(daphne, worker.extra["token"])
+    async def scenario() -> tuple[dict[str, Any], float, list[dict[str, Any]], int | None, float]:
+        client = await Client.open(daphne, worker)
+        await client.subscribe(g, await in_db_thread(head, g))
         began = time.monotonic()
-        await in_db_thread(set_roles)
+        await in_db_thread(end)
         frame = await client.recv(timeout=10)
-        while frame["op"] != "membership":
-            frame = await client.recv(timeout=10)
         changed = time.monotonic() - began
         began = time.monotonic()
         await in_db_thread(worker.open_session)
-        try:
-            while True:
-                await client.recv(timeout=10)
-        except ConnectionClosed as closed:
-            return frame, changed, closed.rcvd.code if closed.rcvd else None, time.monotonic() - began
+        got, code = await client.until_closed()
+        return frame, changed, got, code, time.monotonic() - began
 
-    frame, changed, code, replaced = asyncio.run(scenario())
-    assert (frame["group"], sorted(frame["roles"]), frame["active"]) == (g, ["reviewer", "worker"], True)
+    frame, changed, got, code, replaced = asyncio.run(scenario())
+    assert (frame["event"]["kind"], frame["event"]["payload"]["principal"]) == ("membership.ended", worker.actor)
+    assert [f["error"]["code"] for f in got] == ["AUTH_STALE_SESSION"]
     assert code == 4001
     assert changed < 5 and replaced < 5
 

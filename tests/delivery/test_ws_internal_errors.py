@@ -1,4 +1,4 @@
-"""A database failure inside a WebSocket frame answers INTERNAL_ERROR (issue 16 item 10).
+"""A database failure inside a WebSocket frame answers INTERNAL_ERROR (issue 16 item 10, PROTOCOL §19).
 
 The failure is injected where the database driver is called (Django's
 cursor wrapper), so everything above it, ``accept()``, the ORM and the
@@ -11,11 +11,13 @@ and the real routing.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from channels.db import database_sync_to_async
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.db import InterfaceError, OperationalError
@@ -23,10 +25,12 @@ from django.db.backends import utils as db_utils
 
 from missions.routing import websocket_urlpatterns
 from missions.ws_limits import INTERNAL_ERROR_RETRY_AFTER_MS
-from tests.conftest import AgentKey, nothing_written
-from tests.delivery.conftest import set_roles_envelope
-from tests.delivery.test_agent_socket import head
-from tests.protocol.normative import normative_errors
+from mwportal.protocol import frames
+from mwportal.protocol.handshake import ClientHandshake
+from mwportal.protocol.ids import urn
+from tests.conftest import AgentKey
+from tests.delivery.conftest import AGENT_PATH, check_frame
+from tests.delivery.test_agent_socket import POLICY, head, policy_payload
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -55,26 +59,58 @@ def fault(monkeypatch: pytest.MonkeyPatch) -> Iterator[Fault]:
     yield state
 
 
-async def open_agent(token: str) -> WebsocketCommunicator:
-    ws = WebsocketCommunicator(URLRouter(websocket_urlpatterns), "/ws/v1/agent")
+class Socket:
+    """An in-process ``/mwp/0.1`` connection through the real routing; every
+    frame received is checked against the bundle's frame schema."""
+
+    def __init__(self, ws: WebsocketCommunicator) -> None:
+        self.ws = ws
+
+    async def send(self, frame: dict[str, Any]) -> None:
+        await self.ws.send_to(text_data=json.dumps(frame))
+
+    async def recv(self) -> dict[str, Any]:
+        frame: dict[str, Any] = json.loads(await self.ws.receive_from(timeout=10))
+        check_frame(frame)
+        return frame
+
+    async def close(self) -> None:
+        await self.ws.disconnect()
+
+
+async def open_agent(agent: AgentKey) -> Socket:
+    ws = WebsocketCommunicator(URLRouter(websocket_urlpatterns), AGENT_PATH)
     connected, _ = await ws.connect()
     assert connected
-    await ws.send_json_to({"op": "hello", "token": token})
-    assert (await ws.receive_json_from(timeout=10))["op"] == "welcome"
-    return ws
+    socket = Socket(ws)
+    handshake = ClientHandshake(agent.urn, agent.key)
+    await socket.send(handshake.start())
+    await socket.send(handshake.receive_challenge(await socket.recv()))
+    agent.session_epoch = handshake.receive_accept(await socket.recv()).session_epoch
+    return socket
 
 
-def assert_internal_error(frame: dict[str, Any], ref: str) -> None:
-    document = {k: v for k, v in frame.items() if k not in ("op", "ref")}
-    assert normative_errors(document) == [], frame  # §19 inside the frame
-    assert {**frame, "occurredAt": "-"} == {
-        "op": "error",
+def assert_internal_error(frame: dict[str, Any], **related: str) -> None:
+    assert frame["frameType"] == "ERROR", frame
+    assert {**frame["error"], "occurredAt": "-"} == {
         "code": "INTERNAL_ERROR",
         "message": "the server failed and changed nothing; try again",
-        "ref": ref,
         "retryable": True,
         "retryAfterMs": INTERNAL_ERROR_RETRY_AFTER_MS,
         "occurredAt": "-",
+        **related,
+    }
+
+
+def _presence(agent: AgentKey) -> dict[str, Any]:
+    return {
+        "agentId": agent.urn,
+        "sessionEpoch": agent.session_epoch,
+        "status": "online",
+        "capacity": {"maxSlots": 1, "activeSlots": 0, "availableSlots": 1, "queuedItems": 0},
+        "capabilityAvailability": [],
+        "lastHeartbeat": "2026-01-01T00:00:00Z",
+        "expiresAt": "2026-01-01T00:01:00Z",
     }
 
 
@@ -84,80 +120,85 @@ def assert_internal_error(frame: dict[str, Any], ref: str) -> None:
     ids=["operational", "interface"],
 )
 def test_it_answers_internal_error_to_a_command_when_the_database_fails(
-    fault: Fault, mission: dict[str, str], owner: AgentKey, worker: AgentKey, error: Exception
+    fault: Fault, org: dict[str, str], planner: AgentKey, error: Exception
 ) -> None:
     """issue 16 item 10: a database error inside accept() killed the connection."""
-    g = mission["group"]
-    envelope = set_roles_envelope(owner, g, worker, ["worker", "reviewer"])
+    admin = org["admin_group"]
     fault.error = error
+    top = head(admin)
 
-    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
-        ws = await open_agent(owner.extra["token"])
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
+        ws = await open_agent(planner)
+        await ws.send(frames.subscribe([(urn(admin), top)]))
+        await ws.send(frames.ping())
+        assert (await ws.recv())["frameType"] == "PING"  # frames are handled in order: subscribed
+        document = await database_sync_to_async(planner.command)(POLICY, admin, policy_payload())
         fault.sql = "missions_group"
-        await ws.send_json_to({"op": "command", "envelope": envelope})
-        failed = await ws.receive_json_from(timeout=10)
-        # The same envelope, once the database is back, is accepted on the
+        sent = frames.command(document)
+        await ws.send(sent)
+        failed = await ws.recv()
+        # The same Command, once the database is back, is accepted on the
         # same connection: nothing was half-done and the socket stayed up.
         fault.sql = None
-        await ws.send_json_to({"op": "command", "envelope": envelope})
-        retried = await ws.receive_json_from(timeout=10)
-        await ws.disconnect()
-        return failed, retried
+        await ws.send(frames.command(document))
+        accepted = await ws.recv()
+        await ws.close()
+        return document, sent, failed, accepted
 
-    top = head(g)
-    failed, retried = asyncio.run(scenario())
+    document, sent, failed, accepted = asyncio.run(scenario())
     assert fault.hits > 0
-    assert_internal_error(failed, envelope["action_id"])
-    assert retried["op"] == "receipt"
-    assert retried["receipt"]["action_id"] == envelope["action_id"]
-    assert head(g) == top + 1
+    assert_internal_error(failed, relatedActionId=document["actionId"], relatedFrameId=sent["frameId"])
+    assert accepted["frameType"] == "EVENT"
+    assert accepted["event"]["cause"]["id"] == document["actionId"]
+    assert head(admin) == top + 1
 
 
-def test_it_answers_internal_error_to_a_subscribe_and_a_presence_when_the_database_fails(
+def test_it_answers_internal_error_to_a_subscribe_and_a_ping_when_the_database_fails(
     fault: Fault, mission: dict[str, str], worker: AgentKey
 ) -> None:
-    """issue 16 item 10, on the read side: subscribe and presence."""
+    """issue 16 item 10, on the read side: SUBSCRIBE and PING with presence."""
     g = mission["group"]
     top = head(g)
 
-    async def scenario() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-        ws = await open_agent(worker.extra["token"])
+    async def scenario() -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+        ws = await open_agent(worker)
         fault.sql = "missions_membership"
-        await ws.send_json_to({"op": "subscribe", "group": g, "after": top - 1, "ref": "s1"})
-        subscribe = await ws.receive_json_from(timeout=10)
+        subscribe = frames.subscribe([(urn(g), top - 1)])
+        await ws.send(subscribe)
+        failed_subscribe = await ws.recv()
         fault.sql = "missions_agentpresence"
-        await ws.send_json_to({"op": "presence", "capacity": {"free": 1}, "ref": "p1"})
-        presence = await ws.receive_json_from(timeout=10)
+        ping = frames.ping(presence=_presence(worker))
+        await ws.send(ping)
+        failed_ping = await ws.recv()
         fault.sql = None
-        await ws.send_json_to({"op": "subscribe", "group": g, "after": top - 1})
-        event = await ws.receive_json_from(timeout=10)
-        await ws.disconnect()
-        return subscribe, presence, event
+        await ws.send(frames.subscribe([(urn(g), top - 1)]))
+        event = await ws.recv()
+        await ws.close()
+        return [subscribe, failed_subscribe], [ping, failed_ping], event
 
-    with nothing_written():
-        subscribe, presence, event = asyncio.run(scenario())
-    assert_internal_error(subscribe, "s1")
-    assert_internal_error(presence, "p1")
-    assert (event["op"], event["event"]["sequence"]) == ("event", top)
+    (subscribe, failed_subscribe), (ping, failed_ping), event = asyncio.run(scenario())
+    assert_internal_error(failed_subscribe, relatedFrameId=subscribe["frameId"], groupId=urn(g))
+    assert_internal_error(failed_ping, relatedFrameId=ping["frameId"])
+    assert (event["frameType"], event["event"]["sequence"]) == ("EVENT", top)
 
 
 def test_it_does_not_count_internal_errors_as_bad_frames(fault: Fault, worker: AgentKey) -> None:
     """An outage longer than the bad-frame bound (20 in 10 s) must not close Agents' connections."""
 
     async def scenario() -> list[str]:
-        ws = await open_agent(worker.extra["token"])
+        ws = await open_agent(worker)
         fault.sql = "missions_group"
         codes = []
         for _ in range(30):
-            await ws.send_json_to({"op": "subscribe", "group": str(uuid.uuid4()), "after": 0})
-            codes.append((await ws.receive_json_from(timeout=10))["code"])
+            await ws.send(frames.subscribe([(urn(uuid.uuid4()), 0)]))
+            codes.append((await ws.recv())["error"]["code"])
         fault.sql = None
-        await ws.send_json_to({"op": "ack", "cursors": []})
-        codes.append((await ws.receive_json_from(timeout=10))["code"])
-        await ws.disconnect()
+        await ws.send(frames.ping())
+        codes.append((await ws.recv())["frameType"])
+        await ws.close()
         return codes
 
-    assert asyncio.run(scenario()) == ["INTERNAL_ERROR"] * 30 + ["SCHEMA_VALIDATION_FAILED"]
+    assert asyncio.run(scenario()) == ["INTERNAL_ERROR"] * 30 + ["PING"]
 
 
 def test_it_recovers_a_subscribe_whose_head_read_failed(
@@ -168,19 +209,20 @@ def test_it_recovers_a_subscribe_whose_head_read_failed(
     g = mission["group"]
     top = head(g)
 
-    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
-        ws = await open_agent(worker.extra["token"])
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        ws = await open_agent(worker)
         # Only the hub's head read (missions/readers.py read_head), not the membership check.
         fault.sql = '"missions_group"."head_hash" AS "head_hash" FROM "missions_group" WHERE'
-        await ws.send_json_to({"op": "subscribe", "group": g, "after": top - 1})
-        failed = await ws.receive_json_from(timeout=10)
+        subscribe = frames.subscribe([(urn(g), top - 1)])
+        await ws.send(subscribe)
+        failed = await ws.recv()
         fault.sql = None
-        await ws.send_json_to({"op": "subscribe", "group": g, "after": top - 1})
-        event = await ws.receive_json_from(timeout=10)
-        await ws.disconnect()
-        return failed, event
+        await ws.send(frames.subscribe([(urn(g), top - 1)]))
+        event = await ws.recv()
+        await ws.close()
+        return subscribe, failed, event
 
-    failed, event = asyncio.run(scenario())
+    subscribe, failed, event = asyncio.run(scenario())
     assert fault.hits > 0
-    assert_internal_error(failed, g)
-    assert (event["op"], event["event"]["sequence"]) == ("event", top)
+    assert_internal_error(failed, relatedFrameId=subscribe["frameId"], groupId=urn(g))
+    assert (event["frameType"], event["event"]["sequence"]) == ("EVENT", top)
