@@ -11,21 +11,26 @@ migrates it, and drops it at the end (``--keep-db`` keeps it).
 on PostgreSQL with the Redis channel layer, ``MWP_DEBUG=0``, with the
 project's defaults otherwise (the in-flight bound of
 ``missions/backpressure.py``, the connection settings of
-``mwportal/settings.py``). The fixtures are built through ``accept()``: one
-Organization, an owner and a coordinator with open sessions, and
-``GROUPS`` Mission Groups with the coordinator in each. Every request is
-``POST /api/v1/commands`` with a signed ``work.authorize`` (a new WorkItem
-with a full Work Contract, no compare-and-set, so none waits on an earlier
-one) into the Groups in turn, alternating between the two processes as a
-proxy would. Envelopes are signed before each step (signing is the
+``mwportal/settings.py``). The fixtures are built through
+``accept_document()`` with signed MWP 0.1 Command documents
+(``bench/_commands_project.py``): one Organization, a person who owns the
+Missions (``mission.create`` is a human Command), and ``GROUPS`` Mission
+Groups whose Coordinator is one Agent (with its Agent Card and a session).
+Every request is ``POST /api/v0.1/commands`` (DESIGN §5) with the
+Coordinator's signed ``work.authorize`` document (PROTOCOL §15.1; a new
+WorkItem with a full normative Work Contract, no compare-and-set, so none
+waits on an earlier one) into the Groups in turn, alternating between the
+two processes as a proxy would; the server verifies it in the six stages of
+§6.4 and accepts it. Documents are signed before each step (signing is the
 client's cost) and sent by this process over keep-alive HTTP/1.1
 connections (a small asyncio client; a new connection whenever none is idle,
 so no request waits for another's answer).
 
 **Raw baseline**, in the same run: the same ramp, the same client, the same
 two-process daphne, serving instead a minimal ASGI app (``raw_application``
-below) that reads the body, parses it as JSON, and INSERTs it into a table of
-the same database (``action_id uuid PRIMARY KEY, body jsonb``), from
+below) that reads the body, parses it as JSON, and INSERTs it under its
+``actionId`` into a table of the same database (``action_id uuid PRIMARY
+KEY, body jsonb``; no verification: the floor under the project), from
 ``RAW_POOL`` autocommit connections per process; it answers 201.
 
 **The ramp** (open loop): Poisson arrivals at a rate that starts at
@@ -84,9 +89,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-# The benchmarks' shared pieces: the complete Work Contract of the Command
-# benchmark, and the fan-out benchmark's port, log and percentile helpers.
-from bench.commands import LIFECYCLE_CONTRACT as CONTRACT  # noqa: E402
+# The benchmarks' shared pieces: the Command benchmark's signing personas and
+# normative Work Contract, and the fan-out benchmark's port, log and percentile helpers.
+from bench._commands_project import COORDINATOR_EPOCH, Persona, work_contract  # noqa: E402
 from bench.fanout import conninfo, free_port, percentile, tail, wait_port  # noqa: E402
 
 BENCH = "served"
@@ -99,7 +104,7 @@ RAW_POOL = 8  # the project's default in-flight bound per process on PostgreSQL 
 P99_LIMIT_MS = 100.0
 TIMEOUT_S = 10.0
 MAX_OUTSTANDING = 2000  # requests in flight from this client; past it a request counts as not sent
-COMMANDS_PATH = "/api/v1/commands"
+COMMANDS_PATH = "/api/v0.1/commands"
 WARMUP_RATE, WARMUP_SECONDS = 20.0, 1.5
 
 
@@ -164,17 +169,18 @@ async def raw_application(scope: dict[str, Any], receive: Any, send: Any) -> Non
         if not message.get("more_body"):
             break
     body = b"".join(chunks)
-    envelope = json.loads(body)
+    document = json.loads(body)
+    action_id = str(document["actionId"])
     pool = await _raw_connection_pool()
     conn = await pool.get()
     try:
         await conn.execute(
             f"INSERT INTO {RAW_TABLE} (action_id, body) VALUES (%s, %s)",  # noqa: S608  (a constant name)
-            (envelope["action_id"], body.decode()),
+            (action_id.removeprefix("urn:uuid:"), body.decode()),
         )
     finally:
         pool.put_nowait(conn)
-    answer = json.dumps({"action_id": envelope["action_id"]}).encode()
+    answer = json.dumps({"actionId": action_id}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(answer)).encode())]
     await send({"type": "http.response.start", "status": 201, "headers": headers})
     await send({"type": "http.response.body", "body": answer})
@@ -183,13 +189,6 @@ async def raw_application(scope: dict[str, Any], receive: Any, send: Any) -> Non
 # --------------------------------------------------------------------------
 # Set-up: database, Django, fixtures through accept()
 # --------------------------------------------------------------------------
-
-
-@dataclass
-class Signer:
-    id: str
-    private_key: str
-    session_epoch: int = 0
 
 
 def setup_django() -> None:
@@ -202,62 +201,33 @@ def setup_django() -> None:
     call_command("migrate", verbosity=0, interactive=False)
 
 
-def _agent(slug: str, admin_group: str, name: str, roles: list[str]) -> Signer:
-    from datetime import UTC, datetime
-
-    from missions.authority import Auth, Command, accept
-    from missions.commands import register_agent
-    from mwportal.protocol import format_time, generate_keypair, make_envelope, parse_envelope, signed
-
-    private_key, public_key = generate_keypair()
-    agent = Signer(register_agent(slug, name, "agent", roles, public_key), private_key)
-    request = signed(private_key, {"agent": agent.id, "issued_at": format_time(datetime.now(UTC)),
-                                   "nonce": uuid.uuid4().hex})  # fmt: skip
-    raw = make_envelope(type="agent.open_session", actor=agent.id, group=admin_group, body={"request": request},
-                        session_epoch=0)  # fmt: skip
-    receipt = accept(Command(parse_envelope(raw, require_signature=False), Auth.SELF))
-    agent.session_epoch = int(receipt["grants"]["session_epoch"])
-    return agent
-
-
-def _send(agent: Signer, type_: str, group: str, body: dict[str, Any], **kw: Any) -> dict[str, Any]:
-    from missions.authority import Auth, Command, accept
-    from mwportal.protocol import make_envelope, parse_envelope
-
-    raw = make_envelope(type=type_, actor=agent.id, group=group, body=body, private_key=agent.private_key,
-                        session_epoch=agent.session_epoch, **kw)  # fmt: skip
-    return accept(Command(parse_envelope(raw), Auth.SIGNED))
-
-
-def build_fixtures() -> tuple[Signer, list[str]]:
-    """The coordinator that sends every Command, and its Mission Groups."""
+def build_fixtures() -> tuple[Persona, list[str]]:
+    """The Coordinator that sends every Command, and its Mission Groups."""
+    from bench._commands_project import COORDINATE, make_principal, new_mission, with_card
     from missions.commands import create_organization
-    from missions.models import Group
 
-    _, admin = create_organization("served", "Served bench")
-    owner = _agent("served", admin, "Owner", ["mission_owner"])
-    coordinator = _agent("served", admin, "Coordinator", ["coordinator"])
-    groups = []
-    for _ in range(GROUPS):
-        group = str(uuid.uuid4())
-        _send(owner, "mission.create", group, {"mission": str(uuid.uuid4()), "title": "Served", "objective": "bench"})
-        revision = Group.objects.values_list("revision", flat=True).get(id=group)
-        _send(owner, "membership.add", group, {"agent": coordinator.id, "roles": ["coordinator"]},
-              target={"kind": "group", "id": group, "revision": revision})  # fmt: skip
-        groups.append(group)
+    create_organization("served", "Served bench")
+    owner = make_principal("served", "Olivia Owner", ["mission_owner"], kind="person")
+    coordinator = with_card(make_principal("served", "Carl Coordinator", ["coordinator"]), COORDINATE)
+    groups = [new_mission(owner, coordinator, [], "Served") for _ in range(GROUPS)]
     return coordinator, groups
 
 
-def sign_bodies(coordinator: Signer, groups: list[str], count: int, start: int) -> list[bytes]:
-    """``count`` signed ``work.authorize`` envelopes, each a new WorkItem, as request bodies."""
-    from mwportal.protocol import make_envelope
-
+def sign_bodies(coordinator: Persona, groups: list[str], count: int, start: int) -> list[bytes]:
+    """``count`` signed ``work.authorize`` documents, each a new WorkItem, as request bodies."""
+    contract = work_contract()
     bodies = []
     for k in range(count):
-        raw = make_envelope(type="work.authorize", actor=coordinator.id, group=groups[(start + k) % len(groups)],
-                            body={"workitem": str(uuid.uuid4()), "contract": CONTRACT},
-                            private_key=coordinator.private_key, session_epoch=coordinator.session_epoch)  # fmt: skip
-        bodies.append(json.dumps(raw, separators=(",", ":")).encode())
+        item = str(uuid.uuid4())
+        bodies.append(
+            coordinator.document(
+                "work.authorize",
+                groups[(start + k) % len(groups)],
+                {"workItemId": f"urn:uuid:{item}", "contract": contract},
+                work_item_id=item,
+                coordinator_epoch=COORDINATOR_EPOCH,
+            )
+        )
     return bodies
 
 
@@ -563,7 +533,7 @@ class Ramp:
 class Side:
     """One side (project or raw) under test: its servers and how to sign its bodies."""
 
-    def __init__(self, name: str, servers: list[Server], signer: Signer, groups: list[str]):
+    def __init__(self, name: str, servers: list[Server], signer: Persona, groups: list[str]):
         self.name, self.servers, self.signer, self.groups = name, servers, signer, groups
         self.signed = 0
 
