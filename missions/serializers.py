@@ -3,8 +3,8 @@
 Protocol documents (Commands, Events, HELLO frames, Memberships, errors) are
 validated by the kernel's schemas, not here; OpenAPI refers to those schemas
 by their ``$id`` (``missions/api/openapi.py`` embeds them), so these
-serializers only describe the binding's own wrappers: the receipt, the Event
-page and the key binding.
+serializers only describe the binding's own shapes: the receipt, the Event
+page's query and the key binding.
 """
 
 from rest_framework import serializers
@@ -39,13 +39,6 @@ class ReceiptSerializer(serializers.Serializer):
     grants = serializers.DictField(required=False, help_text="what a handler grants the sender, if anything")
 
 
-class EventPageSerializer(serializers.Serializer):
-    """``GET /api/v0.1/groups/{groupId}/events``: signed Event documents in sequence order."""
-
-    events = serializers.ListField(child=serializers.DictField(), help_text="event.schema.json documents")
-    headSequence = serializers.IntegerField(help_text="the Group's last sequence when read")  # noqa: N815
-
-
 class EventQuerySerializer(serializers.Serializer):
     afterSequence = serializers.IntegerField(min_value=0, max_value=2**53 - 1, default=0)  # noqa: N815
     limit = serializers.IntegerField(min_value=1, max_value=1000, default=100)
@@ -66,7 +59,3 @@ class KeyBindingSerializer(serializers.Serializer):
     validFrom = serializers.CharField()  # noqa: N815
     validUntil = serializers.CharField(required=False)  # noqa: N815
     revokedAt = serializers.CharField(required=False)  # noqa: N815
-
-
-class MembershipListSerializer(serializers.Serializer):
-    memberships = serializers.ListField(child=serializers.DictField(), help_text="membership.schema.json documents")

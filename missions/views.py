@@ -222,11 +222,6 @@ def read_body(request: Request) -> bytes:
     return raw
 
 
-def read_json_body(request: Request) -> Any:
-    """``read_body`` as one strict JSON value: see ``parse_json``."""
-    return parse_json(read_body(request))
-
-
 def parse_json(raw: bytes) -> Any:
     """``raw`` as one strict JSON value (§17.4, §6.4): 400 PROTOCOL_VIOLATION
     when it is not strict JSON, SCHEMA_VALIDATION_FAILED for a NUL in a
@@ -265,16 +260,6 @@ def refuse_nul(raw: bytes) -> None:
                 ErrorCode.SCHEMA_VALIDATION_FAILED, "body: a string holds a NUL character", details={"field": "body"}
             )
         at = raw.find(_NUL_ESCAPE, at + 1)
-
-
-def read_json_object(request: Request) -> dict[str, Any]:
-    """``read_json_body`` that must be a JSON object (every document the binding takes is one)."""
-    data = read_json_body(request)
-    if not isinstance(data, dict):
-        raise ProtocolError(
-            ErrorCode.SCHEMA_VALIDATION_FAILED, "body: must be a JSON object", details={"field": "body"}
-        )
-    return data
 
 
 def check_json_media_type(request: HttpRequest) -> None:
