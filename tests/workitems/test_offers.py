@@ -35,7 +35,8 @@ def test_the_first_acceptance_wins_and_the_other_offers_are_withdrawn_spec_10_3(
     assert (accepted["ownershipEpoch"], accepted["assigneeId"]) == (1, flow.worker2.urn)
     statuses = {str(a): s for a, s in Offer.objects.filter(workitem_id=item).values_list("agent_id", "status")}
     assert statuses == {flow.worker.id: "withdrawn", flow.worker2.id: "accepted"}
-    refused(ErrorCode.INVALID_STATE_TRANSITION, flow.accept, item, flow.worker)
+    # §19: the losing candidate learns that another won exclusive ownership.
+    refused(ErrorCode.WORK_ALREADY_OWNED, flow.accept, item, flow.worker)
 
 
 def test_acceptance_is_compare_and_set_spec_15_3(flow: Flow) -> None:

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from missions.models import GroupEvent
-from mwportal.protocol import ProtocolError
+from mwportal.protocol import ErrorCode, ProtocolError
 from mwportal.protocol.ids import urn
 from tests.conftest import ON_POSTGRES, AgentKey, add_member, make_agent
 from tests.core.test_races import run_threads
@@ -36,7 +36,10 @@ def test_eight_workers_accept_one_bounded_offer_exactly_one_epoch_spec_10_3(flow
     results = run_threads(8, lambda i: workers[i].send_document(documents[i]))
     winners = [r for r in results if isinstance(r, dict)]
     assert len(winners) == 1, results
-    assert all(isinstance(r, ProtocolError) for r in results if not isinstance(r, dict))
+    losers = [r for r in results if not isinstance(r, dict)]
+    assert all(isinstance(r, ProtocolError) for r in losers), losers
+    # A loser's stale expectedRevision (§15.3), or the winner already owns it (§19).
+    assert {r.code for r in losers} <= {ErrorCode.REVISION_CONFLICT, ErrorCode.WORK_ALREADY_OWNED}, losers
     it = flow.item(item)
     assert (it.state, it.ownership_epoch) == ("queued", 1)
     statuses = Counter(Offer.objects.filter(workitem_id=item).values_list("status", flat=True))

@@ -343,6 +343,11 @@ def accept_offer(ctx: HandlerContext) -> Decision:
     Compare-and-set on the WorkItem revision makes concurrent acceptances of a
     candidate set pick exactly one winner (§15.3)."""
     item = load_item(ctx)
+    if item.state != sm.OFFERED and item.owner_id is not None and str(item.owner_id) != ctx.actor.id:
+        lost = Offer.objects.filter(workitem=item, agent_id=ctx.actor.id, status="withdrawn").exists()
+        if lost:
+            # §19: another candidate won exclusive ownership of the offer this one held.
+            raise refuse(ErrorCode.WORK_ALREADY_OWNED, "another candidate accepted this WorkItem first")
     sm.check_transition(item.state, "work.accept_offer")
     mine = _my_open_offer(ctx, item)
     if mine.expires_at <= ctx.now:
