@@ -243,6 +243,15 @@ class Artifacts:
         self.start(item_id, agent)
         return item_id
 
+    def authorize_in(self, mission: dict[str, str], agent: AgentKey) -> str:
+        """An active WorkItem of another Mission (Carl coordinates it too), owned by ``agent``."""
+        there = Artifacts(mission, self.owner, self.coordinator, agent, agent)
+        return there.active_item(agent=agent)
+
+    def produce_in(self, mission: dict[str, str], item_id: str, content: bytes, agent: AgentKey) -> tuple[str, str]:
+        there = Artifacts(mission, self.owner, self.coordinator, agent, agent)
+        return there.produce(item_id, content)
+
     # --- Signed Documents (§6.4) --------------------------------------------------------
 
     def manifest(

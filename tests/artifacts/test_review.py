@@ -25,6 +25,7 @@ from artifacts.store import blob_name
 from missions.models import Group, GroupEvent
 from missions.service_keys import control_plane
 from mwportal.protocol import ErrorCode
+from mwportal.protocol.command import Key
 from mwportal.protocol.ids import urn
 from tests.api.support import API, error_of, normative
 from tests.artifacts.conftest import Artifacts, contract, criterion, events_of
@@ -481,3 +482,55 @@ def test_a_nul_or_lone_surrogate_quoted_by_a_check_is_recorded_on_every_backend(
     finally:
         del checks.CHECKS["quoting"]
     assert recorded_result(item, "quoting")["details"]["first_line"] == '{"rows": "\\u0000 and \\ud800"}'
+
+
+def test_a_submission_names_only_artifacts_published_in_its_group_13_1_13_3(
+    art: Artifacts, other: dict[str, str]
+) -> None:
+    """``artifactIds`` name signed manifests (§13.1): an ID nobody published, or one
+    published in another Group, is not an Artifact of this submission."""
+    item = art.active_item()
+    sha, mine = art.produce(item, b"ours")
+    elsewhere = art.authorize_in(other, art.worker2)
+    _, theirs = art.produce_in(other, elsewhere, b"theirs", art.worker2)
+    for cited in ([urn(uuid.uuid4())], [mine, theirs]):
+        err = refused(
+            Because(ErrorCode.INVALID_COMMAND, "not_found"),
+            art.submit_with,
+            item,
+            {"complete": [sha], "accurate": []},
+            cited,
+        )
+        assert err.details["artifactIds"] == [c for c in cited if c != mine]
+    art.submit_with(item, {"complete": [sha], "accurate": []}, [mine])
+    assert WorkItem.objects.get(id=item).state == "submitted"
+
+
+def test_the_pipeline_s_evidence_must_be_the_control_plane_s_own_signed_documents_6_4_13_2(art: Artifacts) -> None:
+    """Even from the control plane, a result naming another producer, or whose
+    signature is not the control plane's key, is refused."""
+    from artifacts.review import REVIEW_RECORD, evaluate, evidence_documents, submission_id
+    from missions.authority import accept
+    from missions.commands import group_service_command
+    from mwportal.protocol.verification import sign_document
+    from workitems.models import Submission
+
+    item, _ = submitted(art)
+    row = WorkItem.objects.get(id=item)
+    submission = Submission.objects.get(workitem=row)
+    documents = evidence_documents(row, submission, evaluate(row, submission)[0])
+
+    def record(evidence: list[dict[str, Any]]) -> Any:
+        payload = {"workItemId": urn(item), "submissionId": submission_id(submission), "evidence": evidence,
+                   "requestReview": []}  # fmt: skip
+        return accept(group_service_command(REVIEW_RECORD, art.group, payload))
+
+    by_worker = art.evidence(item, ["complete"], [])
+    refused(ErrorCode.INVALID_COMMAND, record, [*documents, by_worker])
+    stranger = Key.generate()
+    unsigned = {k: v for k, v in documents[0].items() if k != "signature"}
+    forged = sign_document(unsigned, key_id=documents[0]["signature"]["keyId"], seed=stranger.seed, profile="evidence")
+    assert refused(ErrorCode.AUTH_INVALID_SIGNATURE, record, [forged, *documents[1:]]).details == {
+        "field": "/payload/evidence/0"
+    }
+    assert record(documents)["events"][0]["kind"] == RECORDED
