@@ -346,6 +346,7 @@ def raw_lifecycle(state: Any, layout: Any, group: uuid.UUID, steps: list[list[tu
             yield
 
 
+@dataclass
 class LifecycleMeasurement:
     lps: float  # lifecycles per second: accepted Commands / 17 / window
     cps: float

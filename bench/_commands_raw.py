@@ -77,7 +77,7 @@ class RawKeys:
 @dataclass
 class RawLayout:
     url: str
-    groups: list[uuid.UUID]  # the 1,000 Groups; each is its own aggregate in "mix"
+    groups: list[uuid.UUID]  # the mix workload's Groups; each is its own aggregate
     hot_group: uuid.UUID
     hot_aggregates: list[uuid.UUID]  # one per thread (its WorkItem)
     actor: str  # bare UUID
@@ -87,12 +87,12 @@ class RawLayout:
     templates: dict[str, dict[str, Any]]  # Event kind -> a payload the project wrote
 
 
-def raw_setup(url: str, templates: dict[str, dict[str, Any]]) -> RawLayout:
+def raw_setup(url: str, templates: dict[str, dict[str, Any]], n_groups: int = N_GROUPS) -> RawLayout:
     import psycopg
 
     layout = RawLayout(
         url,
-        [uuid.uuid4() for _ in range(N_GROUPS)],
+        [uuid.uuid4() for _ in range(n_groups)],
         uuid.uuid4(),
         [uuid.uuid4() for _ in range(max(CONCURRENCY))],
         str(uuid.uuid4()),

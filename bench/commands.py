@@ -26,7 +26,7 @@ Memberships with ``membership.change``; Agents have sessions from
 
 Workloads, on PostgreSQL (``MWP_DATABASE_URL=postgres://...``):
 
-- **mix**: 1,000 Mission Groups; each thread owns a disjoint subset of them and
+- **mix**: 1,000 Mission Groups (``--quick``: 200); each thread owns a disjoint subset of them and
   sends Olivia's ``membership.change`` with ``expectedRevision``
   (compare-and-set on the Group revision, §15.3), alternating one member's
   roles between ``["worker"]`` and ``["reviewer", "worker"]``: two
@@ -38,7 +38,7 @@ Workloads, on PostgreSQL (``MWP_DATABASE_URL=postgres://...``):
 
 each at concurrency 1, 4 and 8, against the **raw baseline** of
 ``bench/_commands_raw.py`` measured in the same run, from the same number of
-threads, on the same layout (1,000 Groups, one hot Group): psycopg 3 only,
+threads, on the same layout (the same number of Groups, one hot Group): psycopg 3 only,
 the Command's Ed25519 signature verified over its JCS bytes, the minimal
 transaction with each Event signed with Ed25519 (as the authority must), as
 many Events per Command as the project appends. Each measurement runs for a
@@ -97,6 +97,7 @@ from bench._commands_common import (  # noqa: E402
     LIFECYCLE_CELLS,
     LIFECYCLE_DURATION_QUICK,
     N_GROUPS,
+    N_GROUPS_QUICK,
     PARTS,
     REPEATS,
     SQLITE_LIFECYCLE_CELLS,
@@ -275,7 +276,7 @@ def print_commands_table(
                 rows.append(
                     (
                         part["backend"],
-                        "1000 Groups" if wl == "mix" else "hot Group",
+                        f"{part['groups']} Groups" if wl == "mix" else "hot Group",
                         str(c),
                         fmt(cell["project"]),
                         fmt(cell.get("raw")),
@@ -332,6 +333,7 @@ def setup_django(database_url: str, var_dir: str) -> None:
     os.environ["MWP_DATABASE_URL"] = database_url
     os.environ["MWP_VAR_DIR"] = var_dir
     os.environ["MWP_DEBUG"] = "0"
+    os.environ.setdefault("MWP_LOG_LEVEL", "WARNING")
     os.environ.pop("MWP_REDIS_URL", None)
     # The hot workload's Execution Leases outlive a full run (the default is 300 s).
     os.environ["MWP_LEASE_SECONDS"] = "86400"
@@ -398,8 +400,9 @@ def run_backend(backend: str, args: argparse.Namespace, database_url: str) -> di
     repeats = args.repeats or REPEATS
     parts = [args.part] if args.part else list(PARTS)
     t0 = time.monotonic()
-    fx = build_fixtures(backend, N_GROUPS if "commands" in parts else 1)
-    layout = raw_setup(database_url, event_templates(TEMPLATE_KINDS)) if backend == "postgres" else None
+    n_groups = (N_GROUPS_QUICK if args.quick else N_GROUPS) if "commands" in parts else 1
+    fx = build_fixtures(backend, n_groups)
+    layout = raw_setup(database_url, event_templates(TEMPLATE_KINDS), n_groups) if backend == "postgres" else None
     setup_seconds = time.monotonic() - t0
     log(f"  fixtures: {len(fx.groups)} Groups + hot Group with {len(fx.hot)} Agents in {setup_seconds:.1f} s")
     if backend == "postgres":
@@ -475,6 +478,7 @@ def run_backend(backend: str, args: argparse.Namespace, database_url: str) -> di
         total_errors += errors
     return {
         "backend": "postgresql" if backend == "postgres" else "sqlite",
+        "groups": n_groups,
         "server": server,
         "duration": duration,
         "lifecycle_duration": lc_duration if "lifecycle" in parts else None,
