@@ -58,6 +58,15 @@ def test_the_challenge_is_a_server_challenge_over_the_transcript_spec_6_3(worker
     assert transcript["serverNonce"] == frame["serverNonce"]
 
 
+def test_a_challenge_is_issued_alike_for_an_unknown_agent_and_key_spec_6_4(org: dict[str, str]) -> None:
+    # Nothing is looked up before the response: the challenge tells no one which Agents or keys exist.
+    hc = handshake.ClientHandshake(new_urn(), Key.generate())
+    with nothing_written():
+        response = post_json(http(), CHALLENGE, hc.start())
+    assert response.status_code == 200, show(response)
+    assert normative("websocket-frame", response.json())["clientNonce"] == hc.client_nonce
+
+
 def test_a_signed_response_opens_a_session_at_the_next_epoch_spec_6_3(org: dict[str, str], worker: AgentKey) -> None:
     client = http()
     before = Agent.objects.get(id=worker.id).session_epoch
