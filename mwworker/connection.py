@@ -238,6 +238,7 @@ class Connection(Offline):
         event = received.event
         if not await self._ensure_key(key_id_of(event)):
             log.error("Event %s of %s: its signing key is unknown; not applied", event.get("eventId"), received.group)
+            self.log.append(("event.refused", received.group, "unknown signing key"))
             return
         try:
             await asyncio.to_thread(self.store.apply, event)
@@ -245,6 +246,7 @@ class Connection(Offline):
             # Nothing of the refused Event was written: the durable Cursor still
             # stands before it, and the next subscription replays from there.
             log.warning("Event refused (%s) in %s", exc, received.group)
+            self.log.append(("event.refused", received.group, type(exc).__name__))
             return
         # ACK the highest contiguous durable Cursors (§16), at most every
         # ACK_INTERVAL while Events stream in; the reactor ACKs the rest.

@@ -58,6 +58,7 @@ class FakePortal:
         self.commands: list[dict[str, Any]] = []  # the verified Command documents
         self.subscribed: list[tuple[str, int]] = []
         self.on_subscribe: Callable[[ServerConnection, str], Any] | None = None
+        self.injected: dict[str, list[Event]] = {}  # sent after a Group's replay: what a forger would slip in
         self._sockets: set[ServerConnection] = set()
         self._server: Any = None
         self.url = ""
@@ -90,6 +91,8 @@ class FakePortal:
         )  # fmt: skip
         if key is None:
             log.append(event)
+        else:
+            self.injected.setdefault(group, []).append(event)
         for ws in list(self._sockets):
             asyncio.ensure_future(self._send(ws, frames.event(event)))
         return event
@@ -192,7 +195,7 @@ class FakePortal:
                 self.subscribed.append((group, after))
                 if self.on_subscribe is not None and await self.on_subscribe(ws, group):
                     continue  # the test answered this SUBSCRIBE itself
-                for event in self.logs.get(group, [])[after:]:
+                for event in [*self.logs.get(group, [])[after:], *self.injected.get(group, [])]:
                     await self._send(ws, frames.event(event))
         elif frame.type == "COMMAND":
             assert frame.nested is not None

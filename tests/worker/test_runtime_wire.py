@@ -79,9 +79,15 @@ def test_a_worker_runs_an_offered_item_to_submission_on_the_normative_wire(tmp_p
             portal.on_subscribe = first_subscribe_of_b_is_paused
             worker = worker_for(portal, key, tmp_path / "w.sqlite3")
 
+            def acked() -> set[tuple[str, int]]:
+                return {(x["groupId"], x["sequence"]) for f in portal.frames if f["frameType"] == "ACK"
+                        for x in f["acknowledgements"]}  # fmt: skip
+
             def submitted() -> bool:
                 row = worker.store.row(a, item)
-                return row is not None and row.state == "submitted" and worker.store.cursor(b).sequence == 2
+                done = row is not None and row.state == "submitted"
+                refused = ("event.refused", b, "unknown signing key") in worker.log
+                return done and refused and (b, 2) in acked() and (a, len(portal.logs[a])) in acked()
 
             await run_until(worker, submitted)
 
@@ -102,13 +108,14 @@ def test_a_worker_runs_an_offered_item_to_submission_on_the_normative_wire(tmp_p
                 assert ("expectedRevision" in doc) is catalogue.command(doc["kind"]).compare_and_set
             submit = portal.commands[-1]["payload"]
             assert submit["evidence"][0]["generatedBy"] == {"type": "agent", "id": ME}
-            # Every Event the Worker applied is the Group Authority's; the forged one is not applied.
-            assert worker.store.cursor(b).sequence == 2
+            # Every Event the Worker applied is the Group Authority's; the forged one (sequence 3,
+            # signed with a key the Registry does not hold) was delivered and not applied.
+            assert worker.store.cursor(b).sequence == 2 and forged["sequence"] == 3
+            assert ("event.refused", b, "unknown signing key") in worker.log
             assert forged["eventId"] not in {e["eventId"] for e in worker.store.inbox(b)}
             # ACK (§16) and PING with a Presence Record (§6.2, §17.3).
-            acks = [(x["groupId"], x["sequence"]) for f in portal.frames if f["frameType"] == "ACK"
-                    for x in f["acknowledgements"]]  # fmt: skip
-            assert (b, 2) in acks and max(s for g, s in acks if g == a) >= 4
+            # Durable Cursors only: never past what was applied (the forged Event was not).
+            assert {s for g, s in acked() if g == b} <= {1, 2}
             presence = [f["presence"] for f in portal.frames if f["frameType"] == "PING" and "presence" in f]
             assert presence and presence[0]["agentId"] == ME
             # Every frame the Worker sent is a normative websocket-frame (§17.1).
