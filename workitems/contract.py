@@ -174,7 +174,7 @@ def is_material_change(old: dict[str, Any], new: dict[str, Any]) -> bool:
 
 def requires_approval(contract: dict[str, Any]) -> bool:
     """The start gate (§12): the contract asks for a pre-execution approval."""
-    return contract["executionApproval"] != "not_required"
+    return bool(contract["executionApproval"] != "not_required")
 
 
 def criteria_ids(contract: dict[str, Any]) -> list[str]:

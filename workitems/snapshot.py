@@ -114,7 +114,8 @@ def snapshot_workitems(group_id: str) -> tuple[str, Any]:
 def snapshot_ownership_leases(group_id: str) -> tuple[str, Any]:
     rows = WorkItem.objects.filter(group_id=group_id, owner__isnull=False, owner_expires_at__isnull=False)
     return "ownershipLeases", [
-        {"workItemId": urn(i.id), "startBy": when(i.start_by or i.owner_expires_at)} for i in rows.order_by("id")
+        {"workItemId": urn(i.id), "startBy": when(i.start_by or i.owner_expires_at)}  # type: ignore[arg-type]
+        for i in rows.order_by("id")
     ]
 
 

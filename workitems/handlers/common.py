@@ -428,7 +428,9 @@ def backoff(item: WorkItem) -> timedelta:
         return timedelta(0)
     if policy["backoff"] == "fixed":
         return longest
-    return longest / 2 ** max(policy["maxAttempts"] - 1 - item.attempt, 0)
+    halvings: int = max(int(policy["maxAttempts"]) - 1 - item.attempt, 0)
+    wait: timedelta = longest / 2**halvings
+    return wait
 
 
 def check_retry_allowed(item: WorkItem, now: datetime) -> None:

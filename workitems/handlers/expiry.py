@@ -121,7 +121,7 @@ def _fence_owner(item: WorkItem, reason: str) -> dict[str, Any]:
         "workItemId": urn(item.id),
         "ownershipEpoch": item.ownership_epoch,
         "reason": reason,
-        "agentId": urn(item.owner_id),
+        "agentId": urn(str(item.owner_id)),
     }
     item.owner, item.owner_expires_at, item.start_by = None, None, None
     return payload

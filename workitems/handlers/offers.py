@@ -199,7 +199,7 @@ def _offer_expiry(ctx: HandlerContext) -> Any:
             "/payload/offerExpiresInSeconds: name exactly one of offerExpiresAt, offerExpiresInSeconds",
             field="/payload/offerExpiresInSeconds",
         )
-    expires = moment(at) if at is not None else ctx.now + timedelta(seconds=within)
+    expires = moment(at) if at is not None else ctx.now + timedelta(seconds=int(within or 0))
     if expires <= ctx.now:
         raise refuse(
             ErrorCode.INVALID_COMMAND, "/payload/offerExpiresAt: must be in the future", field="/payload/offerExpiresAt"
@@ -247,7 +247,7 @@ def offer(ctx: HandlerContext) -> Decision:
         raise refuse(
             ErrorCode.INVALID_STATE_TRANSITION,
             "the WorkItem has a live owner; it cannot be offered",
-            ownerId=urn(item.owner_id),
+            ownerId=urn(str(item.owner_id)),
         )
     agents = _candidates(ctx)
     expires_at = _offer_expiry(ctx)

@@ -133,7 +133,7 @@ def _active_mission(ctx: HandlerContext) -> Mission:
 
 def _propagate(ctx: HandlerContext, transition: str, state: str, cause: str) -> list[Emit]:
     """A terminal Mission state reaches every unfinished WorkItem (§10.2, last row)."""
-    events = []
+    events: list[Emit] = []
     for item in WorkItem.objects.select_for_update().filter(group_id=ctx.group.id, state__in=sm.UNFINISHED):
         sm.check_transition(item.state, transition)
         end_item(item, state, ctx.now, cause)

@@ -124,11 +124,17 @@ def record_late_result(ctx: HandlerContext) -> Decision:
         .order_by("-started_at")
         .first()
     )
+    if lease is None:
+        raise refuse(
+            ErrorCode.INVALID_COMMAND,
+            "/payload/ownershipEpoch: no Execution Lease was held under this Ownership Epoch",
+            field="/payload/ownershipEpoch",
+        )
     Submission.objects.create(
         workitem=item,
-        agent_id=lease.agent_id if lease else item.owner_id,
+        agent_id=lease.agent_id,
         ownership_epoch=ctx.payload["ownershipEpoch"],
-        lease_id=lease.id if lease else None,
+        lease_id=lease.id,
         artifacts=artifacts,
         evidence=evidence,
         authoritative=False,
