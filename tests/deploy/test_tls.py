@@ -149,18 +149,14 @@ def test_it_delivers_replayed_and_live_events_over_wss(
     g = mission["group"]
 
     def change_roles() -> int:
-        owner.send(
-            "membership.set_roles",
-            g,
-            {"agent": worker.id, "roles": ["worker", "reviewer"]},
-            target={"kind": "group", "id": g, "revision": group_revision(g)},
-        )
+        owner.send("membership.change", g, {"principal": worker.actor, "roles": ["reviewer", "worker"]},
+                   expected_revision=group_revision(g))  # fmt: skip
         return Group.objects.get(id=g).last_sequence
 
     async def scenario() -> tuple[str, list[dict[str, Any]]]:
-        client = await Client.open(server, worker.extra["token"])
+        client = await Client.open(server, worker)  # the four-phase HELLO (§6.3) over wss
         version = str(client.ws.transport.get_extra_info("ssl_object").version())
-        await client.send({"op": "subscribe", "group": g, "after": 0})
+        await client.subscribe(g, 0)
         got = await client.events(g, await in_db_thread(lambda: Group.objects.get(id=g).last_sequence))
         got += await client.events(g, await in_db_thread(change_roles))
         await client.close()
