@@ -161,6 +161,14 @@ def test_a_wrong_key_an_unknown_key_and_an_unknown_agent_answer_alike_spec_6_4(
     assert wrong_key == wrong_bytes == unknown_key == unknown_agent == not_an_agent
 
 
+def test_a_challenge_of_another_installation_is_refused(worker: AgentKey, settings: Any) -> None:
+    client = http()
+    hc, frame = challenge(client, worker)
+    settings.SECRET_KEY = "another installation's secret " + "x" * 40
+    with nothing_written():
+        refusal(post_json(client, SESSIONS, hc.receive_challenge(frame)))
+
+
 def test_a_person_cannot_open_an_agent_session_spec_6_3(owner: AgentKey) -> None:
     with nothing_written():
         refusal(respond(owner)[0])
@@ -181,15 +189,16 @@ def test_a_response_to_a_challenge_never_issued_is_refused(worker: AgentKey) -> 
         refusal(post_json(http(), SESSIONS, hc.receive_challenge(invented.frame())))
 
 
-def test_a_response_naming_another_agent_than_its_challenge_is_a_protocol_violation(
-    worker: AgentKey, worker2: AgentKey
+@pytest.mark.parametrize("member", ["agentId", "keyId", "clientNonce"])
+def test_a_response_echoing_another_member_than_its_challenge_is_refused_spec_6_3(
+    worker: AgentKey, worker2: AgentKey, member: str
 ) -> None:
+    # The challenge is bound to the Agent, key and client nonce it was issued for.
     client = http()
     hc, frame = challenge(client, worker)
-    reply = {**hc.receive_challenge(frame), "agentId": worker2.urn}
+    other = {"agentId": worker2.urn, "keyId": worker2.key.key_id, "clientNonce": frames.new_nonce()}[member]
     with nothing_written():
-        error = error_of(post_json(client, SESSIONS, reply), 400, "PROTOCOL_VIOLATION")
-    assert error["details"]["reason"] == "transcript-mismatch", error
+        refusal(post_json(client, SESSIONS, {**hc.receive_challenge(frame), member: other}))
 
 
 # --- frames that are not the phase's ------------------------------------------------------------
