@@ -18,7 +18,7 @@ from missions.models import Agent, Group, Membership, Mission
 from workitems.models import WorkItem
 
 # The Organization roles that may set the priority policy; the handler of
-# org.set_priority_policy asks the same (spec 11.1, MWP-WRK-009: never a
+# ext.mwportal.scheduling.priority_policy_set asks the same (spec 11.1, MWP-WRK-009: never a
 # Coordinator).
 POLICY_ROLES = frozenset({"mission_owner", "admin"})
 # The Membership role of the Mission's owner (membership.schema.json ``role``).

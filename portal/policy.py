@@ -2,7 +2,7 @@
 the preview of fair shares per Group (spec 11.1; ``missions/policy.py``).
 
 Validation is ``missions.policy.check_policy`` itself (through the handler
-of ``org.set_priority_policy``), so the editor and the Authority cannot
+of ``ext.mwportal.scheduling.priority_policy_set``), so the editor and the Authority cannot
 disagree about what a valid policy is.
 """
 
