@@ -233,7 +233,7 @@ def agent_model() -> type[Agent]:
 
 
 @pytest.fixture(autouse=True)
-def purge_events_after(request: pytest.FixtureRequest) -> Iterator[None]:
+def purge_events_after(request: pytest.FixtureRequest, django_db_blocker: Any) -> Iterator[None]:
     """For transactional tests on SQLite: empty the append-only tables (Events,
     signing keys, validity records, admission records) before the flush, with
     their triggers lifted for that moment only (SQLite's flush deletes rows,
@@ -245,7 +245,9 @@ def purge_events_after(request: pytest.FixtureRequest) -> Iterator[None]:
         return
     from missions import immutability, keyregistry
 
-    with connection.cursor() as cur:
+    # This teardown runs after transactional_db's (autouse fixtures are set up
+    # first), when database access is blocked again.
+    with django_db_blocker.unblock(), connection.cursor() as cur:
         for sql in (
             immutability.drop_sql("sqlite")
             + immutability.organization_drop_sql("sqlite")

@@ -65,10 +65,10 @@ def portal_env() -> dict[str, str]:
 
 @pytest.fixture
 def portal(
-    transactional_db: None, settings: Any, portal_env: dict[str, str], org: Any, owner: Any,
-    coordinator: Any, tmp_path: Path,
+    transactional_db: None, settings: Any, portal_env: dict[str, str], org: Any, tmp_path: Path,
+    django_db_blocker: Any,
 ) -> Iterator[Any]:  # fmt: skip
-    """A daphne on the test database and the Coordinator's side (``tests.worker.portal.Portal``)."""
+    """A daphne on the test database (``tests.worker.portal.Portal``)."""
     from tests.worker.portal import Portal, portal_process
 
     settings.MWP_ARTIFACT_ROOT = str(tmp_path / "artifacts")
@@ -77,5 +77,36 @@ def portal(
             setattr(settings, name, int(value))
     server = portal_process(settings, portal_env)
     server.start()
-    yield Portal(server, org, owner, coordinator)
+    yield Portal(server, org)
     server.kill()
+    with django_db_blocker.unblock():
+        _lift_append_only_rows()
+
+
+def _lift_append_only_rows() -> None:
+    """Empty the append-only tables before ``transactional_db`` flushes SQLite:
+    ``tests/conftest.py``'s autouse ``purge_events_after`` is torn down after the
+    flush (autouse fixtures are set up first), too late for it."""
+    from django.db import connection
+
+    if connection.vendor != "sqlite":
+        return
+    from missions import immutability, keyregistry
+
+    with connection.cursor() as cur:
+        for sql in (
+            immutability.drop_sql("sqlite")
+            + immutability.organization_drop_sql("sqlite")
+            + keyregistry.drop_sql("sqlite")
+        ):
+            cur.execute(sql)
+        cur.execute(f"DELETE FROM {immutability.TABLE}")
+        cur.execute(f"DELETE FROM {immutability.ORGANIZATION_TABLE}")
+        for table in sorted(keyregistry.APPEND_ONLY_TABLES, key=lambda t: t != "missions_signingkeyvalidity"):
+            cur.execute(f"DELETE FROM {table}")
+        for sql in (
+            immutability.install_sql("sqlite")
+            + immutability.organization_install_sql("sqlite")
+            + keyregistry.install_sql("sqlite")
+        ):
+            cur.execute(sql)
