@@ -38,9 +38,11 @@ One connection is one Agent and multiplexes all its Groups:
   ``MWP_WS_GROUP_WINDOW`` Events sent and not acknowledged. At the bound that
   Group alone is paused and the client gets an ERROR with code BACKPRESSURE,
   ``groupId`` and ``retryAfterMs`` (also in ``details``); an ACK that
-  leaves at most half the window in flight resumes it, and so does the
-  retry time when the connection has taken everything written to it.
-  Other Groups on the connection go on meanwhile.
+  leaves at most half the window in flight resumes it. A client that has
+  not acknowledged anything on that subscription is resumed after
+  ``retryAfterMs`` instead, once its connection has taken everything
+  written to it (so a client that never ACKs gets a window per retry
+  time). Other Groups on the connection go on meanwhile.
 
 What a connection may do is bounded (``missions.ws_limits``): the HELLO
 timeout (4003), the unauthenticated connections per address (RATE_LIMITED,
@@ -173,6 +175,8 @@ class AgentConsumer(EventStream):
         self.handshake: ServerHandshake | None = None
         self.accepted = False
         self.suspects: set[str] = set()
+        # The newest Membership Epoch heard of per Group (agent_membership).
+        self.epochs: dict[str, int] = {}
         self.limits = Limits.from_settings()
         now = time.monotonic()
         self.subscribe_bucket = TokenBucket(self.limits.subscribe_rate, self.limits.subscribe_burst, now)
@@ -406,8 +410,8 @@ class AgentConsumer(EventStream):
 
     def _retry(self, sub: Subscription) -> None:
         self.pause_timers.pop(id(sub), None)
-        if sub.closed or not sub.paused or self.closing:
-            return
+        if sub.closed or not sub.paused or self.closing or sub.acknowledged:
+            return  # an acknowledging client's ACKs lift its pause, no timer (bounded buffering)
         direct = self.direct
         if direct is not None and direct.is_open() and direct.buffered() > DRAINED_BYTES:
             self._arm_retry(sub)  # the client has not read what it was sent: stay paused
@@ -478,8 +482,17 @@ class AgentConsumer(EventStream):
     # --- notices from accept() ------------------------------------------------------------
 
     async def agent_membership(self, message: dict[str, Any]) -> None:
+        """A Membership of this Agent changed: a removal stops that Group's
+        subscription. A notice may come twice (this machine's socket and the
+        channel layer), the second copy after a newer one: one older than
+        the newest Membership Epoch seen for the Group is old news, so a late
+        copy of a removal never stops a subscription made after a re-admission."""
+        group_id, epoch = str(message["group"]), int(message["membership_epoch"])
+        if epoch < self.epochs.get(group_id, 0):
+            return
+        self.epochs[group_id] = epoch
         if not message.get("active"):
-            await self.stop_stream(str(message["group"]))
+            await self.stop_stream(group_id)
 
     async def agent_session(self, message: dict[str, Any]) -> None:
         # A newer session fences this one (§6.3); an older epoch's notice is old news.

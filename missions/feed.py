@@ -88,6 +88,9 @@ class Cursor:
     in_flight: deque[int] = field(default_factory=deque, kw_only=True)
     # At the window's bound: nothing is sent until ``ack`` or ``resume`` makes room.
     paused: bool = field(default=False, kw_only=True)
+    # The subscriber has acknowledged on this subscription: its ACKs, not a
+    # timer, make room in its window.
+    acknowledged: bool = field(default=False, kw_only=True)
 
     def unsent(self, events: list[Event]) -> list[Event]:
         """``events`` (consecutive) less those already sent, and, under a
@@ -124,6 +127,7 @@ class Cursor:
         """The subscriber has processed everything through ``sequence``; True
         when that ends a pause (at most half the window is left in flight, so
         a pause is not lifted and taken again at every acknowledgement)."""
+        self.acknowledged = True
         while self.in_flight and self.in_flight[0] <= sequence:
             self.in_flight.popleft()
         if self.paused and self.window is not None and len(self.in_flight) <= self.window // 2:

@@ -137,7 +137,10 @@ def test_restart_mid_stream_then_resume_from_acked_cursor_loses_nothing_spec_16(
                     first.append(frame["event"]["sequence"])
                     if len(first) % 5 == 0:
                         await client.send(frames.ack([(urn(g), first[-1])]))
-            await asyncio.sleep(0.3)  # let the last ACK land
+            # Frames are handled in order: once the PING is answered, the ACKs are stored.
+            await client.send(frames.ping())
+            while (await client.recv())["frameType"] != "PING":
+                pass
             await in_db_thread(daphne.restart)  # kill -9 mid-stream
         finally:
             await client.ws.close()

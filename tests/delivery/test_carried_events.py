@@ -22,7 +22,7 @@ from missions.hub import Hub, Subscription
 from mwportal.protocol import GENESIS_HASH, event_hash
 from tests.conftest import AgentKey, group_revision
 from tests.delivery.conftest import in_db_thread
-from tests.delivery.test_agent_socket import churn, head
+from tests.delivery.test_agent_socket import POLICY, head, policy_payload
 
 
 def _chain(group: str, first: int, count: int, prev: str) -> list[dict[str, Any]]:
@@ -82,9 +82,15 @@ class Following:
         self.subscriptions += made
         return made
 
-    async def commit(self, owner: AgentKey, worker: AgentKey, n: int) -> list[dict[str, Any]]:
-        """``n`` commits of one Event each; their Events as the notices carry them."""
-        await in_db_thread(churn, owner, self.g, worker, n)
+    async def commit(self, planner: AgentKey, n: int) -> list[dict[str, Any]]:
+        """``n`` commits of one Event each (``planner``'s priority policy, in
+        the administrative Group); their Events as the notices carry them."""
+
+        def run() -> None:
+            for weight in range(1, n + 1):
+                planner.send(POLICY, self.g, policy_payload(weight))
+
+        await in_db_thread(run)
         return [event for _, _, events in self.heads[-n:] for event in events]
 
     def notice(self, events: list[dict[str, Any]] | None, sequence: int) -> dict[str, Any]:
@@ -106,16 +112,16 @@ async def until(done: Any, timeout: float = 5.0) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_events_that_continue_the_feed_are_sent_at_once_without_a_read(
-    mission: dict[str, str], owner: AgentKey, worker: AgentKey, monkeypatch: pytest.MonkeyPatch
+    org: dict[str, str], planner: AgentKey, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    g = mission["group"]
+    g = org["admin_group"]
     top = head(g)
     following = Following(g, monkeypatch)
     recorders = [Recorder(), Recorder()]
 
     async def scenario() -> None:
         await following.subscribe(top, *recorders)
-        carried = await following.commit(owner, worker, 2)
+        carried = await following.commit(planner, 2)
         assert following.hub.notice_now(following.notice(carried, top + 2))
         await following.close()
 
@@ -127,19 +133,19 @@ def test_events_that_continue_the_feed_are_sent_at_once_without_a_read(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_notice_that_does_not_continue_the_feed_makes_the_hub_read_after_its_head(
-    mission: dict[str, str], owner: AgentKey, worker: AgentKey, monkeypatch: pytest.MonkeyPatch
+    org: dict[str, str], planner: AgentKey, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Spec 16 (sequence order, nothing skipped): the hub reads after its own
     head, once, and delivers every Event once, in order (which notices do not
     continue the feed: tests/delivery/test_feed.py)."""
-    g = mission["group"]
+    g = org["admin_group"]
     top = head(g)
     following = Following(g, monkeypatch)
     recorder = Recorder()
 
     async def scenario() -> None:
         await following.subscribe(top, recorder)
-        carried = await following.commit(owner, worker, 3)
+        carried = await following.commit(planner, 3)
         gap = following.notice(carried[1:], top + 3)  # the notice of the first commit is late or lost
         assert not following.hub.notice_now(gap)
         await following.hub.head_moved(g, top + 3)
@@ -171,18 +177,18 @@ def test_an_old_notice_changes_nothing(mission: dict[str, str], monkeypatch: pyt
 
 @pytest.mark.django_db(transaction=True)
 def test_a_subscriber_that_cannot_send_at_once_gets_the_events_from_its_own_task(
-    mission: dict[str, str], owner: AgentKey, worker: AgentKey, monkeypatch: pytest.MonkeyPatch
+    org: dict[str, str], planner: AgentKey, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """deliver_now declines (a closing connection, a removal of its agent):
     the subscriber's asynchronous deliver sends the same Events, in order."""
-    g = mission["group"]
+    g = org["admin_group"]
     top = head(g)
     following = Following(g, monkeypatch)
     quick, slow = Recorder(), Recorder(now=False)
 
     async def scenario() -> None:
         await following.subscribe(top, quick, slow)
-        carried = await following.commit(owner, worker, 2)
+        carried = await following.commit(planner, 2)
         assert following.hub.notice_now(following.notice(carried, top + 2))
         await until(lambda: len(slow.got) == 2)
         await following.close()

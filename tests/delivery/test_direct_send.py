@@ -125,7 +125,7 @@ def test_only_daphnes_reply_handler_is_recognised() -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_one_subscriber_failing_to_send_does_not_hold_up_the_others_of_its_group(
-    mission: dict[str, str], owner: AgentKey, worker: AgentKey, monkeypatch: pytest.MonkeyPatch
+    org: dict[str, str], planner: AgentKey, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The hub's inline fan-out serves a Group's subscribers one after the
     other in one task: a subscriber whose send raises is dropped (its Agent
@@ -135,7 +135,7 @@ def test_one_subscriber_failing_to_send_does_not_hold_up_the_others_of_its_group
     from tests.delivery.test_agent_socket import head
     from tests.delivery.test_carried_events import Following
 
-    g = mission["group"]
+    g = org["admin_group"]
     top = head(g)
     following = Following(g, monkeypatch)
     got: list[int] = []
@@ -151,7 +151,7 @@ def test_one_subscriber_failing_to_send_does_not_hold_up_the_others_of_its_group
 
     async def scenario() -> tuple[bool, bool]:
         first, second = await following.subscribe(top, Broken(), Healthy())
-        await following.commit(owner, worker, 1)
+        await following.commit(planner, 1)
         await following.hub.head_moved(g, top + 1)
         await asyncio.sleep(0)  # the dropped subscription's unsubscribe runs
         closed = first.closed, second.closed

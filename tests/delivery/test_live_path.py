@@ -73,7 +73,8 @@ def commits_of_this_process_reach_a_subscriber(daphne: Daphne, g: str, owner: Ag
         return got, elapsed
 
     got, elapsed = asyncio.run(scenario())
-    assert got == list(range(start + 1, start + 4))
+    assert got == list(range(start + 1, head(g) + 1))
+    assert len(got) >= 3
     assert elapsed < 5
 
 

@@ -204,12 +204,12 @@ def test_a_malformed_datagram_is_dropped_and_the_next_notice_still_taken(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_hub_takes_carried_events_from_its_socket_without_a_read(
-    notice_dir: str, mission: dict[str, str], owner: AgentKey, worker: AgentKey, monkeypatch: pytest.MonkeyPatch
+    notice_dir: str, org: dict[str, str], planner: AgentKey, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The hub's socket feeds the same check as the layer's notices: Events
     that continue the feed are sent at once, with no database read; one that
     leaves a gap makes the hub read after its head."""
-    g = mission["group"]
+    g = org["admin_group"]
     top = head(g)
     following = Following(g, monkeypatch)
     recorder = Recorder()
@@ -220,7 +220,7 @@ def test_a_hub_takes_carried_events_from_its_socket_without_a_read(
         hub._receive_local_notices()
         assert hub.notices is not None
         await following.subscribe(top, recorder)
-        carried = await following.commit(owner, worker, 2)
+        carried = await following.commit(planner, 2)
         sender = local_notices.Sender(notice_dir)
         continuing = following.notice(carried[:1], top + 1)
         sender.send([notice_bytes(continuing, local_notices.encode)])
@@ -291,50 +291,51 @@ def test_a_hub_hands_an_agents_notices_to_its_connections_in_order(notice_dir: s
 
 def test_a_connection_takes_an_agent_notice_it_already_had_as_old_news() -> None:
     """A notice may come twice (from this machine's socket and through the
-    channel layer), the second copy after a newer notice: a connection does
-    not go back to an older Membership, nor close for an older session."""
-    from missions.consumers import AgentConsumer
+    channel layer), the second copy after a newer notice: a late removal does
+    not stop a subscription made after a re-admission, and an older session
+    does not close the connection (PROTOCOL §6.3)."""
+    from missions.agent_socket import AgentConsumer
 
     consumer = AgentConsumer()
     consumer.session_epoch = 3
-    consumer.memberships = {"g": (["worker"], 2)}
     consumer.epochs = {"g": 2}
+    consumer.closing = False
+    stopped: list[str] = []
     sent: list[dict[str, Any]] = []
     closed: list[int] = []
 
-    async def send_json(frame: dict[str, Any]) -> None:
-        sent.append(frame)
-
     async def stop_stream(group_id: str) -> None:
-        pass
+        stopped.append(group_id)
+
+    async def send_frame(frame: dict[str, Any]) -> None:
+        sent.append(frame)
 
     async def close(code: int, reason: str = "") -> None:
         closed.append(code)
 
-    consumer.send_json = send_json  # type: ignore[method-assign]
     consumer.stop_stream = stop_stream  # type: ignore[method-assign]
+    consumer.send_frame = send_frame  # type: ignore[method-assign]
     consumer.close = close  # type: ignore[method-assign]
 
     def notice(roles: list[str], epoch: int, active: bool) -> dict[str, Any]:
         return local_notice(*membership_notice("g", "a", roles, epoch, active))
 
     async def scenario() -> None:
-        await consumer._agent_notice(notice(["worker", "reviewer"], 3, True))
-        await consumer._agent_notice(notice(["worker"], 2, True))  # the older one, late
-        await consumer._agent_notice(notice(["worker", "reviewer"], 3, True))  # the same again
+        await consumer._agent_notice(notice(["worker"], 3, True))
+        await consumer._agent_notice(notice([], 1, False))  # an old removal, late
+        assert stopped == []
         await consumer._agent_notice(notice([], 4, False))
-        await consumer._agent_notice(notice(["worker", "reviewer"], 3, True))  # older than the removal
+        assert stopped == ["g"]
+        await consumer._agent_notice(notice(["worker"], 5, True))  # admitted again (and subscribed again)
+        await consumer._agent_notice(notice([], 4, False))  # the removal's second copy
+        assert stopped == ["g"]
         await consumer._agent_notice(local_notice(*session_notice("a", 2)))  # an older session's
         await consumer._agent_notice(local_notice(*session_notice("a", 3)))  # its own
         assert closed == []
         await consumer._agent_notice(local_notice(*session_notice("a", 4)))  # a newer session
 
     asyncio.run(scenario())
-    assert [(f["roles"], f["membership_epoch"], f["active"]) for f in sent] == [
-        (["worker", "reviewer"], 3, True),
-        ([], 4, False),
-    ]
-    assert "g" not in consumer.memberships
+    assert [f["error"]["code"] for f in sent] == ["AUTH_STALE_SESSION"]
     assert closed == [4001]
 
 

@@ -8,13 +8,12 @@ with the REST binding (``tests/api``); this is the socket's side.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from typing import Any
 
 import pytest
 
+from missions.api.groups import snapshot_artifact_hash
 from missions.models import GroupSnapshot
-from mwportal.protocol import canonicalize
 from mwportal.protocol.ids import urn
 from tests.conftest import AgentKey
 from tests.delivery.conftest import Client, Daphne, in_db_thread
@@ -50,7 +49,7 @@ def test_socket_cursor_too_old_then_restore_and_resume_spec_16(
     assert (error["code"], error["groupId"], error["relatedFrameId"]) == ("CURSOR_TOO_OLD", urn(g), sent["frameId"])
     reference = error["details"]["snapshot"]
     snapshot = GroupSnapshot.objects.get(group_id=g, sequence=reference["throughSequence"])
-    # The reference names the signed snapshot by its content address.
-    content_hash = "sha256:" + hashlib.sha256(canonicalize(snapshot.document)).hexdigest()
+    # The reference names the signed snapshot by its content address, as the REST page's does.
+    content_hash = snapshot_artifact_hash(snapshot)
     assert error["snapshotArtifactHash"] == reference["snapshotArtifactHash"] == content_hash
     assert got == list(range(reference["throughSequence"] + 1, head(g) + 1))
