@@ -339,15 +339,3 @@ def planner(org: dict[str, str]) -> AgentKey:
     from tests.conftest import make_agent
 
     return make_agent("acme", "Pat Planner", ["admin"])
-
-
-@pytest.fixture
-def mission(owner: AgentKey, coordinator: AgentKey, worker: AgentKey, worker2: AgentKey) -> dict[str, str]:
-    """TEMPORARY override until tests/conftest.py's mission fixture names a Coordinator."""
-    from missions.models import Mission
-    from tests.conftest import add_member
-
-    group_id = new_mission(owner, coordinator)
-    for member, roles in ((worker, ["worker"]), (worker2, ["worker"])):
-        add_member(owner, group_id, member, roles)
-    return {"group": group_id, "mission": str(Mission.objects.get(group_id=group_id).id)}
