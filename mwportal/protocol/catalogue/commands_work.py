@@ -244,7 +244,8 @@ RESULTS = (
     define(
         f"{PROJECT}.artifact.content_store",
         {"contentHash": HASH},
-        {"sizeBytes": c("safeInteger"), "mediaType": string(pattern=MEDIA_TYPE)},
+        # uploadedBy: the Principal whose upload the control plane records.
+        {"sizeBytes": c("safeInteger"), "mediaType": string(pattern=MEDIA_TYPE), "uploadedBy": c("actor")},
         issuers=("service",),
         aggregate="artifact",
         events=(f"{PROJECT}.artifact.content_stored",),

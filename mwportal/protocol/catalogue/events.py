@@ -574,7 +574,7 @@ EXTENSIONS = (
     fact(
         f"{PROJECT}.artifact.content_stored",
         {"contentHash": HASH, "sizeBytes": COUNT},
-        {"mediaType": text(255)},
+        {"mediaType": text(255), "uploadedBy": c("actor")},
         aggregate="artifact",
         example={"contentHash": ex.HASH, "sizeBytes": 2048, "mediaType": "text/markdown"},
     ),
