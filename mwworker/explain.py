@@ -32,16 +32,19 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from mwportal.protocol.catalogue import PROJECT
+
 from .fairness import RISK
 from .picker import item_from_row, parse_time
 from .scheduler import ExplainRow, SchedulerCore
 from .store import Store
 
 # WorkItem Events after which the item sits in its Group's queue again.
+# The catalogue Event kinds that put a WorkItem (back) into its owner's queue.
 _QUEUEING = frozenset(
     {
-        "work.offer_accepted", "work.checkpointed", "work.unblocked", "work.attempt_failed", "work.lease_expired",
-        "work.lease_revoked",
+        "work.offer.accepted", "work.checkpointed", "work.unblocked", f"{PROJECT}.work.attempt_failed",
+        f"{PROJECT}.work.lease_expired", "ext.missionweaveprotocol.core.work_execution_lease_revoked",
     }
 )  # fmt: skip
 
@@ -84,9 +87,9 @@ def explain_rows(
         enqueued: dict[str, float] = {}
         wanted = {r.workitem for r in queued}
         for event in store.inbox(gid):
-            item = event["aggregate"]["id"]
-            if item in wanted and event["type"] in _QUEUEING:
-                enqueued[item] = parse_time(event.get("occurred_at")) or now.timestamp()
+            item = event.get("workItemId") or event["payload"].get("workItemId")
+            if item in wanted and event["kind"] in _QUEUEING:
+                enqueued[item] = parse_time(event.get("occurredAt")) or now.timestamp()
         for row in queued:
             core.upsert(item_from_row(row, enqueued_at=enqueued.get(row.workitem, now.timestamp())), now.timestamp())
         if running:

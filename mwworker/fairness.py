@@ -43,9 +43,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-URGENCY = {"low": 0, "normal": 1, "high": 2, "critical": 3}
+# The Work Contract's requestedUrgency (``routine`` is the lowest) and sideEffectRisk, on the Scheduler's scales.
+URGENCY = {"low": 0, "routine": 0, "normal": 1, "high": 2, "critical": 3}
 IMPACT = {"low": 0, "medium": 1, "high": 2, "critical": 3}
-RISK = {"low": 0, "medium": 1, "high": 2, "critical": 3}
+RISK = {
+    "low": 0, "medium": 1, "high": 2, "critical": 3,
+    "none": 0, "reversible": 0, "external": 1, "high_risk": 2, "destructive": 3,
+}  # fmt: skip
 MAX_LEVEL = 6
 DEFAULT_POLICY: dict[str, Any] = {
     "classes": {"critical": 8, "high": 4, "normal": 2, "low": 1},

@@ -53,7 +53,7 @@ def item_from_row(row: WorkRow, *, enqueued_at: float, service_estimate: float =
     except ValueError:
         contract = {}
     if isinstance(contract, dict):
-        for cap in contract.get("capabilities") or []:
+        for cap in contract.get("requiredCapabilities") or []:
             if isinstance(cap, dict) and isinstance(cap.get("id"), str) and isinstance(cap.get("version"), str):
                 requires.add((cap["id"], cap["version"]))
         goal = contract.get("goal")

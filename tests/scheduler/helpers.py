@@ -39,9 +39,11 @@ def contract(**overrides: Any) -> dict[str, Any]:
 
 
 def row(group: str, workitem: str, *, seq: int = 1, **c: Any) -> WorkRow:
-    """A queued ``WorkRow`` as the projection folds it from ``work.offer_accepted``."""
-    approved = c.pop("approved", None)  # approval.execution_granted already folded in
+    """A queued ``WorkRow`` as the projection folds it from ``work.offer.accepted``."""
+    approved = c.pop("approved", None)  # approval.execution.granted already folded in
     con = contract(**c)
+    # The Work Contract names its capabilities ``requiredCapabilities`` (work-contract.schema.json).
+    con["requiredCapabilities"] = con.pop("capabilities")
     risk = con["risk"]
     requires = bool(risk.get("requires_execution_approval"))
     return WorkRow(

@@ -10,14 +10,14 @@ import pytest
 
 from mwworker import Store
 from mwworker.explain import explain_rows, main
-from tests.worker.streams import ME, generate
+from tests.worker.streams import ME, generate, verifier
 
 
 @pytest.fixture(scope="module")
 def store_path(tmp_path_factory: pytest.TempPathFactory) -> str:
     _, stream = generate(1, 1500, groups=6)
     path = str(tmp_path_factory.mktemp("explain") / "worker.db")
-    with Store(path, agent=ME) as store:
+    with Store(path, agent=ME, verifier=verifier(1)) as store:
         for event in stream:
             store.apply(event)
     return path

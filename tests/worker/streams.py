@@ -223,7 +223,8 @@ class World:
                 f"{PROJECT}.admin.organization_created",
                 payload(f"{PROJECT}.admin.organization_created", organizationId=self.org, slug="acme", name="Acme"),
             )
-            g.policy = {"classes": {"critical": 8, "high": 4, "normal": 2, "low": 1}, "aging_seconds": 300}
+            g.policy = {"classes": {"critical": 8, "high": 4, "normal": 2, "low": 1}, "default_class": "normal",
+                        "groups": {}, "aging_seconds": 300}  # fmt: skip
             self.set_policy(g)
             return g
         g.mission_doc = _merge(ex.mission(), {
