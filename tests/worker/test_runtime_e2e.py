@@ -10,14 +10,19 @@ works what it is offered.
 from __future__ import annotations
 
 import asyncio
+import json
+import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from mwportal.protocol.command import Key
 from mwportal.protocol.ids import urn
 from mwworker import Result, SlotContext, Worker
 from tests.conftest import AgentKey
 from tests.worker.portal import Flow, Portal, in_db_thread, running, state_of
-from tests.workitems.flow import CAPABILITY, give_card
+from tests.workitems.flow import BASIS, CAPABILITY, contract, give_card
 
 
 def register_stepper(worker: Worker, steps: int = 2, seen: dict[str, Any] | None = None) -> None:
@@ -69,3 +74,41 @@ def test_a_worker_runs_an_offered_item_to_verified_over_mwp_0_1_MWP_WRK_008(
         assert (row.state, row.ownership_epoch) == ("verified", 1)
 
     asyncio.run(running(w, body))
+
+
+def test_the_cli_demo_works_an_offered_item_and_status_and_rebuild_read_its_store(
+    portal: Portal, mission: dict[str, str], owner: AgentKey, coordinator: AgentKey, worker: AgentKey,
+    worker2: AgentKey, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """``mwworker demo --portal URL --key FILE --store FILE --slots N``: what ``./mw serve`` runs for each
+    demo Worker, with the DESIGN §4 key file ``mwp demo`` writes."""
+    from missions.handlers.sessions import capability, issue_agent_card
+    from missions.models import GroupEvent
+    from mwworker.cli import main
+
+    echo = {"id": "demo.echo", "version": "1.0.0"}
+    issue_agent_card(worker.id, [capability(echo["id"], echo["version"], verified_evidence=[urn(uuid.uuid4())])])
+    flow = Flow(mission, owner, coordinator, worker, worker2)
+    item = flow.authorize(contract(requiredCapabilities=[echo]))
+    basis = {**BASIS, "requiredCapabilities": [echo], "verifiedMatches": [echo]}
+    flow.offer(item, selectionBasis=basis)  # durable: the demo Worker finds it when it connects
+    key = tmp_path / "wanda.json"
+    Key(worker.key.key_id, worker.key.seed, ("agent", worker.id), portal.org["id"]).write(key)  # the DESIGN §4 file
+    store = tmp_path / "wanda.sqlite3"
+    argv = ["demo", "--portal", portal.url, "--key", str(key), "--store", str(store), "--slots", "1", "--items", "1"]
+    assert main(argv) == 0
+    assert flow.item(item).state == "submitted"
+    submitted = GroupEvent.objects.get(group_id=flow.group, type="work.submitted").body
+    assert sorted(c for e in submitted["evidence"] for c in e["criterionIds"]) == ["accurate", "complete"]
+
+    config = tmp_path / "wanda.toml"
+    config.write_text(f'[worker]\nportal = "{portal.url}"\nkey_file = "wanda.json"\nstore = "wanda.sqlite3"\n')
+    capsys.readouterr()
+    assert main(["status", "--config", str(config), "--json"]) == 0
+    rows = {r["group"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows[urn(flow.group)]["kind"] == "mission"
+    assert main(["rebuild", "--config", str(config)]) == 0
+    assert "identical" in capsys.readouterr().err
+    assert main(["explain", "--config", str(config), "--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert all(urn(item) not in json.dumps(row) for row in lines)
