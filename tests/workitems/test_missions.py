@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import uuid
 
-from missions.models import Group, GroupEvent, Mission
+from artifacts.store import store_stream
+from missions.models import Agent, Group, GroupEvent, Mission
 from missions.verify import verify_group_log
 from mwportal.protocol import ErrorCode, schemas
 from mwportal.protocol.ids import urn
@@ -19,15 +21,28 @@ def end_mission(by: AgentKey, kind: str, group: str, reason: str = "customer wit
     return by.send(kind, group, {"reason": reason}, expected_revision=group_revision(group), **epoch)
 
 
-def approve(by: AgentKey, group: str) -> dict[str, object]:
-    revision = group_revision(group)
+def held(flow: Flow, group: str, by: AgentKey) -> str:
+    """Bytes stored into ``group``; their ``sha256:`` hash."""
+    agent = Agent.objects.get(id=by.id)
+    blob = store_stream(io.BytesIO(b"# findings\n"), "text/markdown", Group.objects.get(id=group), agent, 10_000)
+    return "sha256:" + blob.sha256
+
+
+def submit(by: AgentKey, group: str, hashes: list[str]) -> dict[str, object]:
+    """``mission.submit_for_approval`` by the Group's Coordinator (§7.3)."""
+    payload = {"artifactHashes": hashes, "missionRevision": group_revision(group)}
+    return by.send("mission.submit_for_approval", group, payload, coordinator_epoch=COORDINATOR_EPOCH)
+
+
+def approve(by: AgentKey, group: str, hashes: list[str], revision: int | None = None) -> dict[str, object]:
+    submitted = GroupEvent.objects.filter(group_id=group, type="mission.submitted_for_approval").order_by("-sequence")
     payload = {
         "approvalId": urn(uuid.uuid4()),
-        "missionRevision": revision,
-        "artifactHashes": ["sha256:" + "ab" * 32],
+        "missionRevision": revision or submitted.first().body["missionRevision"],  # type: ignore[union-attr]
+        "artifactHashes": hashes,
         "acceptancePolicyVersion": "1.0.0",
     }
-    return by.send("mission.approve", group, payload, expected_revision=revision)
+    return by.send("mission.approve", group, payload, expected_revision=group_revision(group))
 
 
 def test_cancelling_the_mission_reaches_every_unfinished_workitem_spec_10_2(flow: Flow) -> None:
@@ -71,7 +86,9 @@ def test_a_child_mission_blocks_its_parent_and_its_approval_verifies_it_spec_14(
     assert created["parent"] == {"missionId": urn(flow.mission), "workItemId": urn(item), "depth": 1}
     assert verify_group_log(Group.objects.get(id=group))[1] is None
     refused(ErrorCode.INVALID_STATE_TRANSITION, flow.unblock, item)  # it waits for the child
-    approve(flow.coordinator, group)  # the parent Coordinator is the child's MissionOwner
+    findings = [held(flow, group, flow.worker2)]
+    submit(flow.worker2, group, findings)  # the child's Coordinator
+    approve(flow.coordinator, group, findings)  # the parent Coordinator is the child's MissionOwner
     assert flow.item(item).state == "verified"
     accepted = GroupEvent.objects.get(group_id=flow.group, type="work.result.accepted").body
     assert accepted["evidence"][0]["result"] == "passed"
@@ -104,14 +121,43 @@ def test_a_child_failure_can_fail_the_parent_mission_spec_14(flow: Flow) -> None
     assert GroupEvent.objects.filter(group_id=flow.group, type="mission.terminated").count() == 1
 
 
-def test_mission_approval_needs_finished_workitems_spec_7_3(flow: Flow) -> None:
+def test_submission_needs_finished_workitems_and_approval_a_submission_spec_7_3(flow: Flow) -> None:
     flow.drive_to("queued")
-    refused(ErrorCode.INVALID_STATE_TRANSITION, approve, flow.owner, flow.group)
+    hashes = [held(flow, flow.group, flow.worker)]
+    refused(ErrorCode.INVALID_STATE_TRANSITION, submit, flow.coordinator, flow.group, hashes)
+    refused(ErrorCode.INVALID_STATE_TRANSITION, approve, flow.owner, flow.group, hashes, 1)
+
+
+def test_a_submission_names_artifacts_of_this_group_spec_7_3_spec_13_3(flow: Flow) -> None:
+    flow.drive_to("verified")
+    err = refused(ErrorCode.INVALID_COMMAND, submit, flow.coordinator, flow.group, ["sha256:" + "cd" * 32])
+    assert err.details["field"] == "/payload/artifactHashes"
+
+
+def test_changes_requested_reopen_the_submitted_revision_spec_7_3(flow: Flow) -> None:
+    flow.drive_to("verified")
+    hashes = [held(flow, flow.group, flow.worker)]
+    submit(flow.coordinator, flow.group, hashes)
+    revision = GroupEvent.objects.get(group_id=flow.group, type="mission.submitted_for_approval").body[
+        "missionRevision"
+    ]
+    payload = {"missionRevision": revision, "feedback": "Add the appendix."}
+    flow.owner.send("mission.request_changes", flow.group, payload, expected_revision=group_revision(flow.group))
+    requested = GroupEvent.objects.get(group_id=flow.group, type="mission.changes_requested").body
+    assert requested["newRevision"] == group_revision(flow.group) and requested["feedback"] == "Add the appendix."
+    refused(ErrorCode.INVALID_STATE_TRANSITION, approve, flow.owner, flow.group, hashes, revision)
+    flow.drive_to("verified")  # the Coordinator adds corrective work to the same Mission
+    submit(flow.coordinator, flow.group, hashes)
+    approve(flow.owner, flow.group, hashes)
+    assert Mission.objects.get(id=flow.mission).status == "completed"
 
 
 def test_mission_approval_by_its_human_owner_spec_7_3(flow: Flow) -> None:
     flow.drive_to("verified")
-    receipt = approve(flow.owner, flow.group)
+    hashes = [held(flow, flow.group, flow.worker)]
+    submit(flow.coordinator, flow.group, hashes)
+    refused(ErrorCode.INVALID_COMMAND, approve, flow.owner, flow.group, ["sha256:" + "cd" * 32])
+    receipt = approve(flow.owner, flow.group, hashes)
     approval = GroupEvent.objects.get(group_id=flow.group, type="mission.approved").body["approval"]
     schemas.validate("approval", approval)
     assert (approval["kind"], approval["approver"]) == ("mission_final", flow.owner.actor)

@@ -16,7 +16,7 @@ from typing import Any
 
 from missions.authority import AggregateRef, Decision, Emit, GroupHead, HandlerContext, check_revision
 from missions.handlers.missions import coordinator_of, found_mission, mission_terms
-from missions.models import Agent, AgentCard, Approval, Mission
+from missions.models import Agent, AgentCard, Approval, GroupEvent, Mission
 from missions.registry import command
 from mwportal.protocol import GENESIS_HASH, ErrorCode
 from mwportal.protocol.ids import bare, urn
@@ -214,51 +214,103 @@ def _close(
     return Decision([*items, Emit(kind, ref, payload)], ref, also=_to_parent(ctx, mission, status == "completed"))
 
 
-@command("mission.approve", group_roles=("mission_owner",))
-def approve_mission(ctx: HandlerContext) -> Decision:
-    """The MissionOwner's final Approval (§7.3) of a Mission revision and Artifact set;
-    every WorkItem must be finished. A child Mission's approval verifies its parent WorkItem."""
-    p = ctx.payload
-    mission = _active_mission(ctx)
-    if p["missionRevision"] != ctx.group.revision:
+_DECISIONS = ("mission.submitted_for_approval", "mission.approved", "mission.changes_requested")
+
+
+def _submission(ctx: HandlerContext) -> dict[str, Any] | None:
+    """The Mission revision and Artifact set awaiting a decision: the last
+    ``mission.submitted_for_approval`` when no approval or change request followed it."""
+    last = GroupEvent.objects.filter(group_id=ctx.group.id, type__in=_DECISIONS).order_by("-sequence").first()
+    return last.body if last is not None and last.type == "mission.submitted_for_approval" else None
+
+
+def _submitted(ctx: HandlerContext) -> dict[str, Any]:
+    submitted = _submission(ctx)
+    if submitted is None:
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, "the Coordinator has not submitted this Mission for Approval")
+    if ctx.payload["missionRevision"] != submitted["missionRevision"]:
         raise refuse(
-            ErrorCode.REVISION_CONFLICT,
-            f"/payload/missionRevision: the Mission is at revision {ctx.group.revision}",
+            ErrorCode.INVALID_COMMAND,
+            f"/payload/missionRevision: revision {submitted['missionRevision']} is the one submitted",
             field="/payload/missionRevision",
         )
+    return submitted
+
+
+@command("mission.submit_for_approval", group_roles=("coordinator",), actors=("agent",))
+def submit_for_approval(ctx: HandlerContext) -> Decision:
+    """The Coordinator submits a Mission revision and its Artifact set (§7.3), once
+    every WorkItem is finished; the MissionOwner approves or requests changes."""
+    mission = _active_mission(ctx)
+    revision = ctx.payload.get("missionRevision") or ctx.group.revision
+    if revision != ctx.group.revision:
+        raise refuse(
+            ErrorCode.REVISION_CONFLICT, f"/payload/missionRevision: the Mission is at revision {ctx.group.revision}",
+            field="/payload/missionRevision",
+        )  # fmt: skip
+    if _submission(ctx) is not None:
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, "this Mission already awaits its owner's decision")
+    unfinished = WorkItem.objects.filter(group_id=ctx.group.id, state__in=sm.UNFINISHED).count()
+    if unfinished:
+        raise refuse(
+            ErrorCode.INVALID_STATE_TRANSITION, f"{unfinished} WorkItems are unfinished", unfinished=unfinished
+        )
+    absent = content().absent_from_group(ctx.group.id, list(ctx.payload["artifactHashes"]))
+    if absent:
+        raise refuse(
+            ErrorCode.INVALID_COMMAND, f"/payload/artifactHashes: not held by this Group: {', '.join(absent)}",
+            field="/payload/artifactHashes", reason="not_found",
+        )  # fmt: skip
+    payload = {
+        "missionId": urn(mission.id),
+        "missionRevision": revision,
+        "artifactHashes": ctx.payload["artifactHashes"],
+    }
+    ref = _mission_ref(ctx)
+    return Decision([Emit("mission.submitted_for_approval", ref, payload)], ref)
+
+
+@command("mission.request_changes", group_roles=("mission_owner",))
+def request_changes(ctx: HandlerContext) -> Decision:
+    """The MissionOwner reopens the submitted revision with feedback (§7.1, §7.3); the
+    Coordinator revises or adds WorkItems, earlier submissions kept."""
+    mission = _active_mission(ctx)
+    _submitted(ctx)
+    ref = _mission_ref(ctx)
+    payload = {"missionId": urn(mission.id), "feedback": ctx.payload["feedback"], "newRevision": ref.revision}
+    return Decision([Emit("mission.changes_requested", ref, payload)], ref)
+
+
+@command("mission.approve", group_roles=("mission_owner",))
+def approve_mission(ctx: HandlerContext) -> Decision:
+    """The MissionOwner's final Approval (§7.3) of the submitted Mission revision and
+    Artifact set; every WorkItem must be finished. A child Mission's approval
+    verifies its parent WorkItem (§14)."""
+    p = ctx.payload
+    mission = _active_mission(ctx)
+    submitted = _submitted(ctx)
+    if sorted(p["artifactHashes"]) != sorted(submitted["artifactHashes"]):
+        raise refuse(
+            ErrorCode.INVALID_COMMAND, "/payload/artifactHashes: must be the submitted Artifact set",
+            field="/payload/artifactHashes",
+        )  # fmt: skip
     unfinished = WorkItem.objects.filter(group_id=ctx.group.id, state__in=sm.UNFINISHED).count()
     if unfinished:
         raise refuse(
             ErrorCode.INVALID_STATE_TRANSITION, f"{unfinished} WorkItems are unfinished", unfinished=unfinished
         )
     Approval.objects.create(
-        group_id=ctx.group.id,
-        kind=Approval.KIND_FINAL,
-        subject_kind="mission",
-        subject_id=str(mission.id),
-        subject_revision=ctx.group.revision,
-        granted_by_id=ctx.actor.id,
-        note=(p.get("comments") or "")[:2000],
+        group_id=ctx.group.id, kind=Approval.KIND_FINAL, subject_kind="mission", subject_id=str(mission.id),
+        subject_revision=p["missionRevision"], granted_by_id=ctx.actor.id, note=(p.get("comments") or "")[:2000],
         granted_at=ctx.now,
-    )
-    approval = authority_signed(
-        "approval",
-        {
-            "approvalId": p["approvalId"],
-            "kind": "child_mission" if mission.parent_group_id else "mission_final",
-            "decision": "approved",
-            "missionId": urn(mission.id),
-            "groupId": urn(ctx.group.id),
-            "missionRevision": p["missionRevision"],
-            "artifactHashes": p["artifactHashes"],
-            "acceptancePolicyVersion": p["acceptancePolicyVersion"] or POLICY_VERSION,
-            "approver": actor_of(ctx),
-            "comments": p.get("comments") or "",
-            "conditions": list(p.get("conditions") or []),
-            "occurredAt": when(ctx.now),
-        },
-        ctx,
-    )
+    )  # fmt: skip
+    approval = authority_signed("approval", {
+        "approvalId": p["approvalId"], "kind": "child_mission" if mission.parent_group_id else "mission_final",
+        "decision": "approved", "missionId": urn(mission.id), "groupId": urn(ctx.group.id),
+        "missionRevision": p["missionRevision"], "artifactHashes": p["artifactHashes"],
+        "acceptancePolicyVersion": p["acceptancePolicyVersion"] or POLICY_VERSION, "approver": actor_of(ctx),
+        "comments": p.get("comments") or "", "conditions": list(p.get("conditions") or []), "occurredAt": when(ctx.now),
+    }, ctx)  # fmt: skip
     return _close(ctx, mission, "completed", "mission.approved", {"approval": approval}, [])
 
 
