@@ -1,24 +1,27 @@
-"""Schemathesis against the app's own OpenAPI schema: no request answers 5xx
-(issue 16, "Done when": 0 server errors on SQLite and on PostgreSQL, in a
-bounded run in CI).
+"""Schemathesis against the REST binding's own OpenAPI document (DESIGN §5): no request answers
+5xx, and every refusal is the normative error document (PROTOCOL §19) (issue 16, "Done when": 0
+server errors on SQLite and on PostgreSQL, in a bounded run in CI; issue 18: on ``/api/v0.1/``).
 
-Every operation of ``/api/v1/schema/`` is fuzzed in-process through Django's
-WSGI handler, inside the test's transaction, with schema-valid and
-schema-violating requests (schemathesis' positive and negative modes),
-without a token and with a valid bearer token, and with the path
-parameters either generated or set to real objects the token's Agent can
-see (a Mission Group, a stored Artifact, a WorkItem, a resumable upload), so
-the fuzz reaches past the first lookup. The check is schemathesis'
-``not_a_server_error``; a server error prints the request to reproduce it.
+Every operation of the document ``GET /api/v0.1/schema/`` serves is fuzzed in-process through
+Django's WSGI handler, inside the test's transaction, with schema-valid and schema-violating
+requests (schemathesis' positive and negative modes), without a token and with a valid bearer
+token (a ``sessionToken``), and with the path parameters either generated or set to real objects
+the token's Agent can see, written as the wire writes them (a Mission Group's ``urn:uuid:``
+``groupId``, a stored Artifact's ``sha256:<hex>`` ``contentHash``, a WorkItem's ``workItemId``,
+a resumable upload's ``uploadId``, the Agent's own ``keyId``, a published ``contextPackageId``,
+a snapshot's ``sequence``), so the fuzz reaches past the first lookup.
 
-Bounded: ``FUZZ_EXAMPLES`` examples per operation and token mode (about 30 s
-for the whole module on SQLite). ``MWP_FUZZ_EXAMPLES`` raises it for a
-longer local hunt.
+Two checks per request: schemathesis' ``not_a_server_error``, and that a 4xx body is one JSON
+document the bundle's ``error.schema.json`` accepts (``tests.protocol.normative``; without the
+bundle, only that it has the document's required members). A failure prints the request to
+reproduce it.
+
+Bounded: ``FUZZ_EXAMPLES`` examples per operation and token mode. ``MWP_FUZZ_EXAMPLES`` raises it
+for a longer local hunt.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import uuid
@@ -31,19 +34,25 @@ import schemathesis
 from django.core import signals
 from django.core.handlers.wsgi import WSGIHandler
 from django.db import close_old_connections, transaction
-from drf_spectacular.generators import SchemaGenerator
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.result import Err
 
-from tests.api.support import bearer, http, show
-from tests.conftest import AgentKey
-from tests.workitems.flow import contract
+from missions.api.openapi import openapi_document
+from missions.models import GroupEvent
+from missions.snapshots import snapshot_now
+from mwportal.protocol.ids import urn
+from mwportal.protocol.verification import sign_document
+from tests.api.support import API, bearer, http, show
+from tests.api.support import SCHEMA as SCHEMA_URL
+from tests.artifacts.conftest import Artifacts, give_card, new_mission, now_text
+from tests.conftest import AgentKey, add_member
+from tests.protocol.normative import normative_problems, require_bundle
 
 FUZZ_EXAMPLES = int(os.environ.get("MWP_FUZZ_EXAMPLES", "25"))
-
+PACKAGE_PUBLISH = "ext.mwportal.context.package_publish"
 
 # The resumable upload's chunk body (tus: application/offset+octet-stream) is
 # raw bytes, as application/octet-stream is.
@@ -51,10 +60,9 @@ schemathesis.serializer.alias("application/offset+octet-stream", "application/oc
 
 
 def load_schema() -> Any:
-    """The schema ``/api/v1/schema/`` serves, generated from the URLconf
-    (no request, no table: this runs at collection time)."""
-    document = SchemaGenerator().get_schema(request=None, public=True)
-    return schemathesis.openapi.from_dict(json.loads(json.dumps(document, default=str)))
+    """The document ``/api/v0.1/schema/`` serves, built without a request
+    (no table is read: this runs at collection time)."""
+    return schemathesis.openapi.from_dict(json.loads(json.dumps(openapi_document(), default=str)))
 
 
 def operations(schema: Any) -> list[tuple[str, str]]:
@@ -76,6 +84,7 @@ OPERATIONS = operations(SCHEMA)
 def app(settings: Any, tmp_path: Any) -> WSGIHandler:
     """Django's WSGI handler, on the test's connection and transaction."""
     settings.MWP_ARTIFACT_ROOT = str(tmp_path / "artifacts")
+    settings.MWP_REVIEW_ON_SUBMIT = "off"
     return WSGIHandler()
 
 
@@ -93,29 +102,100 @@ def connection_kept_open() -> Iterator[None]:
         signals.request_finished.connect(close_old_connections)
 
 
+def context_package(art: Artifacts, artifact: str) -> dict[str, Any]:
+    """A normative Context Package (§13.3, ``context-package.schema.json``) citing the Group's log,
+    signed by the Coordinator."""
+    events = [urn(e) for e in GroupEvent.objects.filter(group_id=art.group).order_by("sequence").values_list(
+        "event_id", flat=True
+    )]  # fmt: skip
+    doc = {
+        "contextPackageId": urn(uuid.uuid4()),
+        "version": 1,
+        "missionId": urn(art.mission),
+        "groupId": urn(art.group),
+        "sourceEventRange": {"fromSequence": 1, "toSequence": len(events), "eventIds": events},
+        "artifactHashes": [artifact],
+        "summary": "The survey so far.",
+        "decisions": [{"description": "survey 2026 only", "sourceEventIds": [events[0]]}],
+        "constraints": [],
+        "unresolvedQuestions": [],
+        "generatedBy": art.coordinator.actor,
+        "generatedAt": now_text(),
+    }
+    key = art.coordinator.key
+    return sign_document(doc, key_id=key.key_id, seed=key.seed, profile="context-package")
+
+
 @pytest.fixture
-def real(mission: dict[str, str], coordinator: AgentKey, worker: AgentKey) -> dict[str, str]:
-    """Path values naming real objects Wanda (``worker``) may read."""
-    content = b"# findings\n"
-    token = bearer(worker.extra["token"])
-    uploaded = http().post(f"/api/v1/artifacts?group={mission['group']}", content, "text/markdown", **token)
-    assert uploaded.status_code == 201, show(uploaded)
+def real(owner: AgentKey, coordinator: AgentKey, worker: AgentKey, worker2: AgentKey) -> dict[str, str]:
+    """Path values, as the wire writes them, naming real objects Wanda (``worker``) may read."""
+    mission = new_mission(owner, give_card(coordinator), title="Survey")
+    for member in (worker, worker2):
+        add_member(owner, mission["group"], member, ["worker"])
+    art = Artifacts(mission, owner, coordinator, worker, worker2)
+    content_hash = art.upload(b"# findings\n")
     resumable = http().post(
-        f"/api/v1/artifacts/uploads?group={mission['group']}",
+        f"{API}/artifacts/uploads?groupId={urn(art.group)}",
         HTTP_UPLOAD_LENGTH="10",
-        HTTP_CONTENT_TYPE="text/plain",
-        **token,
+        content_type="text/plain",
+        **bearer(worker.extra["token"]),
     )
     assert resumable.status_code == 201, show(resumable)
-    item = str(uuid.uuid4())
-    coordinator.send("work.authorize", mission["group"], {"workitem": item, "contract": contract()})
+    item = art.authorize()
+    package = context_package(art, content_hash)
+    coordinator.send(PACKAGE_PUBLISH, art.group, {"contextPackage": package}, coordinator_epoch=1)
+    snapshot = snapshot_now(art.group)
     return {
-        "group_id": mission["group"],
-        "sha256": hashlib.sha256(content).hexdigest(),
-        "upload_id": resumable.json()["upload"],
-        "workitem_id": item,
-        "sequence": "1",
+        "groupId": urn(art.group),
+        "contentHash": content_hash,
+        "uploadId": resumable.json()["uploadId"],
+        "workItemId": urn(item),
+        "keyId": worker.key.key_id,
+        "contextPackageId": package["contextPackageId"],
+        "sequence": str(snapshot.sequence),
     }
+
+
+def test_the_fuzzed_document_is_the_one_the_schema_route_serves() -> None:
+    """DESIGN §5: what is fuzzed is ``GET /api/v0.1/schema/`` itself, every operation under ``/api/v0.1/``."""
+    served = http().get(f"{SCHEMA_URL}?format=json")
+    assert served.status_code == 200, show(served)
+    assert served.json() == json.loads(json.dumps(openapi_document(), default=str))
+    assert OPERATIONS and all(path.startswith(f"{API}/") for _, path in OPERATIONS), OPERATIONS
+
+
+def test_the_real_values_name_every_path_parameter(real: dict[str, str]) -> None:
+    """Each path parameter of the document has a real value, so no operation is fuzzed only at its first lookup."""
+    names = {p.name for m, path in OPERATIONS for p in SCHEMA[path][m].path_parameters}
+    assert names == set(real), (names, set(real))
+
+
+ERROR_MEMBERS = {"code", "message", "retryable", "occurredAt"}
+
+
+def refusal_problems(status: int, content: bytes) -> list[str]:
+    """What is wrong with a 4xx answer as the normative error document (§19): [] when it is one.
+    Without the bundle only its required members are checked."""
+    if status < 400 or not content:
+        return []
+    try:
+        body = json.loads(content)
+    except ValueError:
+        return [f"not JSON: {content[:200]!r}"]
+    if not isinstance(body, dict) or not set(body) >= ERROR_MEMBERS:
+        return [f"not an error document: {content[:200]!r}"]
+    return normative_problems("error", body)
+
+
+def test_the_refusal_check_refuses_what_is_not_the_error_document_19() -> None:
+    """The second check can fail: DRF's own ``{"detail"}``, HTML, and a document with a snake_case member."""
+    require_bundle()
+    assert refusal_problems(404, b'{"detail": "Not found."}')
+    assert refusal_problems(404, b"<h1>Not Found</h1>")
+    stamp = "2026-01-01T00:00:00Z"
+    good = {"code": "GROUP_NOT_FOUND", "message": "no such Group", "retryable": False, "occurredAt": stamp}
+    assert refusal_problems(404, json.dumps(good).encode()) == []
+    assert refusal_problems(404, json.dumps({**good, "occurred_at": stamp}).encode())
 
 
 @pytest.mark.parametrize("token", ["none", "bearer"])
@@ -126,7 +206,7 @@ def real(mission: dict[str, str], coordinator: AgentKey, worker: AgentKey) -> di
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 @given(data=st.data())
-def test_no_request_answers_a_server_error(
+def test_no_request_answers_a_server_error_and_every_refusal_is_the_error_document_19(
     data: st.DataObject,
     method: str,
     path: str,
@@ -136,8 +216,7 @@ def test_no_request_answers_a_server_error(
     worker: AgentKey,
 ) -> None:
     operation = SCHEMA[path][method]
-    headers = bearer(worker.extra["token"]) if token == "bearer" else {}
-    headers = {"Authorization": headers["HTTP_AUTHORIZATION"]} if headers else {}
+    headers = {"Authorization": bearer(worker.extra["token"])["HTTP_AUTHORIZATION"]} if token == "bearer" else {}
     names = {p.name for p in operation.path_parameters}
     known = {name: value for name, value in real.items() if name in names}
     strategies = [operation.as_strategy(GenerationMode.POSITIVE), operation.as_strategy(GenerationMode.NEGATIVE)]
@@ -155,3 +234,5 @@ def test_no_request_answers_a_server_error(
     finally:
         transaction.savepoint_rollback(savepoint)
     case.validate_response(response, checks=[not_a_server_error])
+    problems = refusal_problems(response.status_code, response.content or b"")
+    assert problems == [], (response.status_code, response.content[:500], problems, case.as_curl_command())
