@@ -29,9 +29,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 WINDOW = 8
 RETRY_MS = 200
-FLOOD = 200
+FLOOD = 120
 QUIET = 8
-SLOW_S = 0.02
+SLOW_S = 0.05
 
 
 @pytest.fixture
