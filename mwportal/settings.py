@@ -264,14 +264,14 @@ MWP_SERVICE_KEY_DIR = os.environ.get("MWP_SERVICE_KEY_DIR", str(VAR_DIR / "servi
 MWP_ONLINE_REPLAY_EVENTS = int(os.environ.get("MWP_ONLINE_REPLAY_EVENTS", "100000"))
 # A signed session request must be this fresh (DESIGN §4: within 5 minutes).
 MWP_SESSION_REQUEST_MAX_SKEW_SECONDS = 300
-# A newly presented signed Command's issued_at window (spec §8 freshness):
+# A newly presented signed Command's issuedAt window (PROTOCOL §6.4 freshness):
 # at most this old, and at most this far ahead of the server's clock.
 MWP_COMMAND_FRESHNESS_SECONDS = int(os.environ.get("MWP_COMMAND_FRESHNESS_SECONDS", "300"))
 MWP_COMMAND_MAX_SKEW_SECONDS = int(os.environ.get("MWP_COMMAND_MAX_SKEW_SECONDS", "300"))
 MWP_ARTIFACT_ROOT = os.environ.get("MWP_ARTIFACT_ROOT", str(VAR_DIR / "artifacts"))
 MWP_ARTIFACT_MAX_BYTES = int(os.environ.get("MWP_ARTIFACT_MAX_BYTES", str(2 * 1024**3)))
 # The largest body of one request of a resumable upload (PATCH
-# /api/v1/artifacts/uploads/{id}); under ASGI also the largest single-request
+# /api/v0.1/artifacts/uploads/{uploadId}); under ASGI also the largest single-request
 # upload (daphne holds a request body whole in memory).
 MWP_ARTIFACT_CHUNK_BYTES = int(os.environ.get("MWP_ARTIFACT_CHUNK_BYTES", str(8 * 1024**2)))
 # A resumable upload not completed within this long is deleted.
