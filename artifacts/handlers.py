@@ -61,9 +61,13 @@ def store_content(ctx: HandlerContext) -> Decision:
         raise malformed("/payload/mediaType", f"the content was stored as {blob.media_type}")
     if BlobGroup.objects.filter(blob=blob, group_id=ctx.group.id).exists():
         raise ProtocolError(ErrorCode.INVALID_STATE_TRANSITION, f"this Group already holds {wire_hash(sha)}")
-    BlobGroup.objects.create(blob=blob, group_id=ctx.group.id, uploaded_by_id=ctx.actor.id, created_at=ctx.now)
+    uploader = payload.get("uploadedBy")
+    uploaded_by = bare(uploader["id"], "/payload/uploadedBy/id") if uploader else ctx.actor.id
+    BlobGroup.objects.create(blob=blob, group_id=ctx.group.id, uploaded_by_id=uploaded_by, created_at=ctx.now)
     ref = AggregateRef("artifact", sha, 1)
     body = {"contentHash": wire_hash(sha), "sizeBytes": blob.size, "mediaType": blob.media_type}
+    if uploader:
+        body["uploadedBy"] = uploader
     return Decision([Emit(CONTENT_STORED, ref, body)], ref)
 
 

@@ -42,6 +42,7 @@ from django.utils.module_loading import import_string
 
 from missions.models import Agent, Group
 from mwportal.protocol import ErrorCode, ProtocolError, malformed
+from mwportal.protocol.ids import urn
 from mwportal.security import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, private_dir
 
 from .models import Blob, BlobGroup
@@ -243,14 +244,18 @@ def link_to_group(blob: Blob, group: Group, agent: Agent) -> None:
     from missions.authority import accept
     from missions.commands import service_command
 
-    payload = {"contentHash": wire_hash(blob.sha256), "sizeBytes": blob.size, "mediaType": blob.media_type}
+    payload = {
+        "contentHash": wire_hash(blob.sha256),
+        "sizeBytes": blob.size,
+        "mediaType": blob.media_type,
+        "uploadedBy": {"type": Agent.ACTOR_TYPES[agent.kind], "id": urn(agent.id)},
+    }
     try:
         accept(service_command(CONTENT_STORE, str(group.id), payload, organization_id=str(group.organization_id)))
     except ProtocolError:
         # A concurrent upload of the same bytes to the same Group won: fine.
         if not BlobGroup.objects.filter(blob=blob, group=group).exists():
             raise
-    log.info("Group %s holds %s, uploaded by %s", group.id, wire_hash(blob.sha256), agent.id)
 
 
 READ_AHEAD = 4  # chunks in flight between the reading thread and the hashing/writing one

@@ -94,7 +94,12 @@ def test_a_multi_chunk_upload_is_stored_under_its_sha256_with_an_event(art: Arti
     blob = Blob.objects.get(sha256=hex_sha)
     assert (blob.size, blob.integrity) == (len(content), "verified")
     (event,) = events_of(art.group, "ext.mwportal.artifact.content_stored")
-    assert event["payload"] == {"contentHash": sha, "sizeBytes": len(content), "mediaType": "text/csv"}
+    assert event["payload"] == {
+        "contentHash": sha,
+        "sizeBytes": len(content),
+        "mediaType": "text/csv",
+        "uploadedBy": art.worker.actor,
+    }
     download = art.download(sha, art.coordinator)
     assert b"".join(download.streaming_content) == content
     # The staging files are gone.

@@ -142,7 +142,12 @@ def test_a_group_holding_an_upload_is_an_event_of_its_log_without_the_bytes_13_1
     sha = art.upload(content)
     (event,) = events_of(art.group, "ext.mwportal.artifact.content_stored")
     normative("event", event)
-    assert event["payload"] == {"contentHash": sha, "sizeBytes": len(content), "mediaType": "text/markdown"}
+    assert event["payload"] == {
+        "contentHash": sha,
+        "sizeBytes": len(content),
+        "mediaType": "text/markdown",
+        "uploadedBy": art.worker.actor,
+    }
     key = control_plane(str(Group.objects.get(id=art.group).organization_id))
     assert key.principal is not None
     assert event["actor"] == {"type": "service", "id": urn(key.principal[1])}
