@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
+from typing import Any
 
 from django.conf import settings
 
@@ -82,6 +83,8 @@ def verify_command(data: bytes) -> Command:
         verified = verify_document(data, "command", registry)
     except VerificationFailed as failure:
         raise wire_error(failure) from None
+    if b"\\u0000" in data:
+        refuse_nul(verified.document)
     doc = read_command(verified.document, signing_hash=verified.signing_hash, key_id=verified.key_id)
     return Command(doc, Auth.SIGNED, verified)
 
@@ -129,3 +132,38 @@ def admit(command: Command, organization_id: str, now: datetime) -> None:
         admit_first(verified, log_, context)
     except AdmissionFailed as failure:
         raise ProtocolError(failure.wire_code, "the document could not be admitted") from None
+
+
+def _nul_pointer(value: Any, path: str) -> str | None:
+    if isinstance(value, str):
+        return path if "\x00" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            name = key.replace("~", "~0").replace("/", "~1")
+            if "\x00" in key:
+                return f"{path}/{name}"
+            found = _nul_pointer(item, f"{path}/{name}")
+            if found is not None:
+                return found
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            found = _nul_pointer(item, f"{path}/{i}")
+            if found is not None:
+                return found
+    return None
+
+
+def refuse_nul(document: Any) -> None:
+    """SCHEMA_VALIDATION_FAILED naming the member when a string holds a NUL character.
+
+    A NUL is valid JSON and JCS data, but PostgreSQL's text and jsonb refuse it
+    (issue 16 item 6): every binding refuses it here rather than let the
+    database answer 500.
+    """
+    pointer = _nul_pointer(document, "")
+    if pointer is not None:
+        raise ProtocolError(
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
+            f"{pointer or '/'}: a string holds a NUL character",
+            details={"field": pointer or "/", "reason": "nul-character"},
+        )

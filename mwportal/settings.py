@@ -268,6 +268,8 @@ MWP_SESSION_REQUEST_MAX_SKEW_SECONDS = 300
 # at most this old, and at most this far ahead of the server's clock.
 MWP_COMMAND_FRESHNESS_SECONDS = int(os.environ.get("MWP_COMMAND_FRESHNESS_SECONDS", "300"))
 MWP_COMMAND_MAX_SKEW_SECONDS = int(os.environ.get("MWP_COMMAND_MAX_SKEW_SECONDS", "300"))
+# How long a session token (HELLO's server_accept) stays valid; a newer session fences it sooner.
+MWP_SESSION_TOKEN_SECONDS = int(os.environ.get("MWP_SESSION_TOKEN_SECONDS", "3600"))
 MWP_ARTIFACT_ROOT = os.environ.get("MWP_ARTIFACT_ROOT", str(VAR_DIR / "artifacts"))
 MWP_ARTIFACT_MAX_BYTES = int(os.environ.get("MWP_ARTIFACT_MAX_BYTES", str(2 * 1024**3)))
 # The largest body of one request of a resumable upload (PATCH

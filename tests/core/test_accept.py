@@ -347,3 +347,17 @@ def test_organization_scoped_events_are_immutable_spec_15_2(org: dict[str, str],
         with pytest.raises(DatabaseError), transaction.atomic():
             change()
     assert OrganizationEvent.objects.get(pk=row.pk).document == row.document
+
+
+def test_a_nul_character_is_refused_naming_the_member_on_every_binding_issue_16(
+    org: dict[str, str], planner: AgentKey
+) -> None:
+    """PostgreSQL cannot store a NUL; accept_document refuses it for REST and the WebSocket alike."""
+    policy = {"classes": {"normal": 1}, "default_class": "normal", "groups": {"a\x00": {"class": "normal"}}}
+    doc = planner.command(POLICY, org["admin_group"], {"policy": policy})
+    err = refused(ErrorCode.SCHEMA_VALIDATION_FAILED, _post, doc)
+    assert err.details == {"field": "/payload/policy/groups/a\x00", "reason": "nul-character"}
+    literal = planner.command(POLICY, org["admin_group"], {"policy": {**policy, "groups": {"a\\u0000": {}}}})
+    with pytest.raises(ProtocolError) as info:
+        _post(literal)  # a backslash and "u0000" are six characters, not a NUL: the policy's own check decides
+    assert info.value.details.get("reason") != "nul-character"
