@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from missions.delivery import head_notice
-from missions.feed import Cursor, Feed, Notice
+from missions.feed import Feed, Notice
 from missions.hub import Hub, Subscription
 from mwportal.protocol import GENESIS_HASH, event_hash
 from tests.conftest import AgentKey, group_revision
@@ -260,7 +260,7 @@ def test_a_commit_notice_carries_its_events_as_the_log_stores_them(
     assert (group, top) == (g, sequences[-1])
     rows = list(GroupEvent.objects.filter(group_id=g, sequence__in=sequences).order_by("sequence"))
     assert events == [row.as_wire() for row in rows]
-    feed: Feed[Cursor] = Feed(g)
+    feed: Feed[Subscription] = Feed(g)
     feed.open(before, GroupEvent.objects.get(group_id=g, sequence=before).hash)
     entries = _linked(feed, events)
     assert [(e["prev_hash"], e["hash"], e["document"]) for e in entries] == [

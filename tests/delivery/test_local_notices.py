@@ -310,8 +310,8 @@ def test_a_connection_takes_an_agent_notice_it_already_had_as_old_news() -> None
     async def send_frame(frame: dict[str, Any]) -> None:
         sent.append(frame)
 
-    async def close(code: int, reason: str = "") -> None:
-        closed.append(code)
+    async def close(code: int | None = None, reason: str | None = None) -> None:
+        closed.append(code or 0)
 
     consumer.stop_stream = stop_stream  # type: ignore[method-assign]
     consumer.send_frame = send_frame  # type: ignore[method-assign]
