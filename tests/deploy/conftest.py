@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from tests.delivery.conftest import ROOT, daphne, daphne_env, head_poll_seconds  # noqa: F401  (fixtures)
-from tests.portal.conftest import _artifact_root, flow, mission, obi, owner, pat, pat_client  # noqa: F401  (fixtures)
+from tests.portal.conftest import _artifact_root, flow, obi, owner, pat, pat_client  # noqa: F401  (fixtures)
 
 # docs/deploy.md, "Production settings" (the secret is a test value of the documented form).
 PRODUCTION_ENV = {

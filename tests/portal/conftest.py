@@ -3,10 +3,9 @@
 On top of the shared personas (``tests/conftest.py``), whose Mission ``mission``
 is driven by its Agents through ``Flow``:
 
-- ``owner`` and ``mission`` are overridden here: the MissionOwner of
-  ``mission`` is ``pat``, a person linked to the Django user ``pat`` (with a
-  software key, DESIGN §4, so the fixtures can sign ``mission.create`` for
-  her), and its Coordinator Carl has an Agent Card (§6.1);
+- ``owner`` is overridden here: the MissionOwner of ``mission`` is ``pat``,
+  a person linked to the Django user ``pat`` (with a software key, DESIGN §4,
+  so the shared fixtures can sign ``mission.create`` for her);
 - ``pat``: that person, signed in; the portal acts for her by her session
   (``Auth.PORTAL``);
 - ``obi``: a person with the ``observer`` role in ``mission`` (people are
@@ -33,7 +32,7 @@ from django.test import Client
 
 from missions.commands import register_principal
 from missions.handlers.sessions import capability, issue_agent_card
-from missions.models import Agent, AgentCard, Group, GroupEvent, Mission
+from missions.models import Agent, AgentCard, Group, GroupEvent
 from mwportal.protocol import catalogue
 from mwportal.protocol.command import Key, format_timestamp
 from mwportal.protocol.ids import urn
@@ -142,15 +141,6 @@ def found_mission(owner: AgentKey, coordinator: AgentKey, title: str) -> str:
     group, mission = str(uuid.uuid4()), str(uuid.uuid4())
     owner.send("mission.create", group, mission_terms(mission, group, coordinator, title))
     return group
-
-
-@pytest.fixture
-def mission(owner: AgentKey, coordinator: AgentKey, worker: AgentKey, worker2: AgentKey) -> dict[str, str]:
-    """The shared personas' Mission, owned by ``pat``: Carl (an Agent) coordinates, Wanda and Walt work."""
-    group = found_mission(owner, coordinator, "Survey")
-    for member in (worker, worker2):
-        add_member(owner, group, member, ["worker"])
-    return {"group": group, "mission": str(Mission.objects.values_list("id", flat=True).get(group_id=group))}
 
 
 @pytest.fixture
