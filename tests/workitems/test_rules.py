@@ -9,6 +9,8 @@ from datetime import timedelta
 import time_machine
 from django.utils import timezone
 
+from missions.authority import accept
+from missions.commands import group_service_command
 from missions.models import Approval, GroupEvent, Mission
 from mwportal.protocol import ErrorCode, schemas
 from mwportal.protocol.ids import bare, urn
@@ -131,6 +133,18 @@ def test_a_usage_record_charges_under_the_current_lease_spec_12(flow: Flow) -> N
     assert (
         refused(ErrorCode.INVALID_COMMAND, flow.lease_command, USAGE, item, zero).details["field"]
         == "/payload/usageDelta"
+    )
+
+
+def test_the_control_plane_meters_usage_under_the_current_lease_spec_12(flow: Flow) -> None:
+    item = flow.drive_to("active")
+    payload = {"workItemId": urn(item), "ownershipEpoch": 1, "executionLeaseId": urn(flow.leases[item]),
+               "usageDelta": {"toolCalls": 2}}  # fmt: skip
+    accept(group_service_command(USAGE, flow.group, payload, work_item_id=item))
+    assert flow.item(item).usage == {"toolCalls": 2}
+    stale = {**payload, "executionLeaseId": urn(uuid.uuid4())}
+    refused(
+        Because(ErrorCode.WORK_LEASE_EXPIRED, "stale_lease"), accept, group_service_command(USAGE, flow.group, stale)
     )
 
 
