@@ -62,7 +62,7 @@ class Outcome:
 def issue(
     person: Agent,
     kind: str,
-    group: str | None,
+    group: str,
     payload: dict[str, Any],
     *,
     expected_revision: int | None = None,
@@ -77,7 +77,7 @@ def issue(
         command = portal_command(
             person,
             kind,
-            None if group is None else str(group),
+            str(group),
             payload,
             expected_revision=expected_revision,
             work_item_id=None if work_item_id is None else str(work_item_id),

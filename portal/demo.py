@@ -44,7 +44,7 @@ from workitems.models import WorkItem
 from .keys import enrol_key, reuse_key
 
 ORG = "demo"
-PEOPLE = (
+PEOPLE: tuple[tuple[str, str, list[str], str], ...] = (
     # username, display name, Organization roles, Membership role in the demo Missions
     ("owner", "Olivia Owner", ["mission_owner", "admin"], "mission_owner"),
     ("observer", "Oscar Observer", [], "observer"),

@@ -71,7 +71,7 @@ def item_of(payload: dict[str, Any], work_item_id: Any = None) -> str:
 
 def needs_execution_approval(contract: dict[str, Any]) -> bool:
     """The Work Contract requires an execution Approval before start (§12, ``executionApproval``)."""
-    return contract.get("executionApproval", "not_required") != "not_required"
+    return bool(contract.get("executionApproval", "not_required") != "not_required")
 
 
 # --- the DAG -------------------------------------------------------------------
