@@ -11,8 +11,8 @@ import pytest
 from missions.models import GroupEvent
 from mwportal.protocol import ErrorCode, ProtocolError, schemas
 from mwportal.protocol.ids import urn
-from tests.conftest import Because, refused
-from tests.workitems.flow import COORDINATOR_EPOCH, MISSION_BUDGET, Flow, contract
+from tests.conftest import Because, add_member, make_agent, refused
+from tests.workitems.flow import BASIS, COORDINATOR_EPOCH, MISSION_BUDGET, Flow, contract
 from workitems.contract import check_contract, is_material_change
 
 INCOMPLETE = Because(ErrorCode.WORK_CONTRACT_INCOMPLETE, "contract_invalid")
@@ -154,3 +154,17 @@ def test_the_envelope_and_payload_name_the_same_workitem_spec_15_1(flow: Flow) -
     send = flow.coordinator.send
     err = refused(ErrorCode.INVALID_COMMAND, send, "work.cancel", flow.group, payload, **envelope)
     assert err.details["field"] == "/workItemId"
+
+
+def test_the_work_delegate_role_alone_authors_nothing_spec_9_1(flow: Flow) -> None:
+    """§9.1: a delegated work.authorize or work.offer cites a persisted Grant; the role conveys no authority."""
+    delegate = make_agent("acme", "Dora Delegate", ["worker"])
+    add_member(flow.owner, flow.group, delegate, ["work_delegate"])
+    item = flow.authorize()
+    authorize = {"workItemId": urn(uuid.uuid4()), "contract": contract(), "parentWorkItemId": urn(item)}
+    err = refused(ErrorCode.AUTH_FORBIDDEN, delegate.send, "work.authorize", flow.group, authorize)
+    assert err.details["field"] == "/payload/delegationGrantId"
+    cited = {**authorize, "delegationGrantId": urn(uuid.uuid4())}
+    refused(ErrorCode.AUTH_FORBIDDEN, delegate.send, "work.authorize", flow.group, cited)
+    offer = {"candidateAgentIds": [flow.worker.urn], "offerExpiresInSeconds": 60, "selectionBasis": BASIS}
+    refused(ErrorCode.AUTH_FORBIDDEN, flow.send, delegate, "work.offer", item, offer)

@@ -16,6 +16,7 @@ from mwportal.protocol.ids import bare, urn
 
 from .. import state_machine as sm
 from ..contract import check_contract, is_material_change, requires_approval
+from ..delegation import acts_as_delegate, check_grant
 from ..documents import POLICY_VERSION, actor_of, authority_signed, work_item_document
 from ..models import Offer, WorkItem
 from ..models import WorkProposal as Proposal
@@ -108,6 +109,8 @@ def authorize(ctx: HandlerContext) -> Decision:
     mission = _mission(ctx)
     contract = check_contract(p["contract"], now=ctx.now, mission_budget=mission.budgets)
     _first_version(contract)
+    if acts_as_delegate(ctx):
+        check_grant(ctx, contract=contract, within=p.get("parentWorkItemId"), now=ctx.now)
     if p.get("dependencyIds") is not None and sorted(p["dependencyIds"]) != sorted(contract["dependencyWorkItemIds"]):
         raise refuse(
             ErrorCode.INVALID_COMMAND,
@@ -249,6 +252,8 @@ def offer(ctx: HandlerContext) -> Decision:
             "the WorkItem has a live owner; it cannot be offered",
             ownerId=urn(str(item.owner_id)),
         )
+    if acts_as_delegate(ctx):
+        check_grant(ctx, contract=p.get("contract") or item.contract, within=urn(item.id), now=ctx.now)
     agents = _candidates(ctx)
     expires_at = _offer_expiry(ctx)
     events: list[Emit] = []
