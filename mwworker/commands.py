@@ -267,7 +267,8 @@ class Commands(WorkerState):
                 continue
             self._in_doubt.pop(action, None)
             try:
-                status, receipt = await self._http.call("POST", "/api/v0.1/commands", body=document)
+                # No bearer token is needed (the signature authenticates), but the session's is sent.
+                status, receipt = await self._http.call("POST", "/api/v0.1/commands", body=document, token=self._token)
             except OSError:
                 self._in_doubt[action] = True
                 continue

@@ -119,7 +119,8 @@ class Slots(Admission, Leases, Offline):
             renewer.cancel()
             with contextlib.suppress(BaseException):
                 await renewer
-            self._running.pop(slot.workitem, None)
+            if self._running.get(slot.workitem) is slot:  # a later slot of the same WorkItem keeps its place
+                del self._running[slot.workitem]
             self.log.append((outcome, slot.workitem, slot.stopped or ""))
             self._presence()
             with contextlib.suppress(Exception):

@@ -1,12 +1,12 @@
-"""A WebSocket relay between a Worker and the portal's ``/ws/v1/agent``, for fault injection.
+"""A WebSocket relay between a Worker and the portal's ``/mwp/0.1``, for fault injection.
 
 The Worker under test connects to the relay (``RelayedWorker``: the agent
 WebSocket goes through the relay, HTTP straight to the portal), and the relay
 forwards every frame both ways, except that it can
 
-- hold back one Group's ``event`` frames for a while on each connection (a
-  slow replay: ``hold``), keeping their order, while other Groups' frames,
-  receipts and errors pass at once;
+- hold back one Group's EVENT frames for a while on each connection (a
+  slow replay: ``hold``), keeping their order, while other Groups' frames
+  and errors pass at once;
 - swallow chosen Commands on their way to the server and drop the client's
   connection a while later (an answer lost with the transport: ``swallow``).
 
@@ -31,11 +31,11 @@ from mwworker import Worker
 
 class Relay:
     def __init__(self, upstream: str):
-        self.upstream = upstream  # ws://host:port/ws/v1/agent
+        self.upstream = upstream  # ws://host:port/mwp/0.1
         self.hold: dict[str, float] = {}  # Group -> seconds its Events wait from the first one of a connection
-        self.swallow: Callable[[dict[str, Any]], bool] = lambda envelope: False
+        self.swallow: Callable[[dict[str, Any]], bool] = lambda document: False
         self.drop_after = 0.0  # seconds after a swallowed Command before the client's connection is cut
-        self.on_command: Callable[[dict[str, Any]], None] = lambda envelope: None
+        self.on_command: Callable[[dict[str, Any]], None] = lambda document: None
         self.connections = 0
         self._server: Server | None = None
 
@@ -52,7 +52,7 @@ class Relay:
     def url(self) -> str:
         assert self._server is not None
         port = next(iter(self._server.sockets)).getsockname()[1]
-        return f"ws://127.0.0.1:{port}/ws/v1/agent"
+        return f"ws://127.0.0.1:{port}/mwp/0.1"
 
     async def _relay(self, client: ServerConnection) -> None:
         self.connections += 1
@@ -72,10 +72,10 @@ class Relay:
             async def to_server() -> None:
                 async for text in client:
                     frame = json.loads(text)
-                    if frame.get("op") == "command":
-                        envelope = frame["envelope"]
-                        self.on_command(envelope)
-                        if self.swallow(envelope):
+                    if frame.get("frameType") == "COMMAND":
+                        document = frame["command"]
+                        self.on_command(document)
+                        if self.swallow(document):
                             tasks.append(asyncio.create_task(drop_later()))
                             continue
                     await server.send(text)
@@ -83,7 +83,7 @@ class Relay:
             async def to_client() -> None:
                 async for text in server:
                     frame = json.loads(text)
-                    group = frame["event"].get("group") if frame.get("op") == "event" else None
+                    group = frame["event"].get("groupId") if frame.get("frameType") == "EVENT" else None
                     if group in self.hold:
                         if group not in held:
                             held[group] = asyncio.Queue()
