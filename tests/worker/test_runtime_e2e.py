@@ -112,3 +112,95 @@ def test_the_cli_demo_works_an_offered_item_and_status_and_rebuild_read_its_stor
     assert main(["explain", "--config", str(config), "--json"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
     assert all(urn(item) not in json.dumps(row) for row in lines)
+
+
+def _result(ctx: SlotContext, sha: str) -> Result:
+    evidence = [
+        ctx.evidence(
+            [c["criterionId"]],
+            result="passed",
+            method="checked",
+            summary="done",
+            artifacts=[sha],
+            type=c["evidenceRequired"][0],
+        )  # fmt: skip
+        for c in ctx.contract["acceptanceCriteria"]
+    ]
+    return Result(evidence=evidence, artifacts=[sha])
+
+
+def test_preemption_checkpoints_releases_the_slot_and_resumes_later_MWP_WRK_015(
+    portal: Portal, mission: dict[str, str], owner: AgentKey, coordinator: AgentKey, worker: AgentKey,
+    worker2: AgentKey, tmp_path: Path,
+) -> None:  # fmt: skip
+    """§11.3's five steps: preemption requested, the next checkpoint emitted, the
+    slot released, the other WorkItem run, the first resumed from its checkpoint."""
+    give_card(worker)
+    flow = Flow(mission, owner, coordinator, worker, worker2)
+    w = portal.worker(worker, tmp_path / "w.sqlite3", slots=1)
+    gates: dict[str, asyncio.Event] = {}
+    seen: dict[str, list[int]] = {}
+
+    @w.capability(CAPABILITY["id"], CAPABILITY["version"])
+    async def gated(ctx: SlotContext) -> Result:
+        done = list((ctx.resume_state or {}).get("completedMilestones") or [])
+        seen.setdefault(ctx.workitem, []).append(len(done))
+        for step in range(len(done), 2):
+            gate = gates.get(ctx.workitem)
+            if gate is not None:
+                await gate.wait()
+            done.append(f"step {step + 1}")
+            await ctx.checkpoint(phase=f"step {step + 1}", milestones=done)
+        return _result(ctx, await ctx.put_artifact(b"# summary\n", "text/markdown"))
+
+    async def body() -> None:
+        a = await in_db_thread(flow.authorize)
+        gates[urn(a)] = asyncio.Event()
+        await in_db_thread(flow.offer, a)
+        await w.until(lambda: urn(a) in w.running)
+        b = await in_db_thread(flow.authorize)
+        await in_db_thread(flow.offer, b)
+        await w.until(lambda: state_of(w, flow.group, b) == "queued")  # accepted; the only slot is busy
+        assert w.request_preemption(urn(a))
+        gates[urn(a)].set()
+        await w.until(lambda: {state_of(w, flow.group, x) for x in (a, b)} == {"submitted"}, timeout=30)
+        order = [(kind, item) for kind, item, _ in w.log if item in (urn(a), urn(b))]
+        assert (
+            order.index(("preempted", urn(a))) < order.index(("started", urn(b))) < order.index(("submitted", urn(b)))
+        )
+        assert [c.number for c in w.store.checkpoints(urn(flow.group), urn(a))] == [1, 2]
+        assert seen[urn(a)] == [0, 1]  # resumed from the checkpoint, not from the start
+        assert seen[urn(b)] == [0]
+
+    asyncio.run(running(w, body, timeout=60))
+
+
+def test_block_checkpoints_releases_the_slot_and_resumes_after_unblock_MWP_WRK_017(
+    portal: Portal, mission: dict[str, str], owner: AgentKey, coordinator: AgentKey, worker: AgentKey,
+    worker2: AgentKey, tmp_path: Path,
+) -> None:  # fmt: skip
+    give_card(worker)
+    flow = Flow(mission, owner, coordinator, worker, worker2)
+    w = portal.worker(worker, tmp_path / "w.sqlite3", slots=1)
+    resumed: list[Any] = []
+
+    @w.capability(CAPABILITY["id"], CAPABILITY["version"])
+    async def needs_input(ctx: SlotContext) -> Result:
+        if ctx.resume_state is None:
+            await ctx.block("the survey file is missing", phase="reading", milestones=["read a.csv"])
+        resumed.append(list((ctx.resume_state or {}).get("completedMilestones") or []))
+        return _result(ctx, await ctx.put_artifact(b"# summary\n", "text/markdown"))
+
+    async def body() -> None:
+        item = await in_db_thread(flow.authorize)
+        await in_db_thread(flow.offer, item)
+        await w.until(lambda: state_of(w, flow.group, item) == "blocked")
+        await w.until(lambda: urn(item) not in w.running)  # the slot is released
+        row = w.store.row(urn(flow.group), urn(item))
+        assert row is not None and row.resolution_required == "the survey file is missing"
+        assert row.owner == w.me  # ownership stays during the bounded blocked lease
+        await in_db_thread(flow.unblock, item)
+        await w.until(lambda: state_of(w, flow.group, item) == "submitted")
+        assert resumed == [["read a.csv"]]
+
+    asyncio.run(running(w, body))
