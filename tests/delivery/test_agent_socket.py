@@ -443,3 +443,35 @@ def test_an_attention_filter_changes_live_delivery_only_spec_17_2(
     assert {e["kind"] for e in got} == {"membership.changed"}
     assert [e["sequence"] for e in got] == [s for s, k in enumerate(kinds, start=1) if k == "membership.changed"]
     assert AgentCursor.objects.get(agent_id=worker.id, group_id=g).sequence == top
+
+
+@pytest.mark.parametrize("order", ["response-first", "init-twice", "subscribe-first"])
+def test_a_hello_out_of_order_is_refused_spec_6_3(daphne: Daphne, worker: AgentKey, order: str) -> None:
+    """The four phases come in their order; anything else before
+    ``server_accept`` is refused (a HELLO out of turn ends the connection)."""
+
+    async def scenario() -> tuple[list[dict[str, Any]], int | None]:
+        client = await Client.open(daphne)
+        handshake = ClientHandshake(worker.urn, worker.key)
+        init = handshake.start()
+        if order == "response-first":
+            await client.send(frames.hello_client_response(worker.urn, worker.key.key_id, init["clientNonce"],
+                                                           frames.new_nonce(), frames.new_nonce(64)))  # fmt: skip
+        elif order == "init-twice":
+            await client.send(init)
+            assert (await client.recv())["phase"] == "server_challenge"
+            await client.send(ClientHandshake(worker.urn, worker.key).start())
+        else:
+            await client.subscribe(str(uuid.uuid4()), 0)
+            got = [await client.recv()]
+            await client.close()
+            return got, None
+        return await client.until_closed()
+
+    got, code = asyncio.run(scenario())
+    errors = [f["error"] for f in got]
+    if order == "subscribe-first":
+        assert [e["code"] for e in errors] == ["AUTH_REQUIRED"]  # answered; the HELLO may still come
+        return
+    assert [(e["code"], e["details"]["reason"]) for e in errors] == [("PROTOCOL_VIOLATION", "hello-out-of-order")]
+    assert code == 4003
