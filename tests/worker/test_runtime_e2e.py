@@ -204,3 +204,37 @@ def test_block_checkpoints_releases_the_slot_and_resumes_after_unblock_MWP_WRK_0
         assert resumed == [["read a.csv"]]
 
     asyncio.run(running(w, body))
+
+
+def test_an_offer_it_cannot_honour_is_declined_with_a_structured_reason_spec_10_3(
+    portal: Portal, mission: dict[str, str], owner: AgentKey, coordinator: AgentKey, worker: AgentKey,
+    worker2: AgentKey, tmp_path: Path,
+) -> None:  # fmt: skip
+    """Admission control (§10.3): a capability this Worker lacks is declined with
+    ``ext.mwportal.work.offer_decline`` naming the reason; the next offer is taken."""
+    from missions.models import GroupEvent
+
+    give_card(worker)
+    flow = Flow(mission, owner, coordinator, worker, worker2)
+    w = portal.worker(worker, tmp_path / "w.sqlite3", slots=1)
+    register_stepper(w, steps=1)
+    other = {"id": "text.translate", "version": "2.0.0"}
+
+    async def body() -> None:
+        foreign = await in_db_thread(lambda: flow.authorize(contract(requiredCapabilities=[other])))
+        basis = {**BASIS, "requiredCapabilities": [other], "verifiedMatches": [other]}
+        await in_db_thread(lambda: flow.offer(foreign, selectionBasis=basis))
+        ok = await in_db_thread(flow.authorize)
+        await in_db_thread(flow.offer, ok)
+        await w.until(lambda: state_of(w, flow.group, ok) == "submitted", timeout=30)
+        declined = await in_db_thread(
+            lambda: [e.body for e in GroupEvent.objects.filter(group_id=flow.group, type=DECLINED)]
+        )
+        assert [(d["workItemId"], d["agentId"], d["reason"]) for d in declined] == [(urn(foreign), worker.urn,
+                                                                                      "capability")]  # fmt: skip
+        assert ("offer.declined", urn(foreign), "capability") in w.log
+
+    asyncio.run(running(w, body))
+
+
+DECLINED = "ext.mwportal.work.offer_declined"
