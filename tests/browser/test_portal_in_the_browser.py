@@ -13,6 +13,7 @@ from artifacts.review import run_review
 from tests.browser.conftest import SHOTS, base_url, shot, sign_in
 from tests.delivery.conftest import Daphne
 from tests.portal.conftest import Person, approval_contract
+from tests.portal.test_final import submit_for_approval
 from tests.workitems.flow import Flow
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -99,3 +100,19 @@ def test_an_observer_does_not_see_the_policy_editor_MWP_WRK_009(
     assert share.inner_text() == "100.0%"
     shot(owner, "owner-policy")
     assert SHOTS.exists()
+
+
+def test_the_mission_owner_approves_the_submitted_revision_in_the_browser_spec_7_3(
+    server: Daphne, browser: Browser, flow: Flow, pat: Person
+) -> None:
+    artifacts = submit_for_approval(flow)
+    page = sign_in(browser, server, "pat")
+    page.goto(f"{base_url(server)}/missions/{flow.group}/final/")
+    listed = page.inner_text("#submitted-artifacts")
+    assert all(h[:19] in listed for h in artifacts)
+    page.fill("textarea[name=note]", "ship it")
+    page.click("#approve-mission")
+    page.wait_for_selector(".msg-success")
+    assert "Accepted: mission.approved" in page.inner_text(".msg-success")
+    assert page.locator("#approve-mission").count() == 0  # decided: nothing waits any more
+    shot(page, "owner-final-approval")
