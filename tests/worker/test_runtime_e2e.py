@@ -238,3 +238,41 @@ def test_an_offer_it_cannot_honour_is_declined_with_a_structured_reason_spec_10_
 
 
 DECLINED = "ext.mwportal.work.offer_declined"
+
+
+def test_a_replaced_session_stops_the_slot_and_the_item_restarts_under_a_new_lease_spec_6_3(
+    portal: Portal, mission: dict[str, str], owner: AgentKey, coordinator: AgentKey, worker: AgentKey,
+    worker2: AgentKey, tmp_path: Path,
+) -> None:  # fmt: skip
+    """§6.3: issuing Session Epoch n + 1 fences n; the Group Authority revokes the
+    old session's lease (§11.3). The Worker stops the slot, says HELLO again and
+    runs the WorkItem under a new lease."""
+    give_card(worker)
+    flow = Flow(mission, owner, coordinator, worker, worker2)
+    w = portal.worker(worker, tmp_path / "w.sqlite3", slots=1)
+    gate = asyncio.Event()
+
+    @w.capability(CAPABILITY["id"], CAPABILITY["version"])
+    async def gated(ctx: SlotContext) -> Result:
+        await gate.wait()
+        return _result(ctx, await ctx.put_artifact(b"# summary\n", "text/markdown"))
+
+    async def body() -> None:
+        item = await in_db_thread(flow.authorize)
+        await in_db_thread(flow.offer, item)
+        await w.until(lambda: w.lease_of(urn(item)) is not None)
+        first, epoch = w.lease_of(urn(item)), w.session_epoch
+        assert epoch is not None
+        await in_db_thread(worker.open_session)  # another runtime of this Agent takes over
+        await w.until(
+            lambda: (w.session_epoch or 0) > epoch + 1 and w.lease_of(urn(item)) not in (None, first), timeout=30
+        )
+        gate.set()
+        await w.until(lambda: state_of(w, flow.group, item) == "submitted", timeout=30)
+        stops = [detail for kind, i, detail in w.log if kind == "stopped" and i == urn(item)]
+        assert stops and stops[0] in ("session replaced", "new session", REVOKED)
+
+    asyncio.run(running(w, body, timeout=60))
+
+
+REVOKED = "ext.missionweaveprotocol.core.work_execution_lease_revoked"
