@@ -26,7 +26,10 @@ One connection is one Agent and multiplexes all its Groups:
   ``cause.id`` is its ``actionId``; a refusal is an ERROR with
   ``relatedActionId``. A Command whose actor is not this connection's Agent
   is refused (AUTH_FORBIDDEN), so a connection cannot relay another Agent's
-  signed Commands.
+  signed Commands. Commands share the process's bound on Commands in flight
+  with the REST binding (``missions.backpressure``): past it, an ERROR
+  BACKPRESSURE with ``retryAfterMs`` and ``relatedActionId``, before any
+  database work.
 - **EVENT**: the stored signed Event documents, read from the database after
   the subscriber's position (``missions.hub``).
 - **ACK**: the highest contiguous sequence per Group; stored as the Agent's
@@ -74,6 +77,7 @@ from .access import access_group
 from .api.sessions import agent_key_resolver
 from .auth import session_expires_at
 from .authority import accept_document
+from .backpressure import process_gate
 from .commands import open_session
 from .consumers import CLOSE_POLICY, CLOSE_SESSION_REPLACED, CLOSE_UNAUTHENTICATED, EventStream, internal_error
 from .delivery import agent_channel
@@ -435,6 +439,21 @@ class AgentConsumer(EventStream):
                 details={"field": "/command/actor"},
             )
         assert frame.nested is not None
+        # The process's bound on Commands in flight, shared with the REST
+        # binding (missions.backpressure): past it, BACKPRESSURE before any
+        # database work, and the sender retries the same Command.
+        gate = process_gate()
+        if not await gate.admission.enter_async():
+            gate.count_shed()
+            shed = ProtocolError(
+                ErrorCode.BACKPRESSURE,
+                f"this server has {gate.limit} Commands in flight; retry the same Command after"
+                f" {gate.retry_after_ms} ms",
+                details={"limit": gate.limit, "retryAfterMs": gate.retry_after_ms},
+                retry_after_ms=gate.retry_after_ms,
+            )
+            await self.send_error(shed, related_frame_id=frame.frame_id, related_action_id=action_id)
+            return
         try:
             await database_sync_to_async(accept_document)(frame.nested)
         except ProtocolError as exc:
@@ -444,6 +463,8 @@ class AgentConsumer(EventStream):
             # accept() is one transaction: failing, it accepted nothing.
             log.exception("command %s failed inside the server", action_id)
             raise internal_error() from None
+        finally:
+            gate.admission.release()
 
     async def on_ack(self, frame: frames.Frame) -> None:
         assert self.agent is not None

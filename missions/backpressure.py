@@ -29,7 +29,8 @@ Two pieces share the process's bound (``process_gate()``):
   because that thread still holds its database connection. Without the gate
   (WSGI, or a bare Django ASGI handler) it admits and sheds by itself.
 
-Reads and WebSocket frames are not bounded here.
+Reads are not bounded here; the Agents' WebSocket (``missions.agent_socket``) takes
+its COMMAND frames through the same ``process_gate()``.
 
 Exception tree: none of its own; misconfiguration raises Django's
 ``ImproperlyConfigured`` at start-up.

@@ -20,7 +20,7 @@ import pytest
 from missions.feed import Cursor
 from mwportal.protocol import frames
 from mwportal.protocol.ids import urn
-from tests.conftest import AgentKey
+from tests.conftest import AgentKey, make_agent
 from tests.delivery.conftest import Client, Daphne, in_db_thread
 from tests.delivery.test_agent_socket import POLICY, churn, head, policy_payload
 from tests.protocol.normative import require_bundle
@@ -34,9 +34,20 @@ QUIET = 8
 SLOW_S = 0.05
 
 
+IN_FLIGHT = 1
+SENDERS = 8
+
+
 @pytest.fixture
 def daphne_env() -> dict[str, str | None]:
-    return {"MWP_WS_GROUP_WINDOW": str(WINDOW), "MWP_WS_BACKPRESSURE_RETRY_MS": str(RETRY_MS)}
+    return {
+        "MWP_WS_GROUP_WINDOW": str(WINDOW),
+        "MWP_WS_BACKPRESSURE_RETRY_MS": str(RETRY_MS),
+        # The Commands of the daphne under test: one at a time, no wait for a slot.
+        "MWP_MAX_INFLIGHT_COMMANDS": str(IN_FLIGHT),
+        "MWP_BACKPRESSURE_WAIT_MS": "0",
+        "MWP_BACKPRESSURE_RETRY_AFTER_MS": "50",
+    }
 
 
 def test_a_flooded_group_is_paused_while_another_keeps_its_latency_spec_17_3(
@@ -146,3 +157,49 @@ def test_events_a_filter_leaves_out_take_no_room_in_the_window_spec_17_2() -> No
     cursor.delivered(batch, True)
     assert list(cursor.in_flight) == [3, 6] and cursor.paused
     assert cursor.resume() and not cursor.paused and not cursor.in_flight
+
+
+def test_commands_past_the_bound_in_flight_get_backpressure_and_a_retry_is_accepted_spec_19(
+    daphne: Daphne, org: dict[str, str]
+) -> None:
+    """The socket's COMMAND frames share the process's bound with the REST
+    binding (issue 16 item 9): past it, BACKPRESSURE naming the Command, with
+    retry guidance, before any database work; the same Command sent again
+    later is accepted (§19: retryable, unchanged)."""
+    require_bundle()
+    admin = org["admin_group"]
+    senders = [make_agent("acme", f"Admin {i}", ["admin"]) for i in range(SENDERS)]
+    top = head(admin)
+
+    async def one(agent: AgentKey, client: Client) -> tuple[int, list[dict[str, Any]]]:
+        document = await in_db_thread(lambda: agent.command(POLICY, admin, policy_payload()))
+        refusals: list[dict[str, Any]] = []
+        await client.command(document)
+        while True:
+            frame = await client.recv(timeout=30)
+            if frame["frameType"] == "EVENT" and frame["event"]["cause"]["id"] == document["actionId"]:
+                return len(refusals), refusals
+            if frame["frameType"] == "ERROR":
+                assert frame["error"]["relatedActionId"] == document["actionId"], frame
+                refusals.append(frame["error"])
+                await asyncio.sleep(frame["error"]["retryAfterMs"] / 1000)
+                await client.command(document)  # the same Command, unchanged
+
+    async def scenario() -> list[tuple[int, list[dict[str, Any]]]]:
+        clients = [await Client.open(daphne, agent) for agent in senders]
+        for client in clients:
+            await client.subscribe(admin, top)
+        await asyncio.gather(*(c.send(frames.ping()) for c in clients))
+        for client in clients:  # frames are handled in order: every one is subscribed
+            assert (await client.recv())["frameType"] == "PING"
+        try:
+            return await asyncio.gather(*(one(a, c) for a, c in zip(senders, clients, strict=True)))
+        finally:
+            for client in clients:
+                await client.close()
+
+    results = asyncio.run(scenario())
+    refusals = [r for _, rs in results for r in rs]
+    assert refusals, "no Command was ever shed"
+    assert {(r["code"], r["retryable"], r["retryAfterMs"]) for r in refusals} == {("BACKPRESSURE", True, 50)}
+    assert head(admin) == top + SENDERS  # every Command accepted once, none twice
