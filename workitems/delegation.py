@@ -70,9 +70,11 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split("-", 1)[0].split("+", 1)[0].split("."))
 
 
-def check_grant(ctx: HandlerContext, *, contract: dict[str, Any] | None, within: str | None, now: datetime) -> None:
+def check_grant(
+    ctx: HandlerContext, *, contract: dict[str, Any] | None, within: str | None, now: datetime, offered: bool = False
+) -> None:
     """Refuse a delegate's Command its Grant does not cover; ``within`` is the WorkItem
-    (``urn:uuid:``) that must lie in the Grant's subtree (the offered one, or the new one's parent)."""
+    (``urn:uuid:``) that must lie in the Grant's subtree (the ``offered`` one, or the new one's parent)."""
     grant = _grant(ctx)
     if grant["granteeAgentId"] != urn(ctx.actor.id):
         raise _forbidden("the Grant is another Agent's; a Grant is non-transferable")
@@ -98,12 +100,13 @@ def check_grant(ctx: HandlerContext, *, contract: dict[str, Any] | None, within:
     for need in contract["requiredCapabilities"]:
         if need["id"] not in allowed or _version(need["version"]) < allowed[need["id"]]:
             raise _forbidden(f"capability {need['id']} {need['version']} is not allowed by the Grant")
-    spent = [contract["budget"]]
-    for item in WorkItem.objects.filter(
-        group_id=ctx.group.id, id__in=[bare(i, "workItemId") for i in _subtree(ctx, grant)]
-    ):
-        if urn(item.id) != grant["targetWorkItemId"]:
-            spent.append(item.contract["budget"])
+    subtree = [bare(i, "workItemId") for i in _subtree(ctx, grant)]
+    others = WorkItem.objects.filter(group_id=ctx.group.id, id__in=subtree).exclude(
+        id=bare(grant["targetWorkItemId"], "targetWorkItemId")
+    )
+    if offered:  # its contract is the one counted above
+        others = others.exclude(id=bare(within, "workItemId"))
+    spent = [contract["budget"], *(item.contract["budget"] for item in others)]
     for limit in LIMITS.values():
         total = sum(b.get(limit, 0) for b in spent)
         if total > grant["budget"][limit]:

@@ -19,8 +19,9 @@ from typing import Any
 
 from django.db.models import F, Prefetch
 
-from missions.models import AgentCard, GroupEvent
+from missions.models import AgentCard, Group, GroupEvent
 from missions.registry import snapshot_contributors
+from missions.service_keys import GROUP_AUTHORITY, principal_id
 from mwportal.protocol.ids import urn
 
 from .content import content
@@ -108,7 +109,12 @@ def snapshot_workitems(group_id: str) -> tuple[str, Any]:
     creators = _creators(group_id)
     agents = {o.agent_id for item in rows for o in item.offers.all()} | {i.owner_id for i in rows if i.owner_id}
     cards = _card_versions(agents)
-    return "workItems", [work_item_state(item, creators[str(item.id)], cards) for item in rows]
+    # A WorkItem whose authorization is not in the log (none today) is the Group Authority's.
+    fallback = {
+        "type": "service",
+        "id": urn(principal_id(str(Group.objects.get(id=group_id).organization_id), GROUP_AUTHORITY)),
+    }
+    return "workItems", [work_item_state(item, creators.get(str(item.id), fallback), cards) for item in rows]
 
 
 def snapshot_ownership_leases(group_id: str) -> tuple[str, Any]:

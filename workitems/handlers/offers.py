@@ -253,7 +253,7 @@ def offer(ctx: HandlerContext) -> Decision:
             ownerId=urn(str(item.owner_id)),
         )
     if acts_as_delegate(ctx):
-        check_grant(ctx, contract=p.get("contract") or item.contract, within=urn(item.id), now=ctx.now)
+        check_grant(ctx, contract=p.get("contract") or item.contract, within=urn(item.id), now=ctx.now, offered=True)
     agents = _candidates(ctx)
     expires_at = _offer_expiry(ctx)
     events: list[Emit] = []
