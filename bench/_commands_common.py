@@ -21,14 +21,14 @@ WORKLOADS = ("mix", "hot")
 N_GROUPS = 1000
 # --quick: fewer Mission Groups for "mix" (their set-up, two Commands each,
 # dominates a quick run); each thread still cycles through its own disjoint share.
-N_GROUPS_QUICK = 200
+N_GROUPS_QUICK = 100
 TARGET = 0.5  # project / raw at concurrency 8, both workloads
 TARGET_CONCURRENCY = 8
 REPEATS = 3
 # Seconds per measurement. --quick keeps the whole run under two minutes.
 DURATION_FULL = {"postgres": 10.0, "sqlite": 10.0}
-DURATION_QUICK = {"postgres": 1.0, "sqlite": 0.6}
-LIFECYCLE_DURATION_QUICK = {"postgres": 0.8, "sqlite": 0.5}
+DURATION_QUICK = {"postgres": 0.8, "sqlite": 0.5}
+LIFECYCLE_DURATION_QUICK = {"postgres": 0.6, "sqlite": 0.4}
 WARMUP_SECONDS = 0.3
 PARTS = ("commands", "lifecycle")
 # The lifecycle mix: (layout, threads) cells; the target is spread at 8 threads.

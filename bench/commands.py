@@ -26,7 +26,7 @@ Memberships with ``membership.change``; Agents have sessions from
 
 Workloads, on PostgreSQL (``MWP_DATABASE_URL=postgres://...``):
 
-- **mix**: 1,000 Mission Groups (``--quick``: 200); each thread owns a disjoint subset of them and
+- **mix**: 1,000 Mission Groups (``--quick``: 100); each thread owns a disjoint subset of them and
   sends Olivia's ``membership.change`` with ``expectedRevision``
   (compare-and-set on the Group revision, §15.3), alternating one member's
   roles between ``["worker"]`` and ``["reviewer", "worker"]``: two
@@ -42,8 +42,8 @@ threads, on the same layout (the same number of Groups, one hot Group): psycopg 
 the Command's Ed25519 signature verified over its JCS bytes, the minimal
 transaction with each Event signed with Ed25519 (as the authority must), as
 many Events per Command as the project appends. Each measurement runs for a
-fixed duration (``--quick``: 1 s on PostgreSQL, 0.6 s on SQLite; otherwise
-10 s) from a barrier, is repeated 3 times interleaved with the raw baseline,
+fixed duration (``--quick``: 0.8 s on PostgreSQL, 0.5 s on SQLite, a
+lifecycle cell 0.6 s and 0.4 s; otherwise 10 s) from a barrier, is repeated 3 times interleaved with the raw baseline,
 and the median Commands/s is reported; the ratio is median(project) /
 median(raw). Target: mix and hot at concurrency 8 >= 0.5.
 
