@@ -52,7 +52,9 @@ from mwportal.protocol.ids import urn
 from . import service_keys
 from .access import group_not_found
 from .delivery import CommittedHead, notify_commit, prepare_commit
-from .intake import Auth, Command, admit, check_fresh, verify_command
+from .intake import Auth as Auth
+from .intake import Command as Command
+from .intake import admit, check_fresh, verify_command
 from .models import ActionReceipt, Agent, Group, GroupEvent, Membership, OrganizationEvent
 from .registry import CommandSpec, spec_for
 

@@ -22,7 +22,8 @@ from mwportal.protocol.command import build_command, format_timestamp, read_comm
 from mwportal.protocol.ids import new_urn, urn
 
 from . import service_keys
-from .authority import ADMIN_MEMBERSHIP_EPOCH, Auth, Command, accept, system_action_id
+from .authority import ADMIN_MEMBERSHIP_EPOCH, accept, system_action_id
+from .intake import Auth, Command
 from .models import Agent, Group, Membership, SigningKey
 
 Receipt = dict[str, Any]
@@ -106,7 +107,7 @@ def portal_command(
         "groupId": urn(group),
     }
     epoch = None if creates_group else membership_epoch(agent, group)
-    optional = {"membershipEpoch": epoch, "expectedRevision": expected_revision}
+    optional: dict[str, Any] = {"membershipEpoch": epoch, "expectedRevision": expected_revision}
     if work_item_id:
         optional["workItemId"] = urn(work_item_id)
     raw.update({k: v for k, v in optional.items() if v is not None})

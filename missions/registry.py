@@ -115,9 +115,9 @@ def command_types() -> list[str]:
 
 
 # Called by ``ext.missionweaveprotocol.identity.session_open`` inside its transaction with the handler
-# context; each returns the consequences in other Groups (MWP-WRK-014: a
+# context, the Agent's id and its new Session Epoch; each returns the consequences in other Groups (MWP-WRK-014: a
 # replacement session revokes the Agent's leases everywhere).
-SessionReplacedHook = Callable[[Any], list[tuple[Any, list[Any]]]]
+SessionReplacedHook = Callable[[Any, str, int], list[tuple[Any, list[Any]]]]
 session_replaced_hooks: list[SessionReplacedHook] = []
 
 
