@@ -5,11 +5,13 @@ server errors on SQLite and on PostgreSQL, in a bounded run in CI; issue 18: on 
 Every operation of the document ``GET /api/v0.1/schema/`` serves is fuzzed in-process through
 Django's WSGI handler, inside the test's transaction, with schema-valid and schema-violating
 requests (schemathesis' positive and negative modes), without a token and with a valid bearer
-token (a ``sessionToken``), and with the path parameters either generated or set to real objects
-the token's Agent can see, written as the wire writes them (a Mission Group's ``urn:uuid:``
-``groupId``, a stored Artifact's ``sha256:<hex>`` ``contentHash``, a WorkItem's ``workItemId``,
-a resumable upload's ``uploadId``, the Agent's own ``keyId``, a published ``contextPackageId``,
-a snapshot's ``sequence``), so the fuzz reaches past the first lookup.
+token (a ``sessionToken``; a negative case whose headers are the violated part may drop it, and
+is then refused AUTH_REQUIRED, checked like any refusal), and with the path parameters either
+generated or set to real objects the token's Agent can see, written as the wire writes them (a
+Mission Group's ``urn:uuid:`` ``groupId``, a stored Artifact's ``sha256:<hex>``
+``contentHash``, a WorkItem's ``workItemId``, a resumable upload's ``uploadId``, the Agent's
+own ``keyId``, a published ``contextPackageId``, a snapshot's ``sequence``), so the fuzz
+reaches past the first lookup.
 
 Two checks per request: schemathesis' ``not_a_server_error``, and that a 4xx body is one JSON
 document the bundle's ``error.schema.json`` accepts (``tests.protocol.normative``; without the
@@ -165,7 +167,8 @@ def test_the_fuzzed_document_is_the_one_the_schema_route_serves() -> None:
 
 
 def test_the_real_values_name_every_path_parameter(real: dict[str, str]) -> None:
-    """Each path parameter of the document has a real value, so no operation is fuzzed only at its first lookup."""
+    """Each path parameter of the document (DESIGN §5) has a real value, so no operation is fuzzed only at its
+    first lookup."""
     names = {p.name for m, path in OPERATIONS for p in SCHEMA[path][m].path_parameters}
     assert names == set(real), (names, set(real))
 
