@@ -49,7 +49,7 @@ def hex_name(content_hash: str) -> str:
 
 def export(art: Artifacts, tmp_path: Path, *extra: str) -> Path:
     out = tmp_path / "bundle.tar"
-    call_command("mwp", "export-audit", art.group, "--out", str(out), *extra, stdout=io.StringIO())
+    call_command("mwp", "export-audit", urn(art.group), "--out", str(out), *extra, stdout=io.StringIO())
     return out
 
 
@@ -233,7 +233,7 @@ def test_a_blob_corrupted_in_the_store_is_exported_by_hash_only(
     (Path(settings.MWP_ARTIFACT_ROOT) / blob_name(history["raw"].removeprefix("sha256:"))).write_bytes(b"rotten")
     err = io.StringIO()
     out = tmp_path / "bundle.tar"
-    call_command("mwp", "export-audit", art.group, "--out", str(out), stdout=io.StringIO(), stderr=err)
+    call_command("mwp", "export-audit", urn(art.group), "--out", str(out), stdout=io.StringIO(), stderr=err)
     assert history["raw"] in err.getvalue()
     report = verify_bundle(str(out))
     assert report.artifacts_hash_only == [history["raw"]] and report.artifacts_checked == 1

@@ -328,10 +328,10 @@ def test_mwp_review_runs_the_pipeline_and_prints_the_outcomes(art: Artifacts) ->
 
     item, _ = submitted(art)
     out = io.StringIO()
-    call_command("mwp", "review", item, stdout=out)
+    call_command("mwp", "review", urn(item), stdout=out)
     assert out.getvalue().splitlines() == ["complete: passed", "accurate: pending", "overall: pending"]
     with pytest.raises(CommandError, match="no submission"):
-        call_command("mwp", "review", art.authorize())
+        call_command("mwp", "review", urn(art.authorize()))
 
 
 def test_a_submission_cannot_cite_another_groups_artifact_13_3(art: Artifacts, other: dict[str, str]) -> None:

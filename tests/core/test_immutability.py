@@ -17,6 +17,7 @@ from django.db import DatabaseError, connection, transaction
 from missions.immutability import TABLE, drop_sql, install_sql
 from missions.models import Group, GroupEvent
 from missions.verify import verify_group_log
+from mwportal.protocol.ids import urn
 from tests.conftest import AgentKey
 
 
@@ -45,7 +46,7 @@ def test_database_refuses_delete_of_an_event(log: str) -> None:
 
 
 def test_verify_log_passes_on_an_intact_log(log: str, capsys: pytest.CaptureFixture[str]) -> None:
-    call_command("mwp", "verify-log", log)
+    call_command("mwp", "verify-log", urn(log))
     assert "hash chain verified" in capsys.readouterr().out
     count, broken = verify_group_log(Group.objects.get(id=log))
     assert broken is None and count == Group.objects.get(id=log).last_sequence
@@ -67,7 +68,7 @@ def test_verify_log_names_the_first_bad_sequence_after_a_signed_document_is_rewr
     document["payload"]["name"] = "Mallory"
     _behind_the_triggers_back(f"UPDATE {TABLE} SET document = %s WHERE id = %s", [json.dumps(document), victim.pk])
     with pytest.raises(CommandError, match="first bad sequence 3"):
-        call_command("mwp", "verify-log", log)
+        call_command("mwp", "verify-log", urn(log))
 
 
 def test_verify_log_finds_a_column_that_no_longer_says_what_the_document_says(log: str) -> None:
@@ -75,14 +76,14 @@ def test_verify_log_finds_a_column_that_no_longer_says_what_the_document_says(lo
     victim = GroupEvent.objects.get(group_id=log, sequence=2)
     _behind_the_triggers_back(f"UPDATE {TABLE} SET body = %s WHERE id = %s", ['{"name": "Mallory"}', victim.pk])
     with pytest.raises(CommandError, match="first bad sequence 2: the row's columns"):
-        call_command("mwp", "verify-log", log)
+        call_command("mwp", "verify-log", urn(log))
 
 
 def test_verify_log_finds_a_deleted_event(log: str) -> None:
     victim = GroupEvent.objects.get(group_id=log, sequence=2)
     _behind_the_triggers_back(f"DELETE FROM {TABLE} WHERE id = %s", [victim.pk])
     with pytest.raises(CommandError, match="first bad sequence 2"):
-        call_command("mwp", "verify-log", log)
+        call_command("mwp", "verify-log", urn(log))
 
 
 def test_verify_log_finds_a_deleted_tail(log: str) -> None:
@@ -90,7 +91,7 @@ def test_verify_log_finds_a_deleted_tail(log: str) -> None:
     assert last is not None
     _behind_the_triggers_back(f"DELETE FROM {TABLE} WHERE id = %s", [last.pk])
     with pytest.raises(CommandError, match=f"first bad sequence {last.sequence}"):
-        call_command("mwp", "verify-log", log)
+        call_command("mwp", "verify-log", urn(log))
 
 
 def test_verify_log_exits_non_zero_from_the_shell(log: str) -> None:

@@ -118,5 +118,7 @@ def test_bad_roles_and_an_unknown_org_are_refused_and_write_no_key_file_design_4
 def test_verify_log_refuses_a_bad_group_id() -> None:
     with pytest.raises(CommandError, match="GROUP_ID"):
         call_command("mwp", "verify-log", "not-a-uuid")
+    with pytest.raises(CommandError, match="GROUP_ID"):
+        call_command("mwp", "verify-log", str(uuid.uuid4()))  # a bare UUID: the wire form is urn:uuid:
     with pytest.raises(CommandError, match="no Group"):
-        call_command("mwp", "verify-log", str(uuid.uuid4()))
+        call_command("mwp", "verify-log", f"urn:uuid:{uuid.uuid4()}")

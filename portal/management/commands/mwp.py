@@ -35,8 +35,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from missions.commands import create_organization
 from missions.models import Group, Organization
 from missions.verify import verify_group_log
-from mwportal.protocol import ProtocolError, parse_uuid
-from mwportal.protocol.ids import urn
+from mwportal.protocol import ProtocolError
+from mwportal.protocol.ids import bare, urn
 from portal.keys import enrol_key
 
 
@@ -122,7 +122,7 @@ class Command(BaseCommand):
         self.stdout.write(urn(key.principal[1]))
 
     def do_verify_log(self, options: dict[str, Any]) -> None:
-        group_id = parse_uuid(options["group_id"], "GROUP_ID")
+        group_id = bare(options["group_id"], "GROUP_ID")
         group = Group.objects.filter(id=group_id).first()
         if group is None:
             raise CommandError(f"no Group {group_id}")
@@ -135,7 +135,7 @@ class Command(BaseCommand):
     def do_export_audit(self, options: dict[str, Any]) -> None:
         from artifacts.audit import export_audit
 
-        group_id = parse_uuid(options["group_id"], "GROUP_ID")
+        group_id = bare(options["group_id"], "GROUP_ID")
         if not Group.objects.filter(id=group_id).exists():
             raise CommandError(f"no Group {group_id}")
         out: Path = options["out"]
@@ -163,7 +163,7 @@ class Command(BaseCommand):
         from artifacts.review import review_summary, run_review
         from workitems.models import WorkItem
 
-        item_id = parse_uuid(options["workitem_id"], "WORKITEM_ID")
+        item_id = bare(options["workitem_id"], "WORKITEM_ID")
         receipt = run_review(item_id)
         if receipt is None:
             raise CommandError(f"WorkItem {item_id} has no submission to review")
