@@ -20,7 +20,7 @@ import pytest
 from mwportal.protocol.command import Key
 from mwportal.protocol.ids import urn
 from mwworker import Result, SlotContext, Worker
-from tests.conftest import AgentKey
+from tests.conftest import AgentKey, group_revision
 from tests.worker.portal import Flow, Portal, in_db_thread, running, state_of
 from tests.workitems.flow import BASIS, CAPABILITY, contract, give_card
 
@@ -276,3 +276,64 @@ def test_a_replaced_session_stops_the_slot_and_the_item_restarts_under_a_new_lea
 
 
 REVOKED = "ext.missionweaveprotocol.core.work_execution_lease_revoked"
+
+
+@pytest.mark.parametrize("portal_env", [{"MWP_LEASE_SECONDS": "4"}])
+def test_the_lease_is_renewed_before_expiry_with_a_stable_lease_id_MWP_WRK_013(
+    portal: Portal, mission: dict[str, str], owner: AgentKey, coordinator: AgentKey, worker: AgentKey,
+    worker2: AgentKey, tmp_path: Path,
+) -> None:  # fmt: skip
+    """§11.3: the owner renews its Execution Lease (``..._work_execution_lease_renew``,
+    yielding ``work.progressed``) before it expires; the Lease ID stays."""
+    give_card(worker)
+    flow = Flow(mission, owner, coordinator, worker, worker2)
+    w = portal.worker(worker, tmp_path / "w.sqlite3", slots=1, renew_fraction=0.25)
+    renewed = asyncio.Event()
+    seen: list[tuple[str, str]] = []
+
+    @w.capability(CAPABILITY["id"], CAPABILITY["version"])
+    async def long_running(ctx: SlotContext) -> Result:
+        seen.append((ctx.lease_id, str(ctx.lease["expiresAt"])))
+        await renewed.wait()  # longer than one lease: only renewal keeps it
+        seen.append((ctx.lease_id, str(ctx.lease["expiresAt"])))
+        return _result(ctx, await ctx.put_artifact(b"# summary\n", "text/markdown"))
+
+    async def body() -> None:
+        item = await in_db_thread(flow.authorize)
+        await in_db_thread(flow.offer, item)
+        await w.until(lambda: w.renewals_of(urn(item)) >= 2, timeout=30)
+        renewed.set()
+        await w.until(lambda: state_of(w, flow.group, item) == "submitted", timeout=30)
+        (first_lease, first_expiry), (last_lease, last_expiry) = seen
+        assert first_lease == last_lease  # a stable Lease ID across renewals
+        assert last_expiry > first_expiry  # each renewal moved the expiry on
+
+    asyncio.run(running(w, body, timeout=60))
+
+
+def test_an_ended_membership_stops_the_slot_spec_8(
+    portal: Portal, mission: dict[str, str], owner: AgentKey, coordinator: AgentKey, worker: AgentKey,
+    worker2: AgentKey, tmp_path: Path,
+) -> None:  # fmt: skip
+    give_card(worker)
+    flow = Flow(mission, owner, coordinator, worker, worker2)
+    w = portal.worker(worker, tmp_path / "w.sqlite3", slots=1)
+    gate = asyncio.Event()
+
+    @w.capability(CAPABILITY["id"], CAPABILITY["version"])
+    async def gated(ctx: SlotContext) -> Result:
+        await gate.wait()
+        return _result(ctx, await ctx.put_artifact(b"# summary\n", "text/markdown"))
+
+    async def body() -> None:
+        item = await in_db_thread(flow.authorize)
+        await in_db_thread(flow.offer, item)
+        await w.until(lambda: w.lease_of(urn(item)) is not None)
+        await in_db_thread(lambda: owner.send("membership.end", flow.group, {"principal": worker.actor},
+                                              expected_revision=group_revision(flow.group)))  # fmt: skip
+        await w.until(lambda: urn(item) not in w.running, timeout=20)
+        stops = [detail for kind, i, detail in w.log if kind == "stopped" and i == urn(item)]
+        assert stops and stops[0] in ("membership ended", REVOKED)
+        gate.set()
+
+    asyncio.run(running(w, body))
