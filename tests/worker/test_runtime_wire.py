@@ -13,6 +13,8 @@ the other Group keeps flowing. Every frame it sends is a normative
 from __future__ import annotations
 
 import asyncio
+import gc
+import types
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ from mwportal.protocol import catalogue
 from mwportal.protocol.catalogue import examples as ex
 from mwportal.protocol.command import Key
 from mwportal.protocol.ids import bare, new_urn
-from mwworker import Identity, Result, SlotContext, Worker
+from mwworker import Identity, Result, SlotContext, Store, Worker
 from tests.protocol.normative import normative_problems
 from tests.worker.fake_portal import FakePortal
 from tests.worker.streams import ME, ORG, Authority
@@ -122,5 +124,81 @@ def test_a_worker_runs_an_offered_item_to_submission_on_the_normative_wire(tmp_p
             for frame in portal.frames:
                 assert normative_problems("websocket-frame", frame) == [], frame["frameType"]
             worker.close()
+
+    asyncio.run(scenario())
+
+
+FORBIDDEN_TYPES = (
+    type, types.ModuleType, types.FunctionType, types.CodeType, types.MethodType, types.FrameType,
+    asyncio.Future, asyncio.AbstractEventLoop, asyncio.Handle,
+)  # fmt: skip
+
+
+def reachable(root: object) -> list[object]:
+    """Every object reachable from ``root`` through references, stopping at
+    classes, modules, functions, frames and the event loop's own machinery
+    (what every object in the process can reach)."""
+    seen = {id(root)}
+    todo, out = [root], []
+    while todo:
+        obj = todo.pop()
+        out.append(obj)
+        for ref in gc.get_referents(obj):
+            if id(ref) in seen or isinstance(ref, FORBIDDEN_TYPES):
+                continue
+            seen.add(id(ref))
+            todo.append(ref)
+    return out
+
+
+def test_a_slot_cannot_reach_another_slots_mission_context_or_lease_MWP_WRK_011(tmp_path: Path) -> None:
+    key = Key.generate(("agent", bare(ME, "agentId")), bare(ORG, "organizationId"))
+
+    async def scenario() -> None:
+        async with FakePortal(Authority.for_seed(1), key) as portal:
+            north, south = new_urn(), new_urn()
+            portal.mission(north)
+            portal.mission(south)
+            i1 = portal.offer(north, {**contract(), "goal": "secret goal of North"})
+            i2 = portal.offer(south, {**contract(), "goal": "secret goal of South"})
+            w = Worker(portal=portal.url, identity=Identity(ME, ORG, key), store=tmp_path / "w.sqlite3", slots=2)
+            contexts: dict[str, SlotContext] = {}
+            both, release = asyncio.Event(), asyncio.Event()
+
+            @w.capability(CAP["id"], CAP["version"])
+            async def hold(ctx: SlotContext) -> Result:
+                contexts[ctx.workitem] = ctx
+                if len(contexts) == 2:
+                    both.set()
+                await release.wait()
+                criteria = [c["criterionId"] for c in ctx.contract["acceptanceCriteria"]]
+                evidence = ctx.evidence(criteria, result="passed", method="m", summary="ok", type="reviewer_assessment")
+                return Result(evidence=[evidence], artifacts=[ex.HASH])
+
+            task = asyncio.create_task(w.run())
+            try:
+                await asyncio.wait_for(both.wait(), 20)
+                one, two = contexts[i1], contexts[i2]
+                assert (one.group, two.group) == (north, south)
+                for ctx, other in ((one, two), (two, one)):
+                    assert not hasattr(ctx, "__dict__")  # no place to hang anything else on
+                    assert ctx.lease["workItemId"] == ctx.workitem and ctx.lease_id == w.lease_of(ctx.workitem)
+                    assert ctx.idempotency_key("deliver") != other.idempotency_key("deliver")
+                    graph = reachable(ctx)
+                    ids = {id(o) for o in graph}
+                    assert not ids & {id(w), id(w.store), id(other)}, "a context reaches the Worker, store or a slot"
+                    strings = {o for o in graph if isinstance(o, str)}
+                    assert other.lease_id not in strings and other.workitem not in strings
+                    assert other.group not in strings and str(other.mission["id"]) not in strings
+                    assert not any("secret goal of" in s and s == other.contract["goal"] for s in strings)
+                    assert not any(isinstance(o, Store) for o in graph)
+                    assert key.seed not in {o for o in graph if isinstance(o, bytes)}  # nor this Agent's key
+                release.set()
+                await w.until(lambda: all(w.store.row(g, i).state == "submitted"  # type: ignore[union-attr]
+                                          for g, i in ((north, i1), (south, i2))))  # fmt: skip
+            finally:
+                w.stop()
+                await asyncio.wait_for(task, 15)
+                w.close()
 
     asyncio.run(scenario())
