@@ -21,7 +21,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection
 from django.db.models import Field
 
 from mwportal.protocol.admission import (
@@ -67,10 +67,22 @@ def _insert_sql() -> str:
     placeholders = ", ".join(["%s"] * len(fields))
     # No conflict target: a clash on either unique index (the logical key or
     # the record ID) inserts nothing, and the read that follows tells which.
+    keys = connection.ops.quote_name(SigningKey._meta.db_table)
     return (
         f"INSERT INTO {connection.ops.quote_name(AdmissionRecord._meta.db_table)} ({columns}) "
-        f"VALUES ({placeholders}) ON CONFLICT DO NOTHING"
+        f"SELECT {placeholders} WHERE EXISTS (SELECT 1 FROM {keys} WHERE organization_id = %s"
+        " AND principal_type = 'service' AND principal_id = %s) ON CONFLICT DO NOTHING RETURNING 1"
     )
+
+
+_LOOKUP_SQL = (
+    f"SELECT record, service_type, service_id FROM {AdmissionRecord._meta.db_table}"
+    " WHERE organization_id = %s AND signing_hash = %s"
+)
+
+
+def _org_param(organization: Organization) -> Any:
+    return _field("organization").get_db_prep_save(organization.pk, connection)
 
 
 def _params(values: dict[str, Any]) -> list[Any]:
@@ -93,7 +105,9 @@ class DjangoAdmissionLog:
         if organization_id != self.organization_id:
             return LookupFailed(LookupFault.INDETERMINATE)
         try:
-            row = self._rows(signing_hash).values_list("record", "service_type", "service_id").first()
+            with connection.cursor() as cursor:
+                cursor.execute(_LOOKUP_SQL, [_org_param(self.organization), signing_hash])
+                row = cursor.fetchone()
         except DatabaseError:
             return LookupFailed(LookupFault.UNAVAILABLE)
         if row is None:
@@ -122,12 +136,12 @@ class DjangoAdmissionLog:
         row when one was already there under the same logical key and agrees
         on document kind, key ID and Principal; ``CONFLICT`` when it does not,
         or when the candidate's record ID is taken under another logical key.
-        Runs in a savepoint so that a failure leaves the caller's transaction
-        usable.
+        ``ON CONFLICT DO NOTHING`` never aborts, so a conflict leaves the
+        caller's transaction usable.
         """
+        if candidate.organization_id != self.organization_id or candidate.accepted_by != self.service:
+            return AppendFailed(AppendFault.UNAUTHENTICATED)
         try:
-            if not self._authorized(candidate):
-                return AppendFailed(AppendFault.UNAUTHENTICATED)
             values = {
                 "organization": self.organization.pk,
                 "signing_hash": candidate.signing_hash,
@@ -141,22 +155,29 @@ class DjangoAdmissionLog:
                 "service_id": self.service.id,
                 "created_at": now or datetime.now(UTC),
             }
-            with transaction.atomic(), connection.cursor() as cursor:
-                cursor.execute(_insert_sql(), _params(values))
-                inserted = cursor.rowcount == 1
-                row = (
-                    self._rows(candidate.signing_hash)
-                    .values_list(
-                        "record",
-                        "document_kind",
-                        "key_id",
-                        "principal_type",
-                        "principal_id",
-                        "service_type",
-                        "service_id",
-                    )
-                    .first()
+            with connection.cursor() as cursor:
+                # One statement on the usual path: the row goes in only if the
+                # Organization registered a key for this service (no savepoint
+                # needed: ON CONFLICT DO NOTHING never aborts the transaction).
+                cursor.execute(_insert_sql(), [*_params(values), _org_param(self.organization), self.service.id])
+                if cursor.fetchone() is not None:
+                    return Appended(values["record"], self.service)
+            if not self._authorized(candidate):
+                return AppendFailed(AppendFault.UNAUTHENTICATED)
+            # Someone else's row is there (or the record ID is taken): read the logical key.
+            row = (
+                self._rows(candidate.signing_hash)
+                .values_list(
+                    "record",
+                    "document_kind",
+                    "key_id",
+                    "principal_type",
+                    "principal_id",
+                    "service_type",
+                    "service_id",
                 )
+                .first()
+            )
         except IntegrityError:
             return AppendFailed(AppendFault.COMMIT_FAILED)
         except DatabaseError:
@@ -171,4 +192,4 @@ class DjangoAdmissionLog:
         ):
             return AppendFailed(AppendFault.CONFLICT)
         writer = Principal(type=service_type, id=service_id)
-        return Appended(bytes(record), writer) if inserted else Existing(bytes(record), writer)
+        return Existing(bytes(record), writer)
