@@ -9,22 +9,32 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 from typing import Any
 
 from django.conf import settings
+from django.db import DatabaseError, connection
 
 from mwportal.protocol import ErrorCode, ProtocolError
 from mwportal.protocol.admission import AdmissionFailed, TrustedContext, admit_first
 from mwportal.protocol.command import CommandDoc, format_timestamp, read_command
 from mwportal.protocol.ids import new_urn, urn
-from mwportal.protocol.registry import EVIDENCE_INVALID, UNKNOWN_KEY, KeyBinding, KeyResolutionError, Principal
+from mwportal.protocol.registry import (
+    EVIDENCE_INVALID,
+    EVIDENCE_UNAVAILABLE,
+    UNKNOWN_KEY,
+    KeyBinding,
+    KeyResolutionError,
+    Principal,
+)
+from mwportal.protocol.values import b64url_decode, parse_timestamp
 from mwportal.protocol.verification import VerificationFailed, Verified, verify_document, wire_error
 
 from . import service_keys
-from .models import Organization, SigningKey
+from .models import Organization, SigningKey, SigningKeyValidity
 
 
 class Auth(Enum):
@@ -57,18 +67,43 @@ class SignerRegistry:
         self.organization: str | None = None  # bare UUID once resolved
 
     def resolve(self, key_id: str) -> KeyBinding:
-        from .keyregistry import DjangoRegistry
+        """One indexed query: the key row (in every Organization that binds the ID) and its history."""
+        from .keyregistry import effective_boundaries, organization_uri
 
-        owners = list(SigningKey.objects.filter(key_id=key_id).values_list("organization_id", flat=True)[:2])
-        if not owners:
+        try:
+            with connection.cursor() as cur:
+                cur.execute(_RESOLVE_SQL, [key_id])
+                rows = cur.fetchall()
+        except DatabaseError as exc:
+            raise KeyResolutionError(EVIDENCE_UNAVAILABLE) from exc
+        if not rows:
             raise KeyResolutionError(UNKNOWN_KEY)
-        if len(owners) > 1:
+        if len({row[0] for row in rows}) > 1:
             raise KeyResolutionError(EVIDENCE_INVALID)
-        organization = Organization(pk=owners[0])
-        registry = DjangoRegistry(organization)
-        self.organization_id = registry.organization_id
-        self.organization = str(owners[0])
-        return registry.resolve(key_id)
+        organization, principal_type, principal_id, algorithm, public_key, valid_from = rows[0][1:7]
+        self.organization = str(uuid.UUID(str(organization)))
+        self.organization_id = organization_uri(Organization(pk=self.organization))
+        history = [(row[7], row[8]) for row in rows if row[7] is not None or row[8] is not None]
+        try:
+            valid_until, revoked_at = effective_boundaries(history)
+            return KeyBinding(
+                key_id=key_id,
+                principal=Principal(type=principal_type, id=principal_id),
+                algorithm=algorithm,
+                public_key=b64url_decode(public_key),
+                valid_from=parse_timestamp(valid_from),
+                valid_until=valid_until,
+                revoked_at=revoked_at,
+            )
+        except ValueError as exc:  # TimestampError or a noncanonical key spelling
+            raise KeyResolutionError(EVIDENCE_INVALID) from exc
+
+
+_RESOLVE_SQL = (
+    f"SELECT k.id, k.organization_id, k.principal_type, k.principal_id, k.algorithm, k.public_key, k.valid_from,"
+    f" v.valid_until, v.revoked_at FROM {SigningKey._meta.db_table} k"
+    f" LEFT JOIN {SigningKeyValidity._meta.db_table} v ON v.key_id = k.id WHERE k.key_id = %s"
+)
 
 
 def verify_command(data: bytes) -> Command:

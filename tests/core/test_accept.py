@@ -361,3 +361,15 @@ def test_a_nul_character_is_refused_naming_the_member_on_every_binding_issue_16(
     with pytest.raises(ProtocolError) as info:
         _post(literal)  # a backslash and "u0000" are six characters, not a NUL: the policy's own check decides
     assert info.value.details.get("reason") != "nul-character"
+
+
+def test_a_command_signed_after_its_key_was_revoked_is_refused_spec_6_4_stage_4(
+    org: dict[str, str], planner: AgentKey
+) -> None:
+    from missions.keyregistry import record_validity
+    from missions.models import SigningKey
+
+    _post(_policy(planner, org["admin_group"]))
+    revoked = format_timestamp(datetime.now(UTC) - timedelta(seconds=1))
+    record_validity(SigningKey.objects.get(key_id=planner.key.key_id), revoked_at=revoked)
+    refused(ErrorCode.AUTH_INVALID_SIGNATURE, _post, _policy(planner, org["admin_group"], 3))
