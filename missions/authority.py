@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -80,6 +81,9 @@ class Emit:
     payload: dict[str, Any]
     work_item_id: str | None = None  # bare UUID: the Event's ``workItemId``
     conversation_id: str | None = None  # bare UUID: the Event's ``conversationId``
+    # A bare UUID chosen by the handler, so that another Event of the same
+    # Command can cite it (``sourceEventId``); minted at append otherwise.
+    event_id: str | None = None
 
     @property
     def type(self) -> str:
@@ -246,12 +250,7 @@ def accept(command: Command, *, now: datetime | None = None) -> Receipt:
     try:
         _catalogue.validate_payload(doc.kind, doc.payload)
     except _catalogue.PayloadError as exc:
-        first = exc.errors[0] if exc.errors else "/payload"
-        raise ProtocolError(
-            ErrorCode.SCHEMA_VALIDATION_FAILED,
-            "; ".join(exc.errors[:3]),
-            details={"field": first.split(":", 1)[0]},
-        ) from None
+        raise _payload_refusal(exc) from None
     if spec.internal and command.auth is not Auth.SERVICE:
         # Issue 16: an internal kind ("this Group holds these bytes") is the
         # server's own record of something it did; a client proves it holds
@@ -286,6 +285,27 @@ def accept(command: Command, *, now: datetime | None = None) -> Receipt:
 
 
 _MAX_ATTEMPTS = 3
+
+_REQUIRED = re.compile(r'^"(?P<name>[^"]+)" is a required property$')
+
+
+def _payload_refusal(exc: _catalogue.PayloadError) -> ProtocolError:
+    """SCHEMA_VALIDATION_FAILED naming the first refused member; a Work Contract that
+    lacks a required member is WORK_CONTRACT_INCOMPLETE naming it (§10.1)."""
+    for error in exc.errors:
+        pointer, _, message = error.partition(": ")
+        missing = _REQUIRED.match(message)
+        if missing and (pointer == "/payload/contract" or pointer.startswith("/payload/contract/")):
+            field = f"{pointer}/{missing['name']}"
+            return ProtocolError(
+                ErrorCode.WORK_CONTRACT_INCOMPLETE,
+                f"{field}: the Work Contract needs it",
+                details={"field": field, "reason": "contract_invalid"},
+            )
+    first = exc.errors[0] if exc.errors else "/payload"
+    return ProtocolError(
+        ErrorCode.SCHEMA_VALIDATION_FAILED, "; ".join(exc.errors[:3]), details={"field": first.split(":", 1)[0]}
+    )
 
 
 def check_extensions(doc: CommandDoc, spec: CommandSpec) -> None:
@@ -571,7 +591,7 @@ def _event_document(
 ) -> tuple[str, dict[str, Any]]:
     """``(event_id, signed document)`` of one Emit; ``position`` is (group, sequence, revision)."""
     _check_emit(emit)
-    event_id = str(uuid.uuid4())
+    event_id = emit.event_id or str(uuid.uuid4())
     authority = service_keys.group_authority(organization_id)
     document = build_event(
         event_id=urn(event_id),

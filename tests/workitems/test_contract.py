@@ -47,11 +47,14 @@ def test_a_nested_missing_member_names_its_path_spec_10_1() -> None:
     assert info.value.details["field"] == "/payload/contract/retryPolicy/maxAttempts"
 
 
-def test_a_command_with_an_incomplete_contract_is_refused_naming_the_contract_spec_10_1(flow: Flow) -> None:
+def test_a_command_with_an_incomplete_contract_is_refused_naming_the_member_spec_10_1(flow: Flow) -> None:
     c = contract()
     del c["goal"]
-    err = refused(ErrorCode.SCHEMA_VALIDATION_FAILED, flow.authorize, c)
-    assert err.details["field"].startswith("/payload/contract")
+    err = refused(INCOMPLETE, flow.authorize, c)
+    assert err.details["field"] == "/payload/contract/goal"
+    c = contract()
+    del c["retryPolicy"]["maxAttempts"]
+    assert refused(INCOMPLETE, flow.authorize, c).details["field"] == "/payload/contract/retryPolicy/maxAttempts"
 
 
 @pytest.mark.parametrize(
