@@ -362,9 +362,12 @@ class ClientSession:
 
     def _on_ping(self, doc: dict[str, Any]) -> list[ProtocolEvent]:
         reply_to = doc.get("replyToNonce")
-        if isinstance(reply_to, str) and reply_to in self._nonces:
-            self._nonces.discard(reply_to)
-            return [Pong(reply_to)]
+        if isinstance(reply_to, str):
+            # A reply is never answered (two peers echoing each other's replies would never stop).
+            if reply_to in self._nonces:
+                self._nonces.discard(reply_to)
+                return [Pong(reply_to)]
+            return []
         # The peer's liveness probe: echo its nonce (§17.3) with the latest presence.
         self._queue(frames.ping(self._clock(), reply_to_nonce=doc["nonce"], presence=self._presence))
         return []

@@ -357,3 +357,10 @@ def test_a_closed_connection_ends_the_session_and_leaves_commands_in_doubt_spec_
 )
 def test_it_tells_a_lost_lease_from_a_refusal_that_keeps_it(code: str, reason: str | None, gone: bool) -> None:
     assert lease_gone(Refused(code, "m", reason)) is gone
+
+
+def test_a_reply_ping_is_never_answered_spec_17_3() -> None:
+    """Only a probe is echoed: answering replies would make two peers echo each other for ever."""
+    session = welcomed()
+    assert session.feed(text(frames.ping(NOW, reply_to_nonce=frames.new_nonce(16)))) == []
+    assert sent(session) == []

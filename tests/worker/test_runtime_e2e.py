@@ -337,3 +337,39 @@ def test_an_ended_membership_stops_the_slot_spec_8(
         gate.set()
 
     asyncio.run(running(w, body))
+
+
+def test_a_dropped_connection_reconnects_with_backoff_under_a_new_session_spec_6_3(
+    portal: Portal, mission: dict[str, str], owner: AgentKey, coordinator: AgentKey, worker: AgentKey,
+    worker2: AgentKey, tmp_path: Path,
+) -> None:  # fmt: skip
+    """The portal dies and comes back: the Worker reconnects (retry rule and
+    backoff), says HELLO again, which issues a new Session Epoch (§6.3) and
+    revokes the old session's lease (§11.3); the WorkItem restarts under a new
+    lease from the durable Cursor, and an offer made meanwhile is answered."""
+    give_card(worker)
+    flow = Flow(mission, owner, coordinator, worker, worker2)
+    w = portal.worker(worker, tmp_path / "w.sqlite3", slots=2)
+    gate = asyncio.Event()
+
+    @w.capability(CAPABILITY["id"], CAPABILITY["version"])
+    async def gated(ctx: SlotContext) -> Result:
+        await gate.wait()
+        return _result(ctx, await ctx.put_artifact(b"# summary\n", "text/markdown"))
+
+    async def body() -> None:
+        item = await in_db_thread(flow.authorize)
+        await in_db_thread(flow.offer, item)
+        await w.until(lambda: w.lease_of(urn(item)) is not None)
+        epoch, lease = w.session_epoch, w.lease_of(urn(item))
+        assert epoch is not None
+        await asyncio.to_thread(portal.server.restart)
+        second = await in_db_thread(flow.authorize)
+        await in_db_thread(flow.offer, second)
+        await w.until(lambda: state_of(w, flow.group, second) == "queued", timeout=30)  # answered after it
+        await w.until(lambda: w.lease_of(urn(item)) not in (None, lease), timeout=30)
+        assert (w.session_epoch or 0) > epoch
+        gate.set()
+        await w.until(lambda: {state_of(w, flow.group, x) for x in (item, second)} == {"submitted"}, timeout=40)
+
+    asyncio.run(running(w, body, timeout=90))
