@@ -5,8 +5,9 @@ was replaced"). A head notice also carries the Events that the commit
 appended, exactly as its transaction wrote them (``MAX_CARRIED_BYTES`` at
 most; a larger commit sends the head alone). A hub uses them only when they
 continue, by sequence and hash chain, the last Event it holds for that Group
-(each Event as ``carried_event`` puts it: the stored signed document and its
-row's chain links);
+(each Event as ``carried_event`` puts it, the stored signed document and its
+row's chain links; or the signed document alone, whose links the hub computes
+from its head, ``missions.hub._linked``);
 anything else (a notice lost, late, out of order, or without Events) makes it
 read the database after its head. So order and completeness never depend on
 the layer, only latency does; the carried Events spare the live path a
@@ -295,7 +296,9 @@ def carried_event(sequence: int, document: str, prev_hash: str, hash_: str) -> d
     document as stored (the JCS text of ``GroupEvent.document``) and its
     row's chain links, by which a hub checks that it continues its feed
     (``missions.feed.Feed.head_notice``; the links are not in the document).
-    A notice carrying anything else costs the hub a read, never an Event."""
+    A notice may carry the signed documents alone instead (the hub links them
+    itself, at the cost of one JCS encoding each); anything else costs the hub
+    a read, never an Event."""
     return {"sequence": sequence, "document": document, "prev_hash": prev_hash, "hash": hash_}
 
 
