@@ -1,0 +1,400 @@
+"""The demo Coordinator Agent (issue 18): the demo Organization's Coordinator, speaking MWP 0.1 from outside.
+
+    python -m portal.demo_coordinator --portal URL --key var/demo/demo-coordinator.json
+
+In MWP 0.1 the Coordinator is an Agent (§7.2): ``work.accept_result`` and
+``mission.submit_for_approval`` are its Commands, no person's. ``./mw serve``
+runs this process next to the demo Workers (``mwportal/supervise.py``) so the
+live demo's WorkItems go past ``submitted``:
+
+- HELLO over REST (§6.3, DESIGN §5): ``POST /api/v0.1/sessions/challenge``,
+  ``POST /api/v0.1/sessions`` (``mwportal.protocol.handshake.ClientHandshake``);
+- its Groups: the Memberships with the ``coordinator`` role
+  (``GET /api/v0.1/memberships``), with the Membership Epoch to cite;
+- each Group's Events (``GET /api/v0.1/groups/{groupId}/events?afterSequence=N``),
+  every one verified (§6.4, profile ``event``) with the Group Authority key
+  ``GET /api/v0.1/keys/{keyId}`` serves, before it is folded;
+- for each ``work.submitted``: ``work.accept_result`` (§10.2, §13.2) with Evidence
+  this Agent signs (profile ``evidence``), citing the submission's criteria and
+  Artifact hashes, the Coordinator Epoch and the WorkItem's revision
+  (``expectedRevision``, §15.3);
+- once every WorkItem of the Mission is finished and one was verified since the
+  last decision: ``mission.submit_for_approval`` (§7.3) with the Artifact hashes
+  of the verified results, so the MissionOwner approves in the portal.
+
+It polls every ``--interval`` seconds (2 by default), logs one line per
+action, and outlives portal restarts (a refused connection is retried; a stale
+session is opened again). Django-free: only ``mwportal.protocol`` and the
+standard library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from mwportal.protocol import jcs
+from mwportal.protocol.command import Key, build_command, format_timestamp
+from mwportal.protocol.errors import ProtocolError
+from mwportal.protocol.eventdoc import verify_event
+from mwportal.protocol.handshake import ClientHandshake
+from mwportal.protocol.ids import bare, new_urn, urn
+from mwportal.protocol.registry import KeyResolutionError, MemoryRegistry, Principal, RegistrationError
+from mwportal.protocol.verification import sign_document
+
+API = "/api/v0.1"
+PAGE = 500
+# The WorkItem state each Event kind leaves (§10.2); kinds not named leave it as it was.
+STATE_AFTER = {
+    "work.authorized": "open",
+    "work.offer.created": "offered",
+    "work.offer.accepted": "queued",
+    "work.started": "active",
+    "work.checkpointed": "queued",
+    "work.blocked": "blocked",
+    "work.unblocked": "queued",
+    "ext.mwportal.work.attempt_failed": "queued",
+    "ext.missionweaveprotocol.core.work_execution_lease_revoked": "queued",
+    "ext.mwportal.work.lease_expired": "queued",
+    "mission.child.created": "blocked",
+    "work.submitted": "submitted",
+    "work.result.accepted": "verified",
+    "work.failed": "failed",
+    "work.cancelled": "cancelled",
+}
+FINISHED = frozenset({"verified", "failed", "cancelled"})
+CLOSED = frozenset({"mission.approved", "mission.cancelled", "mission.terminated"})
+# Refusals a new session answers (§6.3): the token or the Session Epoch is no longer the current one.
+SESSION_ERRORS = frozenset({"AUTH_REQUIRED", "AUTH_STALE_SESSION"})
+
+
+class Unreachable(Exception):
+    """The portal did not answer (down, restarting): the pass ends, the next one tries again."""
+
+
+class Refused(Exception):
+    """An error document (§19) in answer to a request."""
+
+    def __init__(self, status: int, document: Any):
+        self.status = status
+        self.document = document if isinstance(document, dict) else {"code": "HTTP", "message": str(document)}
+        self.code = str(self.document.get("code", "HTTP"))
+        super().__init__(f"{self.code} ({status}): {self.document.get('message', '')}")
+
+
+@dataclass
+class Item:
+    state: str = "open"
+    revision: int = 0
+    submitted: dict[str, Any] | None = None  # the last work.submitted payload
+    acting: bool = False  # an accept_result was refused for this submission: wait for a new Event
+
+
+@dataclass
+class GroupState:
+    """What this Agent folded from one Group's verified Events."""
+
+    group: str  # urn
+    mission: str | None = None  # urn
+    coordinator: str | None = None  # urn of the Coordinator lease holder
+    coordinator_epoch: int | None = None
+    after: int = 0
+    items: dict[str, Item] = field(default_factory=dict)  # by WorkItem urn
+    artifacts: dict[str, str] = field(default_factory=dict)  # Artifact ID -> content hash
+    awaiting: bool = False  # submitted for Approval; no decision yet
+    closed: bool = False
+    verified_since_decision: bool = False
+    submit_refused_at: int | None = None  # the sequence a submission was refused at
+
+    def fold(self, event: dict[str, Any]) -> None:
+        kind, payload = event["kind"], event["payload"]
+        self.after = max(self.after, int(event["sequence"]))
+        if kind == "mission.created":
+            mission = payload["mission"]
+            self.mission = mission["missionId"]
+            self.coordinator = mission["coordinator"]["agentId"]
+            self.coordinator_epoch = int(mission["coordinator"]["coordinatorEpoch"])
+        elif kind == "mission.coordinator.assigned":
+            self.coordinator, self.coordinator_epoch = payload["coordinatorId"], int(payload["coordinatorEpoch"])
+        elif kind == "mission.coordinator.renewed":
+            self.coordinator_epoch = int(payload["coordinatorEpoch"])
+        elif kind == "artifact.published":
+            self.artifacts[payload["artifact"]["artifactId"]] = payload["artifact"]["contentHash"]
+        elif kind == "mission.submitted_for_approval":
+            self.awaiting = True
+        elif kind == "mission.changes_requested":
+            self.awaiting, self.verified_since_decision = False, False
+        elif kind in CLOSED:
+            self.closed = True
+        item_id = event.get("workItemId") or _payload_item(payload)
+        if item_id is None or kind not in STATE_AFTER:
+            return
+        item = self.items.setdefault(item_id, Item())
+        item.state = STATE_AFTER[kind]
+        item.revision = int(event.get("aggregateRevision") or item.revision)
+        item.acting = False
+        if kind == "work.submitted":
+            item.submitted = payload
+        elif kind == "work.result.accepted":
+            self.verified_since_decision = True
+
+    def artifact_hashes(self) -> list[str]:
+        """The content hashes of the verified results: the submitted Artifacts' and those the Evidence cites."""
+        hashes: set[str] = set()
+        for item in self.items.values():
+            if item.state != "verified" or item.submitted is None:
+                continue
+            hashes.update(self.artifacts[a] for a in item.submitted["artifactIds"] if a in self.artifacts)
+            hashes.update(h for e in item.submitted["evidence"] for h in e.get("artifactHashes", []))
+        return sorted(hashes)
+
+
+def _payload_item(payload: dict[str, Any]) -> str | None:
+    if isinstance(payload.get("workItemId"), str):
+        return str(payload["workItemId"])
+    work_item = payload.get("workItem")
+    if isinstance(work_item, dict) and isinstance(work_item.get("workItemId"), str):
+        return str(work_item["workItemId"])
+    return None
+
+
+class Coordinator:
+    """One Coordinator Agent's passes over its Groups."""
+
+    def __init__(self, portal: str, key: Key, *, log: Callable[[str], None] | None = None):
+        if key.principal is None or key.organization_id is None:
+            raise ValueError("the key file names no principal or Organization (DESIGN §4)")
+        self.base = portal.rstrip("/")
+        self.key = key
+        self.agent = urn(key.principal[1])
+        self.registry = MemoryRegistry(urn(key.organization_id))  # the Organization whose Group Authority signs
+        self.token: str | None = None
+        self.session_epoch: int | None = None
+        self.groups: dict[str, GroupState] = {}
+        self.log = log or (lambda line: print(line, flush=True))  # noqa: T201 (the process's log)
+
+    # --- HTTP ---------------------------------------------------------------
+
+    def call(self, method: str, path: str, body: Any = None, *, auth: bool = True) -> Any:
+        data = None if body is None else jcs.canonicalize(body)
+        request = urllib.request.Request(self.base + path, data=data, method=method)  # noqa: S310 (the configured portal)
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        if auth and self.token is not None:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+                return json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            try:
+                document = json.loads(raw)
+            except ValueError:
+                document = {"code": "HTTP", "message": raw[:200].decode("utf-8", "replace")}
+            raise Refused(exc.code, document) from None
+        except (OSError, urllib.error.URLError) as exc:
+            raise Unreachable(str(exc)) from None
+
+    # --- session ------------------------------------------------------------
+
+    def hello(self) -> None:
+        """The four HELLO phases over REST (§6.3): a new session token and Session Epoch."""
+        handshake = ClientHandshake(self.agent, self.key)
+        challenge = self.call("POST", f"{API}/sessions/challenge", handshake.start(), auth=False)
+        accepted = self.call("POST", f"{API}/sessions", handshake.receive_challenge(challenge), auth=False)
+        session = handshake.receive_accept(accepted)
+        self.token, self.session_epoch = session.session_token, session.session_epoch
+        self.log(f"session opened: {self.agent} Session Epoch {self.session_epoch}")
+
+    # --- Events -------------------------------------------------------------
+
+    def learn_key(self, key_id: str) -> None:
+        try:
+            self.registry.resolve(key_id)
+            return
+        except KeyResolutionError:
+            pass
+        binding = self.call("GET", f"{API}/keys/{urllib.parse.quote(key_id, safe=':')}", auth=False)
+        principal = binding["principal"]
+        try:
+            self.registry.register(
+                str(binding["keyId"]),
+                Principal(str(principal["type"]), str(principal["id"])),
+                str(binding["publicKey"]),
+                str(binding["validFrom"]),
+                algorithm=str(binding.get("algorithm", "Ed25519")),
+            )
+        except RegistrationError as exc:
+            raise ProtocolError("AUTH_INVALID_SIGNATURE", f"key {key_id} refused: {exc.reason}") from None
+        ended = {k: binding[k] for k in ("validUntil", "revokedAt") if binding.get(k)}
+        if ended:
+            self.registry.record_status(
+                key_id, str(ended.get("revokedAt") or ended.get("validUntil")),
+                valid_until=ended.get("validUntil"), revoked_at=ended.get("revokedAt"),
+            )  # fmt: skip
+
+    def read_events(self, state: GroupState) -> None:
+        """Every Event after the Group's cursor, each verified (§6.4) before it is folded."""
+        while True:
+            page = self.call("GET", f"{API}/groups/{state.group}/events?afterSequence={state.after}&limit={PAGE}")
+            events = page["events"]
+            for event in events:
+                self.learn_key(str(event["signature"]["keyId"]))
+                verify_event(jcs.canonicalize(event), self.registry)
+                state.fold(event)
+            if not events or state.after >= int(page.get("headSequence", state.after)):
+                return
+
+    # --- Commands -----------------------------------------------------------
+
+    def send(self, state: GroupState, kind: str, payload: dict[str, Any], membership: int, **kw: Any) -> Any:
+        assert self.key.principal is not None
+        document = build_command(
+            kind, actor=self.key.principal, key=self.key, payload=payload, group=bare(state.group, "groupId"),
+            session_epoch=self.session_epoch, membership_epoch=membership, coordinator_epoch=state.coordinator_epoch,
+            **kw,
+        )  # fmt: skip
+        return self.call("POST", f"{API}/commands", document)
+
+    def evidence(self, state: GroupState, item_id: str, item: Item) -> dict[str, Any]:
+        """This Agent's review of a submission (§13.2), signed with its key (profile ``evidence``)."""
+        assert item.submitted is not None and state.mission is not None
+        submitted = item.submitted["evidence"]
+        criteria = sorted({c for e in submitted for c in e["criterionIds"]})
+        hashes = sorted({h for e in submitted for h in e.get("artifactHashes", [])})
+        document = {
+            "evidenceId": new_urn(),
+            "missionId": state.mission,
+            "groupId": state.group,
+            "workItemId": item_id,
+            "type": "reviewer_assessment",
+            "subject": {"type": "work_item", "id": item_id},
+            "criterionIds": criteria,
+            "method": "The demo Coordinator read the submission's Evidence: every criterion passed.",
+            "result": "passed",
+            "artifactHashes": hashes,
+            "generatedBy": {"type": "agent", "id": self.agent},
+            "createdAt": format_timestamp(datetime.now(UTC)),
+        }
+        return sign_document(document, key_id=self.key.key_id, seed=self.key.seed, profile="evidence")
+
+    def accept_result(self, state: GroupState, item_id: str, item: Item, membership: int) -> None:
+        payload = {"workItemId": item_id, "evidence": [self.evidence(state, item_id, item)]}
+        revision = item.revision
+        for _ in range(2):
+            try:
+                receipt = self.send(state, "work.accept_result", payload, membership,
+                                    expected_revision=revision, work_item_id=bare(item_id, "workItemId"))  # fmt: skip
+            except Refused as exc:
+                current = exc.document.get("currentRevision")
+                if exc.code == "REVISION_CONFLICT" and isinstance(current, int) and current != revision:
+                    revision = current  # an Event this pass has not read yet moved the WorkItem on
+                    continue
+                if exc.code in SESSION_ERRORS:
+                    raise
+                item.acting = True
+                self.log(f"work.accept_result {item_id} refused: {exc}")
+                return
+            item.acting = True  # the next page carries work.result.accepted
+            self.log(f"work.accept_result {item_id} accepted (aggregate revision {receipt['aggregateRevision']})")
+            return
+
+    def submit_mission(self, state: GroupState, membership: int) -> None:
+        hashes = state.artifact_hashes()
+        state.submit_refused_at = state.after
+        if not hashes:
+            self.log(f"mission.submit_for_approval {state.mission}: no Artifact hashes to submit; waiting")
+            return
+        try:
+            self.send(state, "mission.submit_for_approval", {"artifactHashes": hashes}, membership)
+        except Refused as exc:
+            if exc.code in SESSION_ERRORS:
+                raise
+            self.log(f"mission.submit_for_approval {state.mission} refused: {exc}")
+            return
+        self.log(f"mission.submit_for_approval {state.mission}: {len(hashes)} Artifacts submitted for final Approval")
+
+    # --- one pass -----------------------------------------------------------
+
+    def coordinated_groups(self) -> dict[str, int]:
+        """The Groups this Agent holds the ``coordinator`` role in, with their Membership Epochs."""
+        memberships = self.call("GET", f"{API}/memberships")["memberships"]
+        return {m["groupId"]: int(m["membershipEpoch"]) for m in memberships if m.get("role") == "coordinator"}
+
+    def run_once(self) -> None:
+        """One pass: read every coordinated Group's new Events and act on them."""
+        if self.token is None:
+            self.hello()
+        try:
+            self._pass()
+        except Refused as exc:
+            if exc.code not in SESSION_ERRORS:
+                raise
+            self.log(f"session refused ({exc.code}): opening a new one")
+            self.hello()
+            self._pass()
+
+    def _pass(self) -> None:
+        for group, membership in self.coordinated_groups().items():
+            state = self.groups.setdefault(group, GroupState(group))
+            self.read_events(state)
+            if state.closed or state.coordinator != self.agent or state.coordinator_epoch is None:
+                continue
+            for item_id, item in state.items.items():
+                if item.state == "submitted" and item.submitted is not None and not item.acting:
+                    self.accept_result(state, item_id, item, membership)
+            self.read_events(state)
+            ready = (
+                state.items
+                and not state.awaiting
+                and state.verified_since_decision
+                and all(item.state in FINISHED for item in state.items.values())
+                and state.submit_refused_at != state.after
+            )
+            if ready:
+                self.submit_mission(state, membership)
+                self.read_events(state)
+
+    def run(self, interval: float, stop: Callable[[], bool] = lambda: False) -> None:
+        down = False
+        while not stop():
+            try:
+                self.run_once()
+                if down:
+                    self.log("portal reachable again")
+                down = False
+            except Unreachable as exc:
+                if not down:
+                    self.log(f"portal unreachable ({exc}); retrying every {interval:g} s")
+                down = True
+            except (Refused, ProtocolError) as exc:
+                self.log(f"pass failed: {exc}")
+                self.token = None  # the next pass starts with a new session
+            time.sleep(interval)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m portal.demo_coordinator", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--portal", required=True, help="the portal's base URL, e.g. http://127.0.0.1:8000")
+    parser.add_argument("--key", required=True, help="the Coordinator Agent's key file (DESIGN §4)")
+    parser.add_argument("--interval", type=float, default=2.0, help="seconds between passes (default 2)")
+    args = parser.parse_args(argv)
+    coordinator = Coordinator(args.portal, Key.from_file(args.key))
+    try:
+        coordinator.run(args.interval)
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""The demo Coordinator Agent (``portal/demo_coordinator.py``) against a real portal (daphne on the test database).
+
+It speaks MWP 0.1 from outside: HELLO over REST (§6.3), its Memberships, the
+Group's Events verified with the Group Authority's key (§6.4, §15.2), and
+signed Commands (§15.1): ``work.accept_result`` for a submitted WorkItem
+(§10.2, §13.2) and ``mission.submit_for_approval`` once every WorkItem is
+finished (§7.3).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from missions.models import GroupEvent
+from mwportal.protocol.command import Key
+from mwportal.protocol.ids import urn
+from portal.demo_coordinator import Coordinator
+from tests.conftest import AgentKey, add_member
+from tests.protocol.normative import normative_problems, require_bundle
+from tests.worker.conftest import portal, portal_env  # noqa: F401 (the daphne fixture)
+from tests.workitems.flow import MISSION_BUDGET, Flow, give_card, stamp
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def mission(owner: AgentKey, coordinator: AgentKey, worker: AgentKey, worker2: AgentKey) -> dict[str, str]:
+    """A Mission Olivia owns, Carl (with his Agent Card) coordinates and Wanda works in."""
+    group_id, mission_id = str(uuid.uuid4()), str(uuid.uuid4())
+    owner.send(
+        "mission.create",
+        group_id,
+        {
+            "missionId": urn(mission_id), "groupId": urn(group_id), "coordinatorId": give_card(coordinator).urn,
+            "title": "Survey", "objective": "Summarise the survey", "budget": MISSION_BUDGET,
+            "deadline": stamp(datetime.now(UTC) + timedelta(days=60)),
+            "definitionOfDone": [
+                {"criterionId": "done", "description": "the survey is summarised", "evidenceRequired": ["human_review"]}
+            ],
+        },
+    )  # fmt: skip
+    for member in (worker, worker2):
+        add_member(owner, group_id, member, ["worker"])
+    return {"group": group_id, "mission": mission_id}
+
+
+def coordinator_of(url: str, agent: AgentKey, org: dict[str, str], lines: list[str]) -> Coordinator:
+    """The demo Coordinator with ``agent``'s key, as its DESIGN §4 key file would give it."""
+    key = Key(agent.key.key_id, agent.key.seed, ("agent", agent.id), org["id"])
+    return Coordinator(url, key, log=lines.append)
+
+
+def kinds(group: str) -> list[str]:
+    return list(GroupEvent.objects.filter(group_id=group).order_by("sequence").values_list("type", flat=True))
+
+
+def test_a_coordinator_pass_accepts_the_submitted_result_and_submits_the_mission_spec_10_2_7_3(
+    portal: Any,  # noqa: F811
+    org: dict[str, str],
+    mission: dict[str, str],
+    owner: AgentKey,
+    coordinator: AgentKey,
+    worker: AgentKey,
+    worker2: AgentKey,
+) -> None:
+    flow = Flow(mission, owner, coordinator, worker, worker2)
+    item = flow.drive_to("submitted")
+    lines: list[str] = []
+    agent = coordinator_of(portal.url, coordinator, org, lines)
+
+    agent.run_once()
+
+    log = kinds(mission["group"])
+    assert "work.result.accepted" in log, lines
+    assert "mission.submitted_for_approval" in log, lines
+    assert log.index("work.submitted") < log.index("work.result.accepted") < log.index("mission.submitted_for_approval")
+    assert flow.item(item).state == "verified"
+    accepted = GroupEvent.objects.get(group_id=mission["group"], type="work.result.accepted")
+    (evidence,) = accepted.body["evidence"]
+    assert evidence["generatedBy"] == {"type": "agent", "id": coordinator.urn}
+    submitted = GroupEvent.objects.get(group_id=mission["group"], type="mission.submitted_for_approval")
+    cited = GroupEvent.objects.get(group_id=mission["group"], type="work.submitted").body["evidence"][0]
+    assert submitted.body["artifactHashes"] == cited["artifactHashes"]
+    assert submitted.as_wire()["actor"] == {"type": "agent", "id": coordinator.urn}
+    # One line per action: the session, the acceptance and the submission.
+    assert [line.split(" ")[0] for line in lines] == ["session", "work.accept_result", "mission.submit_for_approval"]
+
+    # A second pass finds nothing left to do: no Command is sent twice.
+    agent.run_once()
+    assert kinds(mission["group"]) == log
+    assert len(lines) == 3, lines
+
+
+def test_the_coordinator_verifies_every_event_it_folds_spec_6_4_15_2(
+    portal: Any,  # noqa: F811
+    org: dict[str, str],
+    mission: dict[str, str],
+    owner: AgentKey,
+    coordinator: AgentKey,
+    worker: AgentKey,
+    worker2: AgentKey,
+) -> None:
+    """The Group's Events are read through the REST page, each one verified with the Group Authority
+    key the portal serves; they are normative Event documents."""
+    require_bundle()
+    flow = Flow(mission, owner, coordinator, worker, worker2)
+    flow.drive_to("active")
+    agent = coordinator_of(portal.url, coordinator, org, [])
+
+    agent.run_once()
+
+    state = agent.groups[urn(mission["group"])]
+    stored = GroupEvent.objects.filter(group_id=mission["group"]).order_by("sequence")
+    assert state.after == stored.last().sequence
+    assert not state.awaiting and state.verified_since_decision is False
+    (only,) = state.items.values()
+    assert only.state == "active"
+    for event in stored:
+        assert normative_problems("event", event.as_wire()) == []
+    assert "work.result.accepted" not in kinds(mission["group"])
