@@ -191,7 +191,8 @@ class Slots(Admission, Leases, Offline):
             if usage:
                 body["usageDelta"] = usage
             await self._lease_command(slot, "work.submit", body)
-        except LeaseLost:
+        except LeaseLost as exc:
+            slot.stopped = slot.stopped or str(exc)  # why, for the log
             return "stopped"
         except Refused as exc:
             await self._fail(slot, ctx, f"submission refused: {exc.code} {exc.message}", retryable=False)

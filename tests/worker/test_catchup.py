@@ -167,12 +167,6 @@ def test_it_starts_nothing_before_its_replay_reaches_its_own_lease_revocation_af
     asyncio.run(asyncio.wait_for(body(), 120))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (worker report): on MWP 0.1 every reconnect is a new HELLO and Session Epoch, which revokes the "
-    "lease the in-doubt submission cites; the refreshed submission is then refused and the WorkItem restarts "
-    "under a new lease, but that second slot ends 'stopped' before it publishes (cause not found yet)",
-)
 def test_it_sends_a_command_refused_as_stale_again_as_a_new_command_spec_19(
     portal: Portal, mission: dict[str, str], owner: AgentKey, coordinator: AgentKey, worker: AgentKey,
     worker2: AgentKey, tmp_path: Path,
@@ -181,7 +175,10 @@ def test_it_sends_a_command_refused_as_stale_again_as_a_new_command_spec_19(
     the next connection hands it, unchanged, to ``POST /api/v0.1/commands``. By
     then its ``issuedAt`` is outside the portal's freshness window (2 s here),
     and the refusal (AUTH_INVALID_SIGNATURE) is answered once with a new
-    Command: new Action ID, current ``issuedAt``, new signature."""
+    Command: new Action ID, current ``issuedAt``, new signature. On MWP 0.1 the
+    reconnect's HELLO is a new Session Epoch (§6.3), which revoked the lease
+    that submission cites: it is refused too, and the WorkItem is run again
+    under a new lease and submitted."""
     sent: list[dict[str, Any]] = []
     give_card(worker)
     flow = Flow(mission, owner, coordinator, worker, worker2)
@@ -193,7 +190,8 @@ def test_it_sends_a_command_refused_as_stale_again_as_a_new_command_spec_19(
             @w.capability(CAPABILITY["id"], CAPABILITY["version"])
             async def done(ctx: SlotContext) -> Result:
                 criteria = [c["criterionId"] for c in ctx.contract["acceptanceCriteria"]]
-                sha = await ctx.put_artifact(b"# summary\n", "text/markdown")
+                # Each attempt's own output (an Artifact is published once per content hash in a Group).
+                sha = await ctx.put_artifact(f"# summary by {ctx.lease_id}\n".encode(), "text/markdown")
                 evidence = ctx.evidence(criteria, result="passed", method="checked", summary="done", artifacts=[sha])
                 return Result(evidence=[evidence], artifacts=[sha])
 
@@ -213,12 +211,13 @@ def test_it_sends_a_command_refused_as_stale_again_as_a_new_command_spec_19(
 
             await running(w, submitted, timeout=60)
             submits = [d for d in sent if d["kind"] == "work.submit"]
-            # The original (swallowed; its unchanged resend went to REST), then one new Command.
-            assert len(submits) == 2 and submits[1]["actionId"] != submits[0]["actionId"]
-            assert submits[1]["issuedAt"] > submits[0]["issuedAt"]
-            assert json.dumps(submits[1]["payload"], sort_keys=True) == json.dumps(
-                submits[0]["payload"], sort_keys=True
-            )
+            # The original (swallowed; its unchanged resend went to REST), the same submission
+            # as a new Command, then the next attempt's under its new lease.
+            first = submits[0]
+            same = [d for d in submits[1:] if json.dumps(d["payload"], sort_keys=True) == json.dumps(
+                first["payload"], sort_keys=True)]  # fmt: skip
+            assert same and same[0]["actionId"] != first["actionId"] and same[0]["issuedAt"] > first["issuedAt"]
+            assert submits[-1]["payload"]["executionLeaseId"] != first["payload"]["executionLeaseId"]
             assert any(k == "command.refreshed" for k, _, _ in w.log)
 
     asyncio.run(body())
