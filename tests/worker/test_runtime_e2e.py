@@ -373,3 +373,39 @@ def test_a_dropped_connection_reconnects_with_backoff_under_a_new_session_spec_6
         await w.until(lambda: {state_of(w, flow.group, x) for x in (item, second)} == {"submitted"}, timeout=40)
 
     asyncio.run(running(w, body, timeout=90))
+
+
+def test_a_failed_attempt_is_retried_within_the_contracts_retry_policy_MWP_WRK_018(
+    portal: Portal, mission: dict[str, str], owner: AgentKey, coordinator: AgentKey, worker: AgentKey,
+    worker2: AgentKey, tmp_path: Path,
+) -> None:  # fmt: skip
+    """§11.4: a handler's exception is ``work.fail`` with failure Evidence, marked
+    retryable while the retry policy allows; the Group Authority queues the next
+    attempt (``ext.mwportal.work.attempt_failed``) and the Worker runs it."""
+    from missions.models import GroupEvent
+
+    give_card(worker)
+    flow = Flow(mission, owner, coordinator, worker, worker2)
+    w = portal.worker(worker, tmp_path / "w.sqlite3", slots=1)
+    attempts: list[int] = []
+
+    @w.capability(CAPABILITY["id"], CAPABILITY["version"])
+    async def flaky(ctx: SlotContext) -> Result:
+        attempts.append(ctx.attempt)
+        if len(attempts) == 1:
+            raise ConnectionError("the search API timed out")
+        return _result(ctx, await ctx.put_artifact(b"# summary\n", "text/markdown"))
+
+    retry = {"maxAttempts": 2, "backoff": "fixed", "maxDelay": "PT1S", "retryableFailures": []}
+
+    async def body() -> None:
+        item = await in_db_thread(lambda: flow.authorize(contract(retryPolicy=retry)))
+        await in_db_thread(flow.offer, item)
+        await w.until(lambda: state_of(w, flow.group, item) == "submitted", timeout=30)
+        assert len(attempts) == 2
+        kinds = await in_db_thread(
+            lambda: [e.type for e in GroupEvent.objects.filter(group_id=flow.group).order_by("sequence")]
+        )
+        assert kinds.count("work.started") == 2 and "ext.mwportal.work.attempt_failed" in kinds
+
+    asyncio.run(running(w, body, timeout=60))
