@@ -52,7 +52,7 @@ from mwportal.protocol.ids import urn
 
 from . import service_keys
 from .access import group_not_found
-from .delivery import CommittedHead, notify_commit, prepare_commit
+from .delivery import CommittedHead, carried_event, notify_commit, prepare_commit
 from .intake import Auth as Auth
 from .intake import Command as Command
 from .intake import admit, check_fresh, verify_command
@@ -395,7 +395,8 @@ def _accept_once(command: Command, spec: CommandSpec, now: datetime) -> Receipt:
         heads: list[CommittedHead] = []
         for other, emits in decision.also:
             if emits:
-                events = _append(cur, doc, other, emits, now)
+                events: list[dict[str, Any]] = []
+                _append(cur, doc, other, emits, now, carried=events)
                 heads.append((other.id, other.last_sequence, events))
         receipt, events = _append_with_receipt(cur, doc, group, decision, now)
         if group.exists or group.last_sequence:
@@ -620,6 +621,7 @@ def _append(
     emits: list[Emit],
     now: datetime,
     org_documents: list[Any] | None = None,
+    carried: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Append ``emits`` to ``group``: Group Events with the next sequences and the hash
     chain, Organization-scoped ones outside every sequence (collected in
@@ -655,6 +657,8 @@ def _append(
             json.dumps(emit.payload, separators=(",", ":")), text.decode(), row_prev, prev,
         ]  # fmt: skip
         documents.append(document)
+        if carried is not None:  # what the head notice carries: the stored text and its chain links
+            carried.append(carried_event(sequence, text.decode(), row_prev, prev))
         # The Group revision moves only on Group-aggregate Events (Membership,
         # Mission status); the head always moves.
         if emit.aggregate.kind == "group" and emit.aggregate.id == group.id:
@@ -690,9 +694,11 @@ _RECEIPT_INSERT = (
 def _append_with_receipt(
     cur: Any, doc: CommandDoc, group: GroupHead, decision: Decision, now: datetime
 ) -> tuple[Receipt, list[dict[str, Any]]]:
-    """The Command's own Events, the head and the receipt."""
+    """The Command's own Events, the head and the receipt; the receipt and the
+    Events as the head notice carries them (``delivery.carried_event``)."""
     org_documents: list[dict[str, Any]] = []
-    documents = _append(cur, doc, group, decision.events, now, org_documents)
+    carried: list[dict[str, Any]] = []
+    documents = _append(cur, doc, group, decision.events, now, org_documents, carried)
     # Organization-scoped Events have no sequence (§15.2).
     refs: list[dict[str, Any]] = [{"eventId": d["eventId"], "kind": d["kind"]} for d in org_documents]
     refs += [{"eventId": d["eventId"], "sequence": d["sequence"], "kind": d["kind"]} for d in documents]
@@ -709,7 +715,7 @@ def _append_with_receipt(
             json.dumps(receipt), db_time(now),
         ],
     )  # fmt: skip
-    return receipt, documents
+    return receipt, carried
 
 
 def system_action_id(*parts: object) -> str:

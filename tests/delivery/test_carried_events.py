@@ -242,6 +242,7 @@ def test_a_commit_notice_carries_its_events_as_the_log_stores_them(
     links the hub computes for them from its head are the stored chain
     (``missions.hub._linked``, DESIGN §3)."""
     import missions.authority as authority
+    from missions.delivery import carried_event
     from missions.hub import _linked
     from missions.models import GroupEvent
 
@@ -259,14 +260,16 @@ def test_a_commit_notice_carries_its_events_as_the_log_stores_them(
     ((group, top, events),) = heads
     assert (group, top) == (g, sequences[-1])
     rows = list(GroupEvent.objects.filter(group_id=g, sequence__in=sequences).order_by("sequence"))
-    assert events == [row.as_wire() for row in rows]
+    # The core carries the stored text with its chain links (no JCS encoding left to the hub).
+    assert events == [carried_event(row.sequence, row.document, row.prev_hash, row.hash) for row in rows]
     feed: Feed[Subscription] = Feed(g)
     feed.open(before, GroupEvent.objects.get(group_id=g, sequence=before).hash)
-    entries = _linked(feed, events)
+    assert feed.head_notice(top, events) is Notice.CARRIED
+    # A notice carrying the bare signed documents instead is linked by the hub to the same chain.
+    entries = _linked(feed, [row.as_wire() for row in rows])
     assert [(e["prev_hash"], e["hash"], e["document"]) for e in entries] == [
         (row.prev_hash, row.hash, row.document) for row in rows
     ]
-    assert feed.head_notice(top, entries) is Notice.CARRIED
 
 
 @pytest.mark.django_db(transaction=True)
