@@ -668,8 +668,11 @@ Mission, the Group, this Organization's Memberships and every WorkItem (with
 its ``owner`` and ``offers``). Optional beside them: ``ownershipLeases``
 (``{workItemId, startBy}`` of each owned WorkItem's start-by deadline),
 ``executionApprovals`` (``{workItemId, contractVersion}`` in force),
+``executionLeases`` (the active Execution Leases, lease.schema.json),
+``checkpoints`` (``{workItemId, number, ownershipEpoch, executionLeaseId,
+checkpoint, progress, createdAt}``, the latest of each WorkItem),
 ``missionUsage`` (the six usage dimensions) and, in an administrative Group,
-``priorityPolicy {policy, revision}``."""
+``priorityPolicy {policy, revision}`` (``workitems/snapshot.py`` writes them)."""
 
 
 def restore(
@@ -678,10 +681,9 @@ def restore(
     """The rows of a verified snapshot: ``document`` is the signed Group Snapshot
     (``group-snapshot.schema.json``), ``state`` its verified state.
 
-    What the state does not carry is unknown: Lease IDs and their expiry,
-    attempts and retry timers, the parent Group, redactions before it, child
-    Missions. Checkpoints are not in a WorkItem object either: a restored
-    WorkItem resumes from its next checkpoint.
+    What the state does not carry is unknown: attempts and retry timers, the
+    parent Group, redactions before it, child Missions, checkpoints older than
+    each WorkItem's latest.
     """
     group, sequence = document["groupId"], document["throughSequence"]
     mission = state.get("mission") if isinstance(state.get("mission"), dict) else None
@@ -707,6 +709,8 @@ def restore(
     )  # fmt: skip
     start_by = {str(x["workItemId"]): x.get("startBy") for x in state.get("ownershipLeases") or []}
     approved = {str(x["workItemId"]): x["contractVersion"] for x in state.get("executionApprovals") or []}
+    leases = {str(x["workItemId"]): x for x in state.get("executionLeases") or [] if "workItemId" in x}
+    latest = {str(x["workItemId"]): x for x in state.get("checkpoints") or []}
     rows = []
     for item in state.get("workItems") or []:
         owner = item.get("owner") or {}
@@ -716,7 +720,11 @@ def restore(
             accepted_contract_revision=None, approved_contract_revision=approved.get(item["workItemId"]),
             execution_approved=False, owner=owner.get("agentId"), ownership_epoch=owner.get("ownershipEpoch", 0),
             start_by=start_by.get(item["workItemId"]) if owner else None, attempt=0, needs_new_attempt=None,
-            retry_not_before=None, lease_id=None, lease_expires_at=None, checkpoint_count=0, usage=_EMPTY_OBJECT,
+            retry_not_before=None,
+            lease_id=leases[item["workItemId"]]["leaseId"] if item["workItemId"] in leases else None,
+            lease_expires_at=leases[item["workItemId"]]["expiresAt"] if item["workItemId"] in leases else None,
+            checkpoint_count=latest[item["workItemId"]]["number"] if item["workItemId"] in latest else 0,
+            usage=_EMPTY_OBJECT,
             offered_to=text(sorted(o["agentId"] for o in pending)),
             offer_expires_at=max((o["expiresAt"] for o in pending), default=None),
             child_mission=None, child_group=None, child_failure_policy=None, resolution_required=None,
@@ -724,4 +732,14 @@ def restore(
         )  # fmt: skip
         rows.append(replace(row, execution_approved=_gate_open(row)))
     rows.sort(key=lambda r: r.workitem)
-    return meta, rows, []
+    # The latest checkpoint of each WorkItem: where a new owner resumes (§11.5). Its Event's
+    # sequence is not in the state; 0 matches no redaction.
+    checkpoints = [
+        CheckpointRow(
+            group_id=group, workitem=str(c["workItemId"]), number=c["number"], ownership_epoch=c["ownershipEpoch"],
+            lease_id=c.get("executionLeaseId"), sequence=0, occurred_at=str(c.get("createdAt", "")),
+            state=text(c["checkpoint"]), progress=text(c.get("progress") or {}), redacted=False,
+        )
+        for c in sorted(latest.values(), key=lambda c: str(c["workItemId"]))
+    ]  # fmt: skip
+    return meta, rows, checkpoints

@@ -409,3 +409,30 @@ def test_a_failed_attempt_is_retried_within_the_contracts_retry_policy_MWP_WRK_0
         assert kinds.count("work.started") == 2 and "ext.mwportal.work.attempt_failed" in kinds
 
     asyncio.run(running(w, body, timeout=60))
+
+
+@pytest.mark.parametrize("portal_env", [{"MWP_ONLINE_REPLAY_EVENTS": "3"}])
+def test_cursor_too_old_restores_the_signed_snapshot_and_replays_after_it_spec_16(
+    portal: Portal, mission: dict[str, str], owner: AgentKey, coordinator: AgentKey, worker: AgentKey,
+    worker2: AgentKey, tmp_path: Path,
+) -> None:  # fmt: skip
+    """§16: a Cursor outside the online log is CURSOR_TOO_OLD with a signed snapshot
+    reference; the Worker fetches it, checks its hash and the Group Authority's
+    signature, restores it and subscribes after its sequence."""
+    give_card(worker)
+    flow = Flow(mission, owner, coordinator, worker, worker2)
+    w = portal.worker(worker, tmp_path / "w.sqlite3", slots=1)
+    register_stepper(w, steps=1)
+
+    async def body() -> None:
+        for _ in range(3):
+            await in_db_thread(flow.authorize)  # the log outgrows the online window
+        await w.until(lambda: ("snapshot.restored", urn(flow.group)) in [(k, i) for k, i, _ in w.log], timeout=30)
+        item = await in_db_thread(flow.authorize)
+        await in_db_thread(flow.offer, item)
+        await w.until(lambda: state_of(w, flow.group, item) == "submitted", timeout=30)
+        meta = w.store.meta(urn(flow.group))
+        assert meta is not None and meta.restored_snapshot_sequence is not None
+        assert len(w.store.queue(urn(flow.group))) == 4  # three WorkItems from the snapshot, one replayed after it
+
+    asyncio.run(running(w, body, timeout=60))
