@@ -15,6 +15,11 @@ celery beat        its own process (``var/celerybeat.log``), never the
 demo Workers       ``mwworker demo`` on MWP 0.1 (``/mwp/0.1``), one per demo
                    Worker key file (``var/demo/demo-worker-*.json``, written
                    by ``mwp demo``), once daphne listens (``var/demo/NAME.log``)
+demo Coordinator   ``python -m portal.demo_coordinator``: the demo Missions'
+                   Coordinator Agent (``var/demo/demo-coordinator.json``), which
+                   accepts submitted results and submits each finished Mission
+                   for final Approval, once daphne listens
+                   (``var/demo/demo-coordinator.log``)
 =================  ==========================================================
 
 The rules that keep the tree whole:
@@ -28,8 +33,9 @@ The rules that keep the tree whole:
 - A child that dies is restarted after a backoff (1 s, doubling up to 10 s).
   One that dies ``RESTART_LIMIT`` times within ``RESTART_WINDOW`` seconds gives
   up: daphne, the Celery worker or beat giving up stops the whole tree (exit
-  1); a demo Worker giving up stays stopped, the portal runs on.
-- SIGINT (Ctrl-C), SIGTERM or SIGHUP: SIGTERM to the demo Workers' groups,
+  1); a demo Worker or the demo Coordinator giving up stays stopped, the
+  portal runs on.
+- SIGINT (Ctrl-C), SIGTERM or SIGHUP: SIGTERM to the demo Agents' groups,
   then to the others', SIGKILL to what is left after ``GRACE`` seconds each;
   exit 0. Nothing of the tree outlives the supervisor.
 
@@ -214,7 +220,7 @@ class Supervisor:
             child.start()
 
     def stop_all(self) -> None:
-        """SIGTERM group by group (demo Workers first: they drain through
+        """SIGTERM group by group (demo Agents first: they drain through
         daphne), SIGKILL after GRACE; every group is SIGKILLed at the end, so
         nothing a child forked survives it."""
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C does not cut the stop short
@@ -234,6 +240,7 @@ class Supervisor:
 
 
 DEMO_WORKER_KEYS = "demo-worker-*.json"
+DEMO_COORDINATOR_KEY = "demo-coordinator.json"  # portal/demo.py's COORDINATOR key file
 
 
 def demo_worker_keys(var: Path) -> list[Path]:
@@ -245,8 +252,15 @@ def demo_worker_keys(var: Path) -> list[Path]:
     return sorted((var / "demo").glob(DEMO_WORKER_KEYS))
 
 
+def demo_coordinator_key(var: Path) -> Path | None:
+    """The demo Coordinator Agent's key file that ``mwp demo`` wrote, if it did."""
+    path = var / "demo" / DEMO_COORDINATOR_KEY
+    return path if path.exists() else None
+
+
 def embedded_children(host: str, port: int, var: Path) -> tuple[list[Child], list[Child]]:
-    """daphne, the Celery worker and beat; and the demo Workers (started once daphne listens)."""
+    """daphne, the Celery worker and beat; and the demo Agents, the Workers and the
+    Coordinator (started once daphne listens)."""
     bin_dir = Path(sys.executable).parent
     celery = str(bin_dir / "celery")
     children = [
@@ -315,6 +329,17 @@ def embedded_children(host: str, port: int, var: Path) -> tuple[list[Child], lis
                 essential=False,
             )
         )
+    coordinator = demo_coordinator_key(var)
+    if coordinator is not None:
+        demo.append(
+            Child(
+                "demo Coordinator",
+                [sys.executable, "-m", "portal.demo_coordinator", "--portal", f"http://{host}:{port}",
+                 "--key", str(coordinator)],
+                var / "demo" / f"{coordinator.stem}.log",
+                essential=False,
+            )
+        )  # fmt: skip
     return children, demo
 
 
@@ -360,8 +385,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"    Agents (MWP 0.1):    ws://{args.host}:{args.port}/mwp/0.1",
                 *(f"    {line}" for line in logins),
             ]
-            if demo:
-                lines.append(f"    Demo Workers:        {len(demo)} (mwworker demo; logs in {var / 'demo'}/)")
+            workers = [c for c in demo if c.name.startswith("demo Worker")]
+            if workers:
+                lines.append(f"    Demo Workers:        {len(workers)} (mwworker demo; logs in {var / 'demo'}/)")
+            if len(workers) < len(demo):
+                lines.append("    Demo Coordinator:    portal.demo_coordinator (accepts results, submits Missions)")
             print("\n".join([*lines, ""]), flush=True)  # noqa: T201
 
         return Supervisor(children, demo, args.host, args.port).run(banner)

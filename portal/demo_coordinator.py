@@ -14,6 +14,8 @@ live demo's WorkItems go past ``submitted``:
 - each Group's Events (``GET /api/v0.1/groups/{groupId}/events?afterSequence=N``),
   every one verified (§6.4, profile ``event``) with the Group Authority key
   ``GET /api/v0.1/keys/{keyId}`` serves, before it is folded;
+- each ``open`` WorkItem whose dependencies are verified (§10.4): ``work.offer``
+  to the Group's Workers (§10.3), so the demo's dependent WorkItems move on;
 - for each ``work.submitted``: ``work.accept_result`` (§10.2, §13.2) with Evidence
   this Agent signs (profile ``evidence``), citing the submission's criteria and
   Artifact hashes, the Coordinator Epoch and the WorkItem's revision
@@ -53,6 +55,8 @@ from mwportal.protocol.verification import sign_document
 
 API = "/api/v0.1"
 PAGE = 500
+MAX_CANDIDATES = 5
+OFFER_SECONDS = 8 * 3600
 # The WorkItem state each Event kind leaves (§10.2); kinds not named leave it as it was.
 STATE_AFTER = {
     "work.authorized": "open",
@@ -95,6 +99,7 @@ class Refused(Exception):
 class Item:
     state: str = "open"
     revision: int = 0
+    contract: dict[str, Any] = field(default_factory=dict)  # the current Work Contract (§10.1)
     submitted: dict[str, Any] | None = None  # the last work.submitted payload
     acting: bool = False  # an accept_result was refused for this submission: wait for a new Event
 
@@ -109,6 +114,7 @@ class GroupState:
     coordinator_epoch: int | None = None
     after: int = 0
     items: dict[str, Item] = field(default_factory=dict)  # by WorkItem urn
+    workers: set[str] = field(default_factory=set)  # urns of the Agents with an active worker Membership
     artifacts: dict[str, str] = field(default_factory=dict)  # Artifact ID -> content hash
     awaiting: bool = False  # submitted for Approval; no decision yet
     closed: bool = False
@@ -135,10 +141,21 @@ class GroupState:
             self.awaiting, self.verified_since_decision = False, False
         elif kind in CLOSED:
             self.closed = True
+        elif kind == "membership.changed":
+            membership = payload["membership"]
+            if membership["role"] == "worker" and membership["member"]["type"] == "agent":
+                active = membership["state"] == "active"
+                (self.workers.add if active else self.workers.discard)(membership["member"]["id"])
         item_id = event.get("workItemId") or _payload_item(payload)
-        if item_id is None or kind not in STATE_AFTER:
+        if item_id is None:
+            return
+        if kind == "work.contract.revised" and item_id in self.items and isinstance(payload.get("contract"), dict):
+            self.items[item_id].contract = payload["contract"]  # a new edge (§10.4); the state stays
+        if kind not in STATE_AFTER:
             return
         item = self.items.setdefault(item_id, Item())
+        if kind == "work.authorized":
+            item.contract = payload["workItem"]["contract"]
         item.state = STATE_AFTER[kind]
         item.revision = int(event.get("aggregateRevision") or item.revision)
         item.acting = False
@@ -146,6 +163,15 @@ class GroupState:
             item.submitted = payload
         elif kind == "work.result.accepted":
             self.verified_since_decision = True
+
+    def ready_to_offer(self, item: Item) -> bool:
+        """Open, and every WorkItem it depends on verified (§10.4)."""
+        deps = item.contract.get("dependencyWorkItemIds") or []
+        return (
+            item.state == "open"
+            and not item.acting
+            and all(d in self.items and self.items[d].state == "verified" for d in deps)
+        )
 
     def artifact_hashes(self) -> list[str]:
         """The content hashes of the verified results: the submitted Artifacts' and those the Evidence cites."""
@@ -180,6 +206,7 @@ class Coordinator:
         self.token: str | None = None
         self.session_epoch: int | None = None
         self.groups: dict[str, GroupState] = {}
+        self.down = False  # the last pass found the portal unreachable (logged once)
         self.log = log or (lambda line: print(line, flush=True))  # noqa: T201 (the process's log)
 
     # --- HTTP ---------------------------------------------------------------
@@ -287,6 +314,36 @@ class Coordinator:
         }
         return sign_document(document, key_id=self.key.key_id, seed=self.key.seed, profile="evidence")
 
+    def offer(self, state: GroupState, item_id: str, item: Item, membership: int) -> None:
+        """A bounded candidate set of the Group's Workers (§10.3); the first valid acceptance wins."""
+        required = list(item.contract.get("requiredCapabilities") or [])
+        basis = {
+            "requiredCapabilities": required,
+            "verifiedMatches": required,
+            "authorizationEligible": True,
+            "availabilityEstimate": format_timestamp(datetime.now(UTC)),
+            "expectedCost": 0,
+            "reliabilityEvidence": [],
+            "policyRulesApplied": ["demo: every worker of the Group, the first to accept"],
+        }
+        candidates = sorted(state.workers)[:MAX_CANDIDATES]
+        payload = {
+            "workItemId": item_id,
+            "candidateAgentIds": candidates,
+            "selectionBasis": basis,
+            "offerExpiresInSeconds": OFFER_SECONDS,
+        }
+        item.acting = True  # until an Event about it arrives
+        try:
+            self.send(state, "work.offer", payload, membership, expected_revision=item.revision,
+                      work_item_id=bare(item_id, "workItemId"))  # fmt: skip
+        except Refused as exc:
+            if exc.code in SESSION_ERRORS:
+                raise
+            self.log(f"work.offer {item_id} refused: {exc}")
+            return
+        self.log(f"work.offer {item_id} to {len(candidates)} Workers")
+
     def accept_result(self, state: GroupState, item_id: str, item: Item, membership: int) -> None:
         payload = {"workItemId": item_id, "evidence": [self.evidence(state, item_id, item)]}
         revision = item.revision
@@ -349,33 +406,44 @@ class Coordinator:
             self.read_events(state)
             if state.closed or state.coordinator != self.agent or state.coordinator_epoch is None:
                 continue
-            for item_id, item in state.items.items():
-                if item.state == "submitted" and item.submitted is not None and not item.acting:
-                    self.accept_result(state, item_id, item, membership)
-            self.read_events(state)
+            submitted = [
+                (item_id, item)
+                for item_id, item in state.items.items()
+                if item.state == "submitted" and item.submitted is not None and not item.acting
+            ]
+            for item_id, item in submitted:
+                self.accept_result(state, item_id, item, membership)
+            if submitted:
+                self.read_events(state)  # the acceptances this pass caused
             ready = (
+                [(i, item) for i, item in state.items.items() if state.ready_to_offer(item)] if state.workers else []
+            )
+            for item_id, item in ready:
+                self.offer(state, item_id, item, membership)
+            if ready:
+                self.read_events(state)  # the offers this pass caused
+            finished = (
                 state.items
                 and not state.awaiting
                 and state.verified_since_decision
                 and all(item.state in FINISHED for item in state.items.values())
                 and state.submit_refused_at != state.after
             )
-            if ready:
+            if finished:
                 self.submit_mission(state, membership)
                 self.read_events(state)
 
     def run(self, interval: float, stop: Callable[[], bool] = lambda: False) -> None:
-        down = False
         while not stop():
             try:
                 self.run_once()
-                if down:
+                if self.down:
                     self.log("portal reachable again")
-                down = False
+                self.down = False
             except Unreachable as exc:
-                if not down:
+                if not self.down:
                     self.log(f"portal unreachable ({exc}); retrying every {interval:g} s")
-                down = True
+                self.down = True
             except (Refused, ProtocolError) as exc:
                 self.log(f"pass failed: {exc}")
                 self.token = None  # the next pass starts with a new session

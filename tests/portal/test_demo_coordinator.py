@@ -22,7 +22,7 @@ from portal.demo_coordinator import Coordinator
 from tests.conftest import AgentKey, add_member
 from tests.protocol.normative import normative_problems, require_bundle
 from tests.worker.conftest import portal, portal_env  # noqa: F401 (the daphne fixture)
-from tests.workitems.flow import MISSION_BUDGET, Flow, give_card, stamp
+from tests.workitems.flow import MISSION_BUDGET, Flow, contract, give_card, stamp
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -122,3 +122,59 @@ def test_the_coordinator_verifies_every_event_it_folds_spec_6_4_15_2(
     for event in stored:
         assert normative_problems("event", event.as_wire()) == []
     assert "work.result.accepted" not in kinds(mission["group"])
+
+
+def test_a_work_item_whose_dependency_is_verified_is_offered_to_the_workers_spec_10_3_10_4(
+    portal: Any,  # noqa: F811
+    org: dict[str, str],
+    mission: dict[str, str],
+    owner: AgentKey,
+    coordinator: AgentKey,
+    worker: AgentKey,
+    worker2: AgentKey,
+) -> None:
+    """The open WorkItem waits for the one it depends on; once that is verified it is offered to
+    every worker of the Group, and the Mission is not submitted while it is unfinished (§7.3)."""
+    flow = Flow(mission, owner, coordinator, worker, worker2)
+    first = flow.drive_to("submitted")
+    second = flow.authorize(contract(dependencyWorkItemIds=[urn(first)]))
+    lines: list[str] = []
+    agent = coordinator_of(portal.url, coordinator, org, lines)
+
+    agent.run_once()
+
+    assert flow.item(first).state == "verified"
+    assert flow.item(second).state == "offered"
+    offered = GroupEvent.objects.get(group_id=mission["group"], type="work.offer.created", aggregate_id=second)
+    assert offered.as_wire()["actor"] == {"type": "agent", "id": coordinator.urn}
+    assert sorted(offered.body["candidateAgentIds"]) == sorted([worker.urn, worker2.urn])
+    assert "mission.submitted_for_approval" not in kinds(mission["group"]), lines
+
+
+def test_the_coordinator_outlives_a_portal_restart_spec_6_3(
+    portal: Any,  # noqa: F811
+    org: dict[str, str],
+    mission: dict[str, str],
+    owner: AgentKey,
+    coordinator: AgentKey,
+    worker: AgentKey,
+    worker2: AgentKey,
+) -> None:
+    """A pass against a portal that is down ends with one log line; the next, once it is back,
+    accepts the result (the loop of ``python -m portal.demo_coordinator``)."""
+    flow = Flow(mission, owner, coordinator, worker, worker2)
+    item = flow.drive_to("submitted")
+    lines: list[str] = []
+    agent = coordinator_of(portal.url, coordinator, org, lines)
+    passes = iter(range(2))
+
+    portal.server.kill()
+    agent.run(0.01, stop=lambda: next(passes, None) is None)
+    assert [line.split(" (")[0] for line in lines] == ["portal unreachable"], lines
+    assert flow.item(item).state == "submitted"
+
+    portal.server.start()
+    passes = iter(range(1))
+    agent.run(0.01, stop=lambda: next(passes, None) is None)
+    assert lines[-1] == "portal reachable again", lines
+    assert flow.item(item).state == "verified"
