@@ -4,7 +4,6 @@
   SQLite file under ``var/``.
 - ``MWP_REDIS_URL``: when set, the channel layer and Celery use Redis;
   otherwise the in-memory layer and Celery's filesystem broker.
-- ``MWP_SIGNING_KEY_FILE``: the server's Ed25519 key, generated if absent.
 - ``MWP_SERVICE_KEY_DIR``: the Organization service Principals' key files.
 - ``MWP_COMMAND_FRESHNESS_SECONDS``: how old (and how far ahead) a new signed
   Command's ``issuedAt`` may be; default 300.
@@ -258,12 +257,9 @@ MWP_MAX_COMMAND_BYTES = 1024 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = MWP_MAX_COMMAND_BYTES + 1024
 
 MWP_REDIS_URL = os.environ.get("MWP_REDIS_URL", "")
-MWP_SIGNING_KEY_FILE = os.environ.get("MWP_SIGNING_KEY_FILE", str(VAR_DIR / "server_signing_key.json"))
 # The Organization service Principals' key files (missions/service_keys.py, DESIGN §4).
 MWP_SERVICE_KEY_DIR = os.environ.get("MWP_SERVICE_KEY_DIR", str(VAR_DIR / "service-keys"))
 MWP_ONLINE_REPLAY_EVENTS = int(os.environ.get("MWP_ONLINE_REPLAY_EVENTS", "100000"))
-# A signed session request must be this fresh (DESIGN §4: within 5 minutes).
-MWP_SESSION_REQUEST_MAX_SKEW_SECONDS = 300
 # A newly presented signed Command's issuedAt window (PROTOCOL §6.4 freshness):
 # at most this old, and at most this far ahead of the server's clock.
 MWP_COMMAND_FRESHNESS_SECONDS = int(os.environ.get("MWP_COMMAND_FRESHNESS_SECONDS", "300"))

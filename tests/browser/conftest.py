@@ -38,7 +38,7 @@ def server(transactional_db: None, settings: Any) -> Iterator[Daphne]:
     env.update({
         "MWP_DATABASE_URL": database_url(),
         "MWP_HEAD_POLL_SECONDS": "0.2",
-        "MWP_SIGNING_KEY_FILE": str(settings.MWP_SIGNING_KEY_FILE),
+        "MWP_SERVICE_KEY_DIR": str(settings.MWP_SERVICE_KEY_DIR),
         "MWP_ARTIFACT_ROOT": str(settings.MWP_ARTIFACT_ROOT),
         "DJANGO_SETTINGS_MODULE": "mwportal.settings",
     })  # fmt: skip

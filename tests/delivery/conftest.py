@@ -141,7 +141,6 @@ def daphne_process_env(settings: Any, head_poll_seconds: float, extra: dict[str,
         "MWP_DATABASE_URL": database_url(),
         "MWP_HEAD_POLL_SECONDS": str(head_poll_seconds),
         "MWP_ONLINE_REPLAY_EVENTS": str(settings.MWP_ONLINE_REPLAY_EVENTS),
-        "MWP_SIGNING_KEY_FILE": str(settings.MWP_SIGNING_KEY_FILE),
         "MWP_SERVICE_KEY_DIR": str(settings.MWP_SERVICE_KEY_DIR),
         "DJANGO_SETTINGS_MODULE": "mwportal.settings",
     })  # fmt: skip

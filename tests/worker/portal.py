@@ -31,7 +31,6 @@ def portal_process(settings: Any, overrides: dict[str, str]) -> Daphne:
         "MWP_HEAD_POLL_SECONDS": "0.1",
         "MWP_ONLINE_REPLAY_EVENTS": str(settings.MWP_ONLINE_REPLAY_EVENTS),
         "MWP_SERVICE_KEY_DIR": str(settings.MWP_SERVICE_KEY_DIR),
-        "MWP_SIGNING_KEY_FILE": str(settings.MWP_SIGNING_KEY_FILE),
         "MWP_ARTIFACT_ROOT": str(settings.MWP_ARTIFACT_ROOT),
         "DJANGO_SETTINGS_MODULE": "mwportal.settings",
         **overrides,
