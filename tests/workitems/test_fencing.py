@@ -83,6 +83,8 @@ def test_a_new_session_revokes_leases_and_requeues_spec_11_3(flow: Flow) -> None
     )
     assert revoked.body["executionLeaseId"] == urn(lease_id)
     assert (revoked.body["status"], revoked.body["sessionEpoch"]) == ("queued", flow.worker.session_epoch)
+    # The new start-by deadline travels with the Event, so a Worker's projection knows it.
+    assert revoked.body["startBy"] == it.start_by.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     # The old lease is dead even with the new session's epoch.
     refused(ErrorCode.INVALID_STATE_TRANSITION, flow.checkpoint, item, lease_id=lease_id)
     flow.start(item)  # the new runtime starts it again under a new lease

@@ -174,6 +174,7 @@ def revoke_leases_of_replaced_session(
             payload["sessionEpoch"] = epoch
             item.start_by = ctx.now + seconds("MWP_START_BY_SECONDS")
             item.owner_expires_at = item.start_by
+            payload["startBy"] = when(item.start_by)  # the new start-by deadline travels with the Event
             save(item, ctx.now)
             events.append(emit(LEASE_REVOKED, item, payload))
         out.append((head, events))

@@ -433,7 +433,7 @@ EXTENSIONS = (
             "reason": text(200),
             "status": enum("queued", "open", "blocked"),
         },
-        {"sessionEpoch": POSITIVE, "agentId": ID},
+        {"sessionEpoch": POSITIVE, "agentId": ID, **_START_BY},
         aggregate="work_item",
         summary="In each Group where the Agent held a lease; the WorkItem returns to its queue (§11.3).",
         example={**_LEASED_EXAMPLE, "reason": "session_replaced", "status": "queued", "sessionEpoch": 2},
