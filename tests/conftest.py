@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -266,3 +267,15 @@ def purge_events_after(request: pytest.FixtureRequest, django_db_blocker: Any) -
             + keyregistry.install_sql("sqlite")
         ):
             cur.execute(sql)
+
+
+_VOLATILE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|nonce|sentAt|issuedAt", re.I)
+
+
+def pytest_make_parametrize_id(config: pytest.Config, val: object, argname: str) -> str | None:
+    """Test IDs that are the same in every process: a parameter holding a fresh
+    UUID, nonce or clock reading is named by its argument (pytest numbers
+    duplicates), so that pytest-xdist's workers collect the same tests."""
+    if isinstance(val, str) and (_VOLATILE.search(val) or len(val) > 80):
+        return argname
+    return None
