@@ -141,6 +141,7 @@ class DjangoAdmissionLog:
         """
         if candidate.organization_id != self.organization_id or candidate.accepted_by != self.service:
             return AppendFailed(AppendFault.UNAUTHENTICATED)
+        record_bytes = candidate.canonical_bytes()
         try:
             values = {
                 "organization": self.organization.pk,
@@ -150,7 +151,7 @@ class DjangoAdmissionLog:
                 "key_id": candidate.key_id,
                 "principal_type": candidate.principal.type,
                 "principal_id": candidate.principal.id,
-                "record": candidate.canonical_bytes(),
+                "record": record_bytes,
                 "service_type": self.service.type,
                 "service_id": self.service.id,
                 "created_at": now or datetime.now(UTC),
@@ -161,7 +162,7 @@ class DjangoAdmissionLog:
                 # needed: ON CONFLICT DO NOTHING never aborts the transaction).
                 cursor.execute(_insert_sql(), [*_params(values), _org_param(self.organization), self.service.id])
                 if cursor.fetchone() is not None:
-                    return Appended(values["record"], self.service)
+                    return Appended(record_bytes, self.service)
             if not self._authorized(candidate):
                 return AppendFailed(AppendFault.UNAUTHENTICATED)
             # Someone else's row is there (or the record ID is taken): read the logical key.

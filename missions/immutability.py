@@ -73,10 +73,18 @@ ORGANIZATION_TABLE = "missions_organizationevent"
 
 def organization_install_sql(vendor: str) -> list[str]:
     if vendor == "postgresql":
-        # The function of migration 0002 refuses the change and names the table.
+        # Its own function, so that lifting the Group Events' trigger (drop_sql) leaves this one in place.
         return [
+            """
+            CREATE OR REPLACE FUNCTION mwp_refuse_organization_event_change() RETURNS trigger AS $$
+            BEGIN
+                RAISE EXCEPTION 'organization events are immutable: % refused on %', TG_OP, TG_TABLE_NAME
+                    USING ERRCODE = 'integrity_constraint_violation';
+            END;
+            $$ LANGUAGE plpgsql;
+            """,
             f"CREATE TRIGGER mwp_organizationevent_immutable BEFORE UPDATE OR DELETE ON {ORGANIZATION_TABLE} "
-            "FOR EACH ROW EXECUTE FUNCTION mwp_refuse_event_change();"
+            "FOR EACH ROW EXECUTE FUNCTION mwp_refuse_organization_event_change();",
         ]
     return [
         f"CREATE TRIGGER mwp_organizationevent_no_{op.lower()} BEFORE {op} ON {ORGANIZATION_TABLE} "
@@ -87,7 +95,10 @@ def organization_install_sql(vendor: str) -> list[str]:
 
 def organization_drop_sql(vendor: str) -> list[str]:
     if vendor == "postgresql":
-        return [f"DROP TRIGGER IF EXISTS mwp_organizationevent_immutable ON {ORGANIZATION_TABLE};"]
+        return [
+            f"DROP TRIGGER IF EXISTS mwp_organizationevent_immutable ON {ORGANIZATION_TABLE};",
+            "DROP FUNCTION IF EXISTS mwp_refuse_organization_event_change();",
+        ]
     return [f"DROP TRIGGER IF EXISTS mwp_organizationevent_no_{op};" for op in ("update", "delete")]
 
 
