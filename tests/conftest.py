@@ -244,11 +244,19 @@ def purge_events_after(request: pytest.FixtureRequest, django_db_blocker: Any) -
     yield
     if not transactional or connection.vendor != "sqlite":
         return
-    from missions import immutability, keyregistry
-
     # This teardown runs after transactional_db's (autouse fixtures are set up
     # first), when database access is blocked again.
-    with django_db_blocker.unblock(), connection.cursor() as cur:
+    with django_db_blocker.unblock():
+        empty_append_only_tables()
+
+
+def empty_append_only_tables() -> None:
+    """Empty the append-only tables (Events, Organization Events, signing keys,
+    validity records, admission records) with their SQLite triggers lifted for
+    that moment only."""
+    from missions import immutability, keyregistry
+
+    with connection.cursor() as cur:
         for sql in (
             immutability.drop_sql("sqlite")
             + immutability.organization_drop_sql("sqlite")

@@ -91,22 +91,6 @@ def _lift_append_only_rows() -> None:
 
     if connection.vendor != "sqlite":
         return
-    from missions import immutability, keyregistry
+    from tests.conftest import empty_append_only_tables
 
-    with connection.cursor() as cur:
-        for sql in (
-            immutability.drop_sql("sqlite")
-            + immutability.organization_drop_sql("sqlite")
-            + keyregistry.drop_sql("sqlite")
-        ):
-            cur.execute(sql)
-        cur.execute(f"DELETE FROM {immutability.TABLE}")
-        cur.execute(f"DELETE FROM {immutability.ORGANIZATION_TABLE}")
-        for table in sorted(keyregistry.APPEND_ONLY_TABLES, key=lambda t: t != "missions_signingkeyvalidity"):
-            cur.execute(f"DELETE FROM {table}")
-        for sql in (
-            immutability.install_sql("sqlite")
-            + immutability.organization_install_sql("sqlite")
-            + keyregistry.install_sql("sqlite")
-        ):
-            cur.execute(sql)
+    empty_append_only_tables()
