@@ -9,8 +9,6 @@ finished (§7.3).
 
 from __future__ import annotations
 
-import uuid
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -19,10 +17,10 @@ from missions.models import GroupEvent
 from mwportal.protocol.command import Key
 from mwportal.protocol.ids import urn
 from portal.demo_coordinator import Coordinator
-from tests.conftest import AgentKey, add_member
+from tests.conftest import AgentKey
 from tests.protocol.normative import normative_problems, require_bundle
 from tests.worker.conftest import portal, portal_env  # noqa: F401 (the daphne fixture)
-from tests.workitems.flow import MISSION_BUDGET, Flow, contract, give_card, stamp
+from tests.workitems.flow import Flow, contract, survey_mission
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,22 +28,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def mission(owner: AgentKey, coordinator: AgentKey, worker: AgentKey, worker2: AgentKey) -> dict[str, str]:
     """A Mission Olivia owns, Carl (with his Agent Card) coordinates and Wanda works in."""
-    group_id, mission_id = str(uuid.uuid4()), str(uuid.uuid4())
-    owner.send(
-        "mission.create",
-        group_id,
-        {
-            "missionId": urn(mission_id), "groupId": urn(group_id), "coordinatorId": give_card(coordinator).urn,
-            "title": "Survey", "objective": "Summarise the survey", "budget": MISSION_BUDGET,
-            "deadline": stamp(datetime.now(UTC) + timedelta(days=60)),
-            "definitionOfDone": [
-                {"criterionId": "done", "description": "the survey is summarised", "evidenceRequired": ["human_review"]}
-            ],
-        },
-    )  # fmt: skip
-    for member in (worker, worker2):
-        add_member(owner, group_id, member, ["worker"])
-    return {"group": group_id, "mission": mission_id}
+    return survey_mission(owner, coordinator, [worker, worker2])
 
 
 def coordinator_of(url: str, agent: AgentKey, org: dict[str, str], lines: list[str]) -> Coordinator:

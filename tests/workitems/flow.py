@@ -20,7 +20,7 @@ from missions.models import Agent, AgentCard, Group
 from mwportal.protocol import catalogue
 from mwportal.protocol.ids import bare, urn
 from mwportal.protocol.verification import sign_document
-from tests.conftest import AgentKey
+from tests.conftest import AgentKey, add_member
 from workitems.models import WorkItem
 
 # The Coordinator lease mission.create grants is epoch 1 (§7.2); every Coordinator Command carries it.
@@ -362,3 +362,24 @@ class Flow:
         self.accept_result(item_id)
         assert state == "verified", state
         return item_id
+
+
+def survey_mission(owner: AgentKey, coordinator: AgentKey, workers: list[AgentKey]) -> dict[str, str]:
+    """The Survey Mission (§7.1): ``owner`` owns it, ``coordinator`` (with his Agent Card) holds its
+    Coordinator lease, ``workers`` work in it, under a budget every flow contract fits in."""
+    group_id, mission_id = str(uuid.uuid4()), str(uuid.uuid4())
+    owner.send(
+        "mission.create",
+        group_id,
+        {
+            "missionId": urn(mission_id), "groupId": urn(group_id), "coordinatorId": give_card(coordinator).urn,
+            "title": "Survey", "objective": "Summarise the survey", "budget": MISSION_BUDGET,
+            "deadline": stamp(datetime.now(UTC) + timedelta(days=60)),
+            "definitionOfDone": [
+                {"criterionId": "done", "description": "the survey is summarised", "evidenceRequired": ["human_review"]}
+            ],
+        },
+    )  # fmt: skip
+    for member in workers:
+        add_member(owner, group_id, member, ["worker"])
+    return {"group": group_id, "mission": mission_id}
