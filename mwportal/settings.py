@@ -77,7 +77,9 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "channels",
     "missions",
+    "governance",
     "workitems",
+    "conversations",
     "artifacts",
     "portal",
     # Sign-in throttling (issue 16 item 4; portal/login.py).

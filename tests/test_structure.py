@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("mwportal", "missions", "workitems", "artifacts", "portal", "mwworker")
+PACKAGES = ("mwportal", "missions", "governance", "workitems", "conversations", "artifacts", "portal", "mwworker")
 MAX_LINES = 800
 
 # Apps in layer order: a module may import its own layer or a lower one.
@@ -24,7 +24,17 @@ MAX_LINES = 800
 # use and that imports no app, and the wiring (settings, URLs, ASGI/WSGI) that
 # sits above every app.
 WIRING = frozenset({"mwportal.settings", "mwportal.urls", "mwportal.asgi", "mwportal.wsgi"})
-LAYERS = ("mwportal.protocol", "mwportal", "missions", "workitems", "artifacts", "portal", "wiring")
+LAYERS = (
+    "mwportal.protocol",
+    "mwportal",
+    "missions",
+    "governance",
+    "workitems",
+    "conversations",
+    "artifacts",
+    "portal",
+    "wiring",
+)
 
 # Framework packages the kernel and the Worker must never see.
 DJANGO_WORLD = frozenset(
@@ -192,7 +202,7 @@ def test_it_has_no_import_cycles() -> None:
 
 
 def test_it_keeps_the_layer_order() -> None:
-    """DESIGN §2: protocol < missions < workitems < artifacts < portal; a lower app never imports a higher one."""
+    """DESIGN §2: protocol < missions < governance < workitems < conversations < artifacts < portal; a lower app never imports a higher one."""
     rank = {name: i for i, name in enumerate(LAYERS)}
     violations = set()
     where = {}
