@@ -1,4 +1,6 @@
-"""Every test the documents name exists (issue 18 item 9).
+"""Every test the documents name exists (issue 18 item 9), and the
+conformance map has one row per key word of the specification (issue 19
+item 14).
 
 docs/conformance.md proves each protocol rule by naming a test as
 ``tests/path.py::name``; README.md and the other documents name tests and
@@ -12,6 +14,13 @@ them:
 - ``tests/path.py::Class::name`` a method of that class (or of a base class
   defined in the same module);
 - a parametrized id ``::test_x[a-b]`` names ``test_x``.
+
+The big table of docs/conformance.md has one row per occurrence of MUST or
+MUST NOT in ``PROTOCOL.md``, in document order. Each row quotes a few words
+around its key word; the quote must sit in the specification exactly where
+that occurrence is, under the row's section, and at no other occurrence of
+the section, so a missing, duplicated or misplaced row fails. The totals
+table is recounted from the rows.
 """
 
 from __future__ import annotations
@@ -19,9 +28,15 @@ from __future__ import annotations
 import ast
 import functools
 import re
+from collections import Counter
+from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
+
+from tests.protocol.bundle import bundle_root
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -121,3 +136,177 @@ def test_it_resolves_functions_methods_and_parametrized_ids_and_refuses_the_rest
     )
     assert problem("tests/no_such_module.py") == "no such file"
     assert problem("tests/no_such_dir/") == "no such directory"
+
+
+CONFORMANCE = ROOT / "docs" / "conformance.md"
+KEY_WORD = re.compile(r"\bMUST(?: NOT)?\b")
+HEADING = re.compile(r"^#+ +(\d+(?:\.\d+)?)\.? ", re.M)
+MAP_ROW = re.compile(
+    r"^\| (?P<id>P-(?P<section>\d+(?:\.\d+)?)-\d\d[a-e]?) \| [^|]* \| \"(?P<quote>[^\"|]+)\" "
+    r"\| [^|]* \| [^|]* \| (?P<status>[^|]*) \|$",
+    re.M,
+)
+STATUSES = ("proven", "partly", "not yet", "no test needed")
+TOTALS_ROW = re.compile(r"^\| (?P<section>\d+|all) \| [^|]* \|" + r" (\d+) \|" * 7 + "$", re.M)
+TOTALS_LINE = re.compile(
+    r"\*\*Totals: (\d+) rows \((\d+) MUST, (\d+) MUST NOT\); "
+    r"(\d+) proven, (\d+) partly, (\d+) not yet, (\d+) needing no test\.\*\*"
+)
+QUOTE_WORDS = 8
+
+
+class Row(NamedTuple):
+    id: str
+    section: str
+    quote: str
+    status: str
+
+
+class KeyWord(NamedTuple):
+    section: str
+    text: str
+    at: int
+    word: str
+
+
+def map_rows(text: str) -> list[Row]:
+    """The rows of the map, in order."""
+    return [Row(m["id"], m["section"], m["quote"], m["status"]) for m in MAP_ROW.finditer(text)]
+
+
+def key_words(spec: str) -> list[KeyWord]:
+    """Every MUST and MUST NOT of ``spec`` in order, with its section ("0" before the
+    first numbered heading) and the section's text with whitespace collapsed, so a
+    key word wrapped over a line break is one occurrence."""
+    bounds = [(0, "0"), *((m.start(), m[1]) for m in HEADING.finditer(spec)), (len(spec), "")]
+    found = []
+    for (start, section), (end, _) in pairwise(bounds):
+        text = " ".join(spec[start:end].split())
+        found += [KeyWord(section, text, m.start(), m[0]) for m in KEY_WORD.finditer(text)]
+    return found
+
+
+def quoted_at(quote: str, key: KeyWord) -> bool:
+    """Whether ``quote`` stands in the specification with its first key word on ``key``."""
+    anchor = KEY_WORD.search(quote)
+    if anchor is None or anchor[0] != key.word:
+        return False
+    start = key.at - anchor.start()
+    return start >= 0 and key.text[start : start + len(quote)] == quote
+
+
+def misplaced(rows: list[Row], keys: list[KeyWord]) -> list[str]:
+    """Why the rows are not one per key word in document order, or nothing."""
+    why = []
+    for number, (row, key) in enumerate(zip(rows, keys, strict=False), 1):
+        where = f"row {number} {row.id}"
+        if row.section != key.section:
+            why.append(f"{where}: section {row.section}, the key word {number} is in {key.section}")
+        elif not quoted_at(row.quote, key):
+            why.append(f"{where}: {row.quote!r} is not where the key word {number} stands")
+        elif others := [k for k in keys if k is not key and k.section == key.section and quoted_at(row.quote, k)]:
+            why.append(f"{where}: {row.quote!r} also stands at {len(others)} other key word(s) of {key.section}")
+        if len(row.quote.split()) > QUOTE_WORDS:
+            why.append(f"{where}: quotes more than {QUOTE_WORDS} words")
+        if why:
+            break
+    if not why and len(rows) != len(keys):
+        why.append(f"{len(rows)} rows for {len(keys)} key words")
+    return why
+
+
+def status_of(row: Row) -> str:
+    return next((s for s in STATUSES if row.status.startswith(s)), f"unknown: {row.status}")
+
+
+def totals(rows: list[Row]) -> dict[str, tuple[int, ...]]:
+    """Per top-level section and for "all": rows, MUST, MUST NOT, then one count per status."""
+    counts: dict[str, Counter[str]] = {}
+    for row in rows:
+        anchor = KEY_WORD.search(row.quote)
+        for section in (row.section.split(".")[0], "all"):
+            counts.setdefault(section, Counter()).update(
+                ["rows", anchor[0] if anchor else "no key word", status_of(row)]
+            )
+    return {s: (c["rows"], c["MUST"], c["MUST NOT"], *(c[status] for status in STATUSES)) for s, c in counts.items()}
+
+
+@functools.cache
+def specification() -> str:
+    path = bundle_root() / "spec" / "PROTOCOL.md"
+    if not path.is_file():
+        pytest.skip(f"no {path} (set MWP_PROTOCOL_ROOT)")
+    return path.read_text()
+
+
+def test_the_map_has_one_row_per_must_and_must_not_in_document_order() -> None:
+    rows, keys = map_rows(CONFORMANCE.read_text()), key_words(specification())
+    assert misplaced(rows, keys) == []
+    ordinals = [(row.section, int(row.id.rstrip("abcde").rsplit("-", 1)[1]), row.id[-1]) for row in rows]
+    assert all(a < b for a, b in pairwise(ordinals) if a[0] == b[0]), "IDs out of order within a section"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda rows: rows[:40] + rows[41:], id="a row missing"),
+        pytest.param(lambda rows: rows[:41] + rows[40:], id="a row twice"),
+        pytest.param(lambda rows: rows[:40] + [rows[41], rows[40]] + rows[42:], id="two rows swapped"),
+        pytest.param(lambda rows: rows[:-1], id="the last row missing"),
+        pytest.param(lambda rows: [*rows, rows[-1]], id="the last row twice"),
+    ],
+)
+def test_it_refuses_a_map_with_a_row_missing_duplicated_or_out_of_order(
+    change: Callable[[list[Row]], list[Row]],
+) -> None:
+    rows, keys = map_rows(CONFORMANCE.read_text()), key_words(specification())
+    assert rows[40].section == rows[41].section
+    assert misplaced(change(rows), keys) != []
+
+
+def test_it_matches_rows_to_key_words_by_section_and_position() -> None:
+    spec = (
+        "# Title\n\nThe key words **MUST** are defined.\n\n## 1. One\n\nA client MUST send it. A server\n"
+        "MUST NOT drop it, and MUST send it.\n\n### 1.1 Sub\n\nA client MUST send it.\n"
+    )
+    keys = key_words(spec)
+    assert [(k.section, k.word) for k in keys] == [
+        ("0", "MUST"),
+        ("1", "MUST"),
+        ("1", "MUST NOT"),
+        ("1", "MUST"),
+        ("1.1", "MUST"),
+    ]
+    good = [
+        Row("P-0-01", "0", "words **MUST** are", "no test needed"),
+        Row("P-1-01", "1", "client MUST send it", "proven"),
+        Row("P-1-02a", "1", "server MUST NOT drop", "partly"),
+        Row("P-1-02b", "1", "and MUST send", "not yet"),
+        Row("P-1.1-01", "1.1", "client MUST send", "proven"),
+    ]
+    assert misplaced(good, keys) == []
+    assert misplaced([*good[:1], Row("P-1-01", "1", "MUST send it", "proven"), *good[2:]], keys) == [
+        "row 2 P-1-01: 'MUST send it' also stands at 1 other key word(s) of 1"
+    ]
+    assert misplaced([*good[:4], Row("P-1.1-01", "1", "client MUST send", "proven")], keys) == [
+        "row 5 P-1.1-01: section 1, the key word 5 is in 1.1"
+    ]
+    assert misplaced([*good[:2], good[3], good[2], good[4]], keys) == [
+        "row 3 P-1-02b: 'and MUST send' is not where the key word 3 stands"
+    ]
+    assert misplaced(good[:4], keys) == ["4 rows for 5 key words"]
+    too_long = Row("P-1.1-01", "1.1", "A client MUST send it and much more here", "proven")
+    assert "row 5 P-1.1-01: quotes more than 8 words" in misplaced([*good[:4], too_long], keys)
+    assert totals(good)["all"] == (5, 4, 1, 2, 1, 1, 1)
+
+
+def test_the_totals_are_counted_from_the_rows() -> None:
+    text = CONFORMANCE.read_text()
+    rows = map_rows(text)
+    assert all(status_of(row) in STATUSES for row in rows), [row.id for row in rows if status_of(row) not in STATUSES]
+    table = {m["section"]: tuple(int(n) for n in m.groups()[1:]) for m in TOTALS_ROW.finditer(text)}
+    assert table == totals(rows)
+    line = TOTALS_LINE.search(text)
+    assert line is not None
+    rows_, must, must_not, *statuses = table["all"]
+    assert tuple(int(n) for n in line.groups()) == (rows_, must, must_not, *statuses)
