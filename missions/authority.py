@@ -37,7 +37,7 @@ import logging
 import re
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -50,14 +50,14 @@ from mwportal.protocol.command import CommandDoc, format_timestamp
 from mwportal.protocol.eventdoc import ORGANIZATION_SCOPED, build_event
 from mwportal.protocol.ids import urn
 
-from . import service_keys
+from . import policylog, service_keys
 from .access import group_not_found
 from .delivery import CommittedHead, carried_event, notify_commit, prepare_commit
 from .intake import Auth as Auth
 from .intake import Command as Command
 from .intake import admit, check_fresh, verify_command
 from .models import ActionReceipt, Agent, Group, GroupEvent, Membership, OrganizationEvent
-from .registry import CommandSpec, spec_for
+from .registry import CommandSpec, accepted_hooks, before_handler_hooks, spec_for
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +165,14 @@ class HandlerContext:
     payload: dict[str, Any]
     auth: Auth = Auth.SIGNED
     _locked: dict[str, GroupHead] = field(default_factory=dict)
+    # The Cooperation Override Grant the Command cites, once verified (§20;
+    # ``registry.before_handler_hooks``), and the Policy Log entries the
+    # handler decided on, appended with its Events (``missions.policylog``).
+    override: Any = None
+    policy_records: list[Any] = field(default_factory=list)
+    # Events a policy check adds to the Command's own (a soft threshold's
+    # notification of the Coordinator, §20), appended after the handler's.
+    notices: list[Emit] = field(default_factory=list)
 
     def lock_other_group(self, group_id: str) -> GroupHead:
         """Lock another Group's row for consequences appended by this Command.
@@ -274,11 +282,13 @@ def accept(command: Command, *, now: datetime | None = None) -> Receipt:
         except RefusedWithRecord as refusal:
             accept(refusal.record, now=now)
             raise refusal.error from None
-        except ProtocolError:
+        except ProtocolError as exc:
             # The same Command may have been accepted by a concurrent retry
             # that committed while this one waited for the Group lock.
             stored = _stored_receipt(doc)
             if stored is None:
+                # A limit the Command hit is a policy decision the Policy Log keeps (§20).
+                policylog.record_after_refusal(exc, now=now)
                 raise
             return stored
     raise AssertionError("unreachable")
@@ -386,7 +396,10 @@ def _accept_once(command: Command, spec: CommandSpec, now: datetime) -> Receipt:
         ctx = HandlerContext(
             command=doc, spec=spec, actor=actor, group=group, now=now, payload=doc.payload, auth=command.auth
         )
+        for check in before_handler_hooks:
+            check(ctx)
         decision: Decision = spec.handler(ctx)
+        decision.events.extend(ctx.notices)
         if not decision.events:
             raise RuntimeError(f"handler of {doc.kind} decided on no Event")
         if not group.organization_id:
@@ -399,6 +412,9 @@ def _accept_once(command: Command, spec: CommandSpec, now: datetime) -> Receipt:
                 _append(cur, doc, other, emits, now, carried=events)
                 heads.append((other.id, other.last_sequence, events))
         receipt, events = _append_with_receipt(cur, doc, group, decision, now)
+        for hook in accepted_hooks:
+            hook(ctx, receipt)
+        _record_policy(ctx, receipt)
         if group.exists or group.last_sequence:
             heads.insert(0, (group.id, group.last_sequence, events))
         prepared = prepare_commit([h for h in heads if h[2]], decision.notices)
@@ -408,6 +424,15 @@ def _accept_once(command: Command, spec: CommandSpec, now: datetime) -> Receipt:
     if decision.grants:
         return {**receipt, "grants": decision.grants}
     return receipt
+
+
+def _record_policy(ctx: HandlerContext, receipt: Receipt) -> None:
+    """The handler's Policy Log entries, linked to the Command's first accepted Event unless they name one."""
+    first = receipt["events"][0]["eventId"] if receipt["events"] else None
+    for entry in ctx.policy_records:
+        if entry.event_id is None and first is not None:
+            entry = replace(entry, event_id=first.removeprefix("urn:uuid:"))
+        policylog.record(entry, now=ctx.now)
 
 
 def _organization_head(spec: CommandSpec) -> GroupHead:

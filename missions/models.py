@@ -22,7 +22,8 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Length
 
-ORG_ROLES = ("mission_owner", "coordinator", "worker", "admin")
+# ``auditor`` reads the Policy Log and protected diagnostics (DESIGN §1).
+ORG_ROLES = ("mission_owner", "coordinator", "worker", "admin", "auditor")
 GROUP_ROLES = ("owner", "coordinator", "worker", "reviewer")
 # The six budget dimensions (spec 11.4) of Mission budgets and of WorkItem
 # contracts; defined here, the lowest app that budgets, so workitems shares it.
@@ -461,3 +462,36 @@ class AdmissionRecord(models.Model):
 
     def __str__(self) -> str:
         return self.admission_record_id
+
+class PolicyLogEntry(models.Model):
+    """One entry of an Organization's authoritative Policy Log (PROTOCOL §6.4, §20).
+
+    Written only through ``missions.policylog.record`` (inside ``accept()``'s
+    transaction, or right after a refused Command's rollback for a limit it
+    hit); a database trigger refuses UPDATE and DELETE (migration
+    ``0010_h3_policy_log``). Readable only by the Organization's auditors.
+    """
+
+    entry_id = models.UUIDField(unique=True, default=uuid.uuid4, editable=False)
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="policy_log")
+    group_id = models.UUIDField(null=True, blank=True, db_index=True)
+    mission_id = models.UUIDField(null=True, blank=True)
+    # What was decided: see ``missions.policylog.KINDS``.
+    kind = models.CharField(max_length=40)
+    policy_name = models.CharField(max_length=80, blank=True, default="")
+    # The Principal the decision concerns (bare UUID), the Command (bare UUID)
+    # and the accepted Event it is linked to, when there is one.
+    actor = models.CharField(max_length=64, blank=True, default="")
+    action_id = models.UUIDField(null=True, blank=True)
+    command_kind = models.CharField(max_length=200, blank=True, default="")
+    event_id = models.UUIDField(null=True, blank=True)
+    # The record referred to: an override grant ID, a protected-diagnostic ID, a snapshot.
+    reference = models.CharField(max_length=512, blank=True, default="")
+    detail = models.JSONField(default=dict)
+    recorded_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["organization", "id"], name="policylog_org_order")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.entry_id}"

@@ -132,3 +132,31 @@ membership_removed_hooks: list[MembershipRemovedHook] = []
 # the Group (the workitems app adds its WorkItems).
 SnapshotContributor = Callable[[str], tuple[str, Any]]
 snapshot_contributors: list[SnapshotContributor] = []
+
+
+# Called by ``accept()`` inside the transaction, after the generic checks and
+# before the handler, with the ``HandlerContext``; each raises ``ProtocolError``
+# to refuse (governance verifies a cited Cooperation Override Grant, §20, and
+# sets ``ctx.override``).
+CommandCheck = Callable[[Any], None]
+before_handler_hooks: list[CommandCheck] = []
+
+
+# Called by ``accept()`` inside the transaction once the Command's Events are
+# appended, with the context and the receipt (its Events' IDs): governance
+# consumes the cited Cooperation Override Grant, linked to the accepted Event.
+AcceptedHook = Callable[[Any, dict[str, Any]], None]
+accepted_hooks: list[AcceptedHook] = []
+
+
+# Called after ``ext.missionweaveprotocol.core.group_archive`` commits, with the
+# archived Group's id (the artifacts app seals its encrypted audit archive, §7.4).
+GroupArchivedHook = Callable[[str], None]
+group_archived_hooks: list[GroupArchivedHook] = []
+
+
+# Asked by ``accept()`` for each critical extension a Command carries that its handler does not declare,
+# with the context, the extension's name (the profile URI) and its value; True when a profile the
+# Organization registered and the Group pinned covers it (governance, §18). None: UNKNOWN_CRITICAL_EXTENSION.
+ExtensionProfileCheck = Callable[[Any, str, dict[str, Any]], bool]
+extension_profile_checks: list[ExtensionProfileCheck] = []

@@ -252,15 +252,16 @@ def purge_events_after(request: pytest.FixtureRequest, django_db_blocker: Any) -
 
 def empty_append_only_tables() -> None:
     """Empty the append-only tables (Events, Organization Events, signing keys,
-    validity records, admission records) with their SQLite triggers lifted for
+    validity records, admission records, the Policy Log) with their SQLite triggers lifted for
     that moment only."""
-    from missions import immutability, keyregistry
+    from missions import immutability, keyregistry, policylog
 
     with connection.cursor() as cur:
         for sql in (
             immutability.drop_sql("sqlite")
             + immutability.organization_drop_sql("sqlite")
             + keyregistry.drop_sql("sqlite")
+            + policylog.drop_sql("sqlite")
         ):
             cur.execute(sql)
         cur.execute(f"DELETE FROM {immutability.TABLE}")
@@ -269,10 +270,12 @@ def empty_append_only_tables() -> None:
         # records before the keys they refer to.
         for table in sorted(keyregistry.APPEND_ONLY_TABLES, key=lambda t: t != "missions_signingkeyvalidity"):
             cur.execute(f"DELETE FROM {table}")
+        cur.execute(f"DELETE FROM {policylog.TABLE}")  # the Policy Log (PROTOCOL §20)
         for sql in (
             immutability.install_sql("sqlite")
             + immutability.organization_install_sql("sqlite")
             + keyregistry.install_sql("sqlite")
+            + policylog.install_sql("sqlite")
         ):
             cur.execute(sql)
 

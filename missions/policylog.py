@@ -1,0 +1,186 @@
+"""The Organization's authoritative Policy Log (PROTOCOL §6.4, §20; DESIGN §1, §3).
+
+Every policy decision goes here: a cooperation limit hit (``limit_hit``), a soft
+threshold that notified the Coordinator (``soft_threshold``), a Cooperation
+Override Grant's issuance and its consumption (the latter linked to the accepted
+Event), a redaction, a reference to a protected diagnostic, the final snapshot
+of an archived Group. Entries are appended, never changed: a database trigger
+refuses UPDATE and DELETE. Only the Organization's auditors read it
+(``readable_by``); everyone else gets ``AUTH_FORBIDDEN``.
+
+Other apps call ``record(...)`` inside the Command's transaction (the entry
+commits or rolls back with it), or ``record_after_refusal`` through
+``accept()`` for a refused Command's decision (a ``ProtocolError`` carrying
+``policy_records``), which must outlive the rollback.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from mwportal.protocol import ProtocolError
+from mwportal.protocol.command import format_timestamp
+from mwportal.protocol.ids import urn
+
+from .models import Agent, PolicyLogEntry
+
+KINDS = frozenset(
+    {
+        "limit_hit",
+        "soft_threshold",
+        "override_issued",
+        "override_consumed",
+        "redaction",
+        "protected_diagnostic",
+        "final_snapshot",
+        "policy_set",
+    }
+)
+
+TABLE = "missions_policylogentry"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """An entry to append: what ``record`` takes, kept by a refusal until after its rollback."""
+
+    organization_id: str
+    kind: str
+    group_id: str | None = None
+    mission_id: str | None = None
+    policy_name: str = ""
+    actor: str = ""
+    action_id: str | None = None
+    command_kind: str = ""
+    event_id: str | None = None
+    reference: str = ""
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class PolicyRefusal(ProtocolError):
+    """A refusal that is a policy decision: ``accept()`` appends its Policy Log
+    entries after the refused transaction rolled back (``record_after_refusal``)."""
+
+    def __init__(self, error: ProtocolError, records: list[Entry]):
+        super().__init__(
+            error.code,
+            error.message,
+            details=error.details,
+            retry_after_ms=error.retry_after_ms,
+            related_action_id=error.related_action_id,
+        )
+        self.policy_records = list(records)
+
+
+def record(entry: Entry, *, now: datetime) -> PolicyLogEntry:
+    """Append ``entry`` to the Policy Log in the current transaction; the stored row."""
+    if entry.kind not in KINDS:
+        raise ValueError(f"unknown Policy Log kind {entry.kind!r}")
+    return PolicyLogEntry.objects.create(
+        organization_id=entry.organization_id,
+        kind=entry.kind,
+        group_id=entry.group_id,
+        mission_id=entry.mission_id,
+        policy_name=entry.policy_name,
+        actor=entry.actor,
+        action_id=entry.action_id,
+        command_kind=entry.command_kind,
+        event_id=entry.event_id,
+        reference=entry.reference,
+        detail=entry.detail,
+        recorded_at=now,
+    )
+
+
+def record_after_refusal(error: BaseException, *, now: datetime) -> None:
+    """Append the Policy Log entries a refused Command's error carries (its own transaction)."""
+    from django.db import transaction
+
+    entries: list[Entry] = list(getattr(error, "policy_records", ()) or ())
+    if not entries:
+        return
+    with transaction.atomic():
+        for entry in entries:
+            record(entry, now=now)
+
+
+def readable_by(principal: Agent) -> bool:
+    """Only an Organization auditor reads the Policy Log (DESIGN §1)."""
+    return "auditor" in (principal.org_roles or [])
+
+
+def document(row: PolicyLogEntry) -> dict[str, Any]:
+    """An entry as the REST binding serves it."""
+    body: dict[str, Any] = {
+        "entryId": urn(str(row.entry_id)),
+        "position": row.pk,
+        "kind": row.kind,
+        "recordedAt": format_timestamp(row.recorded_at),
+        "detail": row.detail,
+    }
+    optional = {
+        "groupId": urn(str(row.group_id)) if row.group_id else None,
+        "missionId": urn(str(row.mission_id)) if row.mission_id else None,
+        "policyName": row.policy_name or None,
+        "actor": urn(row.actor) if row.actor else None,
+        "actionId": urn(str(row.action_id)) if row.action_id else None,
+        "commandKind": row.command_kind or None,
+        "eventId": urn(str(row.event_id)) if row.event_id else None,
+        "reference": row.reference or None,
+    }
+    body.update({k: v for k, v in optional.items() if v is not None})
+    return body
+
+
+def entries(organization_id: str | uuid.UUID, *, after: int = 0, limit: int = 200) -> list[dict[str, Any]]:
+    rows = PolicyLogEntry.objects.filter(organization_id=organization_id, pk__gt=after).order_by("pk")[:limit]
+    return [document(row) for row in rows]
+
+
+# -- append-only ------------------------------------------------------------------------------
+
+_PG_FUNCTION = """
+CREATE OR REPLACE FUNCTION mwp_refuse_policy_log_change() RETURNS trigger AS $$
+BEGIN
+    RAISE EXCEPTION 'append-only: % refused on %', TG_OP, TG_TABLE_NAME
+        USING ERRCODE = 'integrity_constraint_violation';
+END;
+$$ LANGUAGE plpgsql;
+"""
+
+
+def install_sql(vendor: str) -> list[str]:
+    """Triggers refusing UPDATE and DELETE on the Policy Log."""
+    if vendor == "postgresql":
+        return [
+            _PG_FUNCTION,
+            f"CREATE TRIGGER mwp_{TABLE}_append_only BEFORE UPDATE OR DELETE ON {TABLE} "
+            "FOR EACH ROW EXECUTE FUNCTION mwp_refuse_policy_log_change();",
+        ]
+    return [
+        f"CREATE TRIGGER mwp_{TABLE}_no_{op.lower()} BEFORE {op} ON {TABLE} "
+        f"BEGIN SELECT RAISE(ABORT, 'append-only: {op} refused on {TABLE}'); END;"
+        for op in ("UPDATE", "DELETE")
+    ]
+
+
+def drop_sql(vendor: str) -> list[str]:
+    if vendor == "postgresql":
+        return [
+            f"DROP TRIGGER IF EXISTS mwp_{TABLE}_append_only ON {TABLE};",
+            "DROP FUNCTION IF EXISTS mwp_refuse_policy_log_change();",
+        ]
+    return [f"DROP TRIGGER IF EXISTS mwp_{TABLE}_no_{op.lower()};" for op in ("UPDATE", "DELETE")]
+
+
+def install(schema_editor: Any) -> None:
+    for sql in install_sql(schema_editor.connection.vendor):
+        schema_editor.execute(sql, None)
+
+
+def drop(schema_editor: Any) -> None:
+    for sql in drop_sql(schema_editor.connection.vendor):
+        schema_editor.execute(sql, None)
