@@ -15,6 +15,9 @@ celery beat        its own process (``var/celerybeat.log``), never the
 demo Workers       ``mwworker demo`` on MWP 0.1 (``/mwp/0.1``), one per demo
                    Worker key file (``var/demo/demo-worker-*.json``, written
                    by ``mwp demo``), once daphne listens (``var/demo/NAME.log``)
+demo Reviewer      ``mwworker demo`` with the reviewer Agent's key file
+                   (``var/demo/demo-reviewer.json``): the review WorkItems the
+                   review pipeline offers the Group's reviewers (§13.2)
 demo Coordinator   ``python -m portal.demo_coordinator``: the demo Missions'
                    Coordinator Agent (``var/demo/demo-coordinator.json``), which
                    accepts submitted results and submits each finished Mission
@@ -241,6 +244,7 @@ class Supervisor:
 
 DEMO_WORKER_KEYS = "demo-worker-*.json"
 DEMO_COORDINATOR_KEY = "demo-coordinator.json"  # portal/demo.py's COORDINATOR key file
+DEMO_REVIEWER_KEY = "demo-reviewer.json"  # portal/demo.py's REVIEWER key file
 
 
 def demo_worker_keys(var: Path) -> list[Path]:
@@ -250,6 +254,12 @@ def demo_worker_keys(var: Path) -> list[Path]:
     (the MissionOwner's, the Coordinator Agent's); only the Workers run here.
     """
     return sorted((var / "demo").glob(DEMO_WORKER_KEYS))
+
+
+def demo_reviewer_key(var: Path) -> Path | None:
+    """The demo reviewer Agent's key file that ``mwp demo`` wrote, if it did: a ``mwworker demo`` runs it."""
+    path = var / "demo" / DEMO_REVIEWER_KEY
+    return path if path.exists() else None
 
 
 def demo_coordinator_key(var: Path) -> Path | None:
@@ -306,11 +316,12 @@ def embedded_children(host: str, port: int, var: Path) -> tuple[list[Child], lis
         ),  # fmt: skip
     ]
     demo = []
-    for key in demo_worker_keys(var):
+    reviewer = demo_reviewer_key(var)
+    for key in [*demo_worker_keys(var), *([reviewer] if reviewer is not None else [])]:
         name = key.stem
         demo.append(
             Child(
-                f"demo Worker {name}",
+                f"demo Reviewer {name}" if key == reviewer else f"demo Worker {name}",
                 [
                     sys.executable,
                     "-m",
@@ -388,8 +399,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             workers = [c for c in demo if c.name.startswith("demo Worker")]
             if workers:
                 lines.append(f"    Demo Workers:        {len(workers)} (mwworker demo; logs in {var / 'demo'}/)")
-            if len(workers) < len(demo):
-                lines.append("    Demo Coordinator:    portal.demo_coordinator (accepts results, submits Missions)")
+            if any(c.name.startswith("demo Reviewer") for c in demo):
+                lines.append("    Demo Reviewer:       mwworker demo (the review WorkItems of spec 13.2)")
+            if any(c.name == "demo Coordinator" for c in demo):
+                lines.append("    Demo Coordinator:    portal.demo_coordinator (accepts reviewed results, submits)")
             print("\n".join([*lines, ""]), flush=True)  # noqa: T201
 
         return Supervisor(children, demo, args.host, args.port).run(banner)

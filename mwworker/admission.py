@@ -141,8 +141,10 @@ def admit(
     to its state in the Group's projection (None: unknown here).
     """
     contract = json.loads(row.contract)
-    if not member or "worker" not in my_roles:
-        return Decline("authorization", "this Agent holds no active worker Membership in the Group")
+    # The roles that execute under offers and leases: workers, and reviewers for the
+    # review WorkItems the portal's review pipeline offers them (§13.2); the offer is the gate.
+    if not member or not {"worker", "reviewer"} & set(my_roles):
+        return Decline("authorization", "this Agent holds no active worker or reviewer Membership in the Group")
     needed = required_capabilities(row)
     missing = sorted(needed - set(capabilities))
     if missing:

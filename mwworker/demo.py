@@ -10,6 +10,16 @@ preemption and crashes resume from the last one), stores its output as an
 Artifact, records the delivery as an external side effect under its
 idempotency key, and returns Evidence for every acceptance criterion of the
 contract, of the first Evidence type each criterion requires.
+
+``mwportal.review`` 1.0.0 is the demo reviewer's (``var/demo/demo-reviewer.json``,
+a ``reviewer`` member of the demo Missions): the review WorkItems the
+portal's review pipeline offers (PROTOCOL §13.2) name the submission's
+Artifacts as their inputs and the qualitative criteria as their own; the
+demo reviewer writes a review report and returns ``reviewer_assessment``
+Evidence citing the reviewed Artifacts, ``passed`` when there are some to
+review and ``failed`` when the review names none (a demo: a real reviewer
+would judge their content against each criterion). A demo Worker holds no
+``reviewer`` Membership, so no review is ever offered to it.
 """
 
 from __future__ import annotations
@@ -67,6 +77,29 @@ async def _work(ctx: SlotContext, *, steps: int = STEPS, pause: float = 0.2) -> 
     return Result(evidence=evidence, artifacts=[sha])
 
 
+async def _review(ctx: SlotContext, *, pause: float = 0.5) -> Result:
+    reviewed = [str(h) for h in ctx.contract.get("inputArtifacts") or []]
+    subject = (ctx.contract.get("constraints") or {}).get("review") or {}
+    await asyncio.sleep(pause)  # stands for reading the Artifacts
+    ctx.charge(computeSeconds=1)
+    verdict = "passed" if reviewed else "failed"
+    report = {"review": subject, "reviewed": reviewed, "result": verdict}
+    sha = await ctx.put_artifact(json.dumps(report, indent=2).encode("utf-8"), "application/json")
+    evidence = [
+        ctx.evidence(
+            [criterion["criterionId"]],
+            result=verdict,
+            # A demo: it checks that the review names the submission's Artifacts, not what they say.
+            method=f"the demo reviewer found the submission's Artifacts named for {criterion['criterionId']}",
+            summary=f"{len(reviewed)} Artifact(s) reviewed for {criterion['criterionId']}",
+            artifacts=[*reviewed, sha],
+            type="reviewer_assessment",
+        )
+        for criterion in ctx.contract.get("acceptanceCriteria") or []
+    ]
+    return Result(evidence=evidence, artifacts=[sha])
+
+
 def register(worker: Worker) -> None:
     """Register the demo capabilities on ``worker``."""
 
@@ -85,3 +118,7 @@ def register(worker: Worker) -> None:
     @worker.capability("demo.mailing", "1.0.0", estimate={"computeSeconds": 2}, duration_seconds=2.0)
     async def mailing(ctx: SlotContext) -> Result:
         return await _work(ctx, steps=1, pause=2.0)
+
+    @worker.capability("mwportal.review", "1.0.0", estimate={"computeSeconds": 1}, duration_seconds=1.0)
+    async def review(ctx: SlotContext) -> Result:
+        return await _review(ctx)

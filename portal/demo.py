@@ -9,7 +9,14 @@ Each demo Principal has a DESIGN §4 key file in the keys directory (``--keys
 DIR``, default ``VAR_DIR/demo/``, mode 0600): the MissionOwner's (``owner.json``,
 a software key for scripts), the Coordinator Agent's (``demo-coordinator.json``;
 §7.2: the Coordinator is an Agent) and the Workers' (``demo-worker-N.json``),
-for which ``./mw serve`` starts ``mwworker demo`` on ``/mwp/0.1``. Running it
+for which ``./mw serve`` starts ``mwworker demo`` on ``/mwp/0.1``, and the
+reviewer Agent's (``demo-reviewer.json``), a ``reviewer`` member of every demo
+Mission whose ``mwworker demo`` answers the review WorkItems the review
+pipeline offers (§13.2), so a qualitative criterion is reviewed by an Agent
+other than its submitter. The Website refresh Mission needs no execution
+Approval: the demo Agents alone take it to ``awaiting_approval`` and its
+owner approves it in the browser; the report's mailing waits for the owner's
+execution Approval (§12) first. Running it
 again changes nothing: the Missions have fixed ids, and the key files of
 registered Principals are reused.
 
@@ -31,6 +38,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
+from artifacts.review_handlers import REVIEW_CAPABILITY
 from missions.authority import accept_document
 from missions.commands import membership_epoch, open_session
 from missions.handlers.sessions import capability, issue_agent_card
@@ -51,6 +59,7 @@ PEOPLE: tuple[tuple[str, str, list[str], str], ...] = (
 )
 COORDINATOR = "demo-coordinator"
 WORKERS = ("demo-worker-1", "demo-worker-2")
+REVIEWER = "demo-reviewer"
 LOGINS_FILE = "demo-logins.json"
 # The capabilities of the demo's Work Contracts, which ``mwworker demo`` registers.
 ANALYSIS = {"id": "demo.analysis", "version": "1.0.0"}
@@ -163,10 +172,12 @@ def contract(
     deps: tuple[str, ...] | list[str] = (),
     risk: str = "none",
     approval: bool = False,
+    human: bool | None = None,
     urgency: str = "normal",
     capability: dict[str, str] = ANALYSIS,
 ) -> dict[str, Any]:
-    """A normative Work Contract (``work-contract.schema.json``) for the demo."""
+    """A normative Work Contract (``work-contract.schema.json``) for the demo: ``approval``, a
+    delivery to customers; ``human`` (by default as ``approval``), an execution Approval first."""
     deliverable = goal.lower().replace(" ", "-")[:40]
     resources = [{"resource": urn(_id("mailing-list")), "operations": ["email.send"]}] if approval else []
     return {
@@ -200,7 +211,7 @@ def contract(
             **({"externalSideEffectLimit": 3} if approval else {}),
         },  # fmt: skip
         "sideEffectRisk": risk,
-        "executionApproval": "human_required" if approval else "not_required",
+        "executionApproval": "human_required" if (approval if human is None else human) else "not_required",
     }
 
 
@@ -228,7 +239,7 @@ class DemoMission:
     def coordinate(self, kind: str, payload: dict[str, Any], **kw: Any) -> Any:
         return self.coordinator.send(kind, self.group, payload, coordinator_epoch=FIRST_COORDINATOR_EPOCH, **kw)
 
-    def create(self, title: str, objective: str, workers: list[Principal]) -> None:
+    def create(self, title: str, objective: str, workers: list[Principal], reviewer: Principal) -> None:
         self.owner.send("mission.create", self.group, {
             "missionId": urn(self.mission), "groupId": urn(self.group), "coordinatorId": urn(self.coordinator.id),
             "title": title, "objective": objective,
@@ -239,7 +250,7 @@ class DemoMission:
             "approvalPolicy": {"finalHumanApproval": True, "highRiskExecutionApproval": True},
         }, creates=True)  # fmt: skip
         members = [(p, role) for p, (*_, role) in zip(self.people, PEOPLE, strict=True) if p is not self.owner]
-        for principal, role in [*members, *((w, "worker") for w in workers)]:
+        for principal, role in [*members, *((w, "worker") for w in workers), (reviewer, "reviewer")]:
             revision = Group.objects.values_list("revision", flat=True).get(id=self.group)
             self.owner.send("membership.change", self.group, {"principal": principal.actor, "roles": [role]},
                             expected_revision=revision)  # fmt: skip
@@ -278,20 +289,23 @@ def seed(keys: Path | None = None) -> list[str]:
     owner = people["owner"]
     coordinator = Principal(directory / f"{COORDINATOR}.json", "Demo Coordinator", "agent", ["coordinator"])
     workers = [Principal(directory / f"{name}.json", name, "agent", ["worker"]) for name in WORKERS]
+    # It executes review WorkItems under offers and leases (§13.2): a worker of the Organization.
+    reviewer = Principal(directory / f"{REVIEWER}.json", "Demo Reviewer", "agent", ["worker"])
     publish_card(coordinator, [COORDINATION])
     for worker in workers:
         publish_card(worker, [ANALYSIS, MAILING])
+    publish_card(reviewer, [REVIEW_CAPABILITY])
     w1, w2 = workers
     everyone = [people[username] for username, *_ in PEOPLE]
     report = DemoMission("report", owner, coordinator, everyone)
     web = DemoMission("web", owner, coordinator, everyone)
     if Mission.objects.filter(id__in=[report.mission, web.mission]).count() < 2:
         # A new Session Epoch revokes the Agent's leases (§11.3): only when there is something to seed.
-        for agent in (coordinator, *workers):
+        for agent in (coordinator, *workers, reviewer):
             agent.open_session()
     if not Mission.objects.filter(id=report.mission).exists():
         report.create("Quarterly market report", "Publish the Q3 market report to customers, with every figure "
-                      "traced to its source.", workers)  # fmt: skip
+                      "traced to its source.", workers, reviewer)  # fmt: skip
         collect = report.authorize("collect", contract("Collect Q3 sales data", [
             ("complete", "every region is present", "deterministic_test"),
             ("sourced", "each figure cites its ledger row", "reviewer_assessment")]))  # fmt: skip
@@ -309,12 +323,13 @@ def seed(keys: Path | None = None) -> list[str]:
             approval=True, capability=MAILING))  # fmt: skip
         report.queue(publish, w2)
     if not Mission.objects.filter(id=web.mission).exists():
-        web.create("Website refresh", "Faster pages and clearer copy on the public site.", workers)
+        web.create("Website refresh", "Faster pages and clearer copy on the public site.", workers, reviewer)
         speed = web.authorize("speed", contract("Audit page speed", [
             ("measured", "every page has a Lighthouse score", "deterministic_test")]))  # fmt: skip
         web.queue(speed, w1)
         copy = web.authorize("copy", contract("Rewrite the landing copy", [
-            ("tone", "matches the style guide", "reviewer_assessment")], risk="reversible", approval=True))  # fmt: skip
+            ("tone", "matches the style guide", "reviewer_assessment")], risk="reversible", approval=True,
+            human=False))  # fmt: skip
         web.queue(copy, w2)
         web.authorize("images", contract("Compress hero images", [
             ("size", "every image under 200 KB", "deterministic_test")]))  # fmt: skip

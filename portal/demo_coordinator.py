@@ -14,15 +14,23 @@ live demo's WorkItems go past ``submitted``:
 - each Group's Events (``GET /api/v0.1/groups/{groupId}/events?afterSequence=N``),
   every one verified (§6.4, profile ``event``) with the Group Authority key
   ``GET /api/v0.1/keys/{keyId}`` serves, before it is folded;
-- each ``open`` WorkItem whose dependencies are verified (§10.4): ``work.offer``
-  to the Group's Workers (§10.3), so the demo's dependent WorkItems move on;
-- for each ``work.submitted``: ``work.accept_result`` (§10.2, §13.2) with Evidence
-  this Agent signs (profile ``evidence``), citing the submission's criteria and
-  Artifact hashes, the Coordinator Epoch and the WorkItem's revision
-  (``expectedRevision``, §15.3);
-- once every WorkItem of the Mission is finished and one was verified since the
-  last decision: ``mission.submit_for_approval`` (§7.3) with the Artifact hashes
-  of the verified results, so the MissionOwner approves in the portal.
+- every WorkItem whose dependencies are verified (§10.4) and that no Agent
+  can take as it stands: ``open``, ``offered`` with every candidate declined,
+  or ``queued`` with its owner fenced (§11.3): ``work.offer`` (§10.3) to the
+  Group's Workers, or, for a review WorkItem (capability ``mwportal.review``),
+  to its reviewers other than the reviewed submitter (§13.2);
+- for each ``work.submitted`` whose review passed (the portal's review
+  pipeline, §13.2: the latest ``ext.mwportal.review.result_recorded`` after
+  the submission, whose combined evaluation passed every acceptance
+  criterion, the reviewer Agent's Evidence included):
+  ``work.accept_result`` (§10.2) with Evidence this Agent signs (profile
+  ``evidence``), citing the submission's criteria and Artifact hashes, the
+  Coordinator Epoch and the WorkItem's revision (``expectedRevision``, §15.3).
+  A failed review is logged and left to a person; a pending one is waited for;
+- once every WorkItem of the Mission is verified (or cancelled) and one was
+  verified since the last decision: ``mission.submit_for_approval`` (§7.3)
+  with the Artifact hashes of the verified results, so the MissionOwner
+  approves in the portal.
 
 It polls every ``--interval`` seconds (2 by default), logs one line per
 action, and outlives portal restarts (a refused connection is retried; a stale
@@ -75,7 +83,13 @@ STATE_AFTER = {
     "work.failed": "failed",
     "work.cancelled": "cancelled",
 }
-FINISHED = frozenset({"verified", "failed", "cancelled"})
+# A Mission is submitted once each WorkItem is verified, or cancelled (no longer required).
+FINISHED = frozenset({"verified", "cancelled"})
+REVIEW_RECORDED = "ext.mwportal.review.result_recorded"
+REVIEW_CAPABILITY = "mwportal.review"  # what a review WorkItem requires (artifacts.review_handlers)
+# Events that close one candidate's offer without moving the WorkItem (§10.3).
+OFFER_CLOSED = frozenset({"ext.mwportal.work.offer_declined", "ext.mwportal.work.ambiguity_raised"})
+FENCED = "ext.mwportal.work.ownership_fenced"
 CLOSED = frozenset({"mission.approved", "mission.cancelled", "mission.terminated"})
 # Refusals a new session answers (§6.3): the token or the Session Epoch is no longer the current one.
 SESSION_ERRORS = frozenset({"AUTH_REQUIRED", "AUTH_STALE_SESSION"})
@@ -101,7 +115,22 @@ class Item:
     revision: int = 0
     contract: dict[str, Any] = field(default_factory=dict)  # the current Work Contract (§10.1)
     submitted: dict[str, Any] | None = None  # the last work.submitted payload
-    acting: bool = False  # an accept_result was refused for this submission: wait for a new Event
+    submitter: str | None = None  # urn of the Agent that submitted it
+    review: dict[str, str] | None = None  # criterion -> the pipeline's combined outcome for that submission
+    candidates: set[str] = field(default_factory=set)  # of the last offer
+    declined: set[str] = field(default_factory=set)  # candidates whose offer closed without acceptance
+    fenced: bool = False  # queued, its owner fenced (§11.3): nobody will start it
+    acting: bool = False  # a Command was sent or refused for this state: wait for a new Event
+
+    def criteria(self) -> list[str]:
+        return [str(c["criterionId"]) for c in self.contract.get("acceptanceCriteria") or []]
+
+    def review_passed(self) -> bool:
+        """The review pipeline passed every acceptance criterion of this submission (§13.2)."""
+        return self.review is not None and all(self.review.get(c) == "pass" for c in self.criteria())
+
+    def is_review(self) -> bool:
+        return any(c.get("id") == REVIEW_CAPABILITY for c in self.contract.get("requiredCapabilities") or [])
 
 
 @dataclass
@@ -115,6 +144,7 @@ class GroupState:
     after: int = 0
     items: dict[str, Item] = field(default_factory=dict)  # by WorkItem urn
     workers: set[str] = field(default_factory=set)  # urns of the Agents with an active worker Membership
+    reviewers: set[str] = field(default_factory=set)  # urns of the Agents with an active reviewer Membership
     artifacts: dict[str, str] = field(default_factory=dict)  # Artifact ID -> content hash
     awaiting: bool = False  # submitted for Approval; no decision yet
     closed: bool = False
@@ -143,12 +173,15 @@ class GroupState:
             self.closed = True
         elif kind == "membership.changed":
             membership = payload["membership"]
-            if membership["role"] == "worker" and membership["member"]["type"] == "agent":
+            roles = {"worker": self.workers, "reviewer": self.reviewers}
+            if membership["role"] in roles and membership["member"]["type"] == "agent":
+                members = roles[membership["role"]]
                 active = membership["state"] == "active"
-                (self.workers.add if active else self.workers.discard)(membership["member"]["id"])
+                (members.add if active else members.discard)(membership["member"]["id"])
         item_id = event.get("workItemId") or _payload_item(payload)
         if item_id is None:
             return
+        self.fold_offers(kind, payload, item_id)
         if kind == "work.contract.revised" and item_id in self.items and isinstance(payload.get("contract"), dict):
             self.items[item_id].contract = payload["contract"]  # a new edge (§10.4); the state stays
         if kind not in STATE_AFTER:
@@ -160,18 +193,53 @@ class GroupState:
         item.revision = int(event.get("aggregateRevision") or item.revision)
         item.acting = False
         if kind == "work.submitted":
-            item.submitted = payload
+            item.submitted, item.submitter, item.review = payload, event["actor"]["id"], None
         elif kind == "work.result.accepted":
             self.verified_since_decision = True
 
+    def fold_offers(self, kind: str, payload: dict[str, Any], item_id: str) -> None:
+        """What the offers, the review pipeline and the fencing of an owner tell about a WorkItem."""
+        item = self.items.get(item_id)
+        if item is None:
+            return
+        if kind == "work.offer.created":
+            item.candidates, item.declined, item.fenced = set(payload["candidateAgentIds"]), set(), False
+        elif kind in OFFER_CLOSED:
+            item.declined.add(payload["agentId"])
+            item.acting = False
+        elif kind == FENCED:
+            item.fenced, item.acting = True, False
+        elif kind == "work.offer.accepted":
+            item.fenced = False
+        elif kind == REVIEW_RECORDED and item.submitted is not None:
+            # The latest run for the latest submission: its combined evaluation per criterion.
+            item.review = {
+                c: str(e["details"]["outcome"])
+                for e in payload["evidence"]
+                if isinstance(e.get("details"), dict) and e["details"].get("stage") == "combined"
+                for c in e["criterionIds"]
+            }
+            item.acting = False
+
     def ready_to_offer(self, item: Item) -> bool:
-        """Open, and every WorkItem it depends on verified (§10.4)."""
+        """Every WorkItem it depends on verified (§10.4), and nobody can take it as it stands:
+        open, offered with every candidate declined, or queued with its owner fenced."""
         deps = item.contract.get("dependencyWorkItemIds") or []
-        return (
+        stuck = (
             item.state == "open"
-            and not item.acting
-            and all(d in self.items and self.items[d].state == "verified" for d in deps)
+            or (item.state == "offered" and bool(item.candidates) and item.candidates <= item.declined)
+            or (item.state == "queued" and item.fenced)
         )
+        return stuck and not item.acting and all(d in self.items and self.items[d].state == "verified" for d in deps)
+
+    def candidates(self, item: Item) -> list[str]:
+        """Who may take it: the Group's Workers; for a review WorkItem its reviewers,
+        never the submitter of the reviewed result (§13.2)."""
+        if not item.is_review():
+            return sorted(self.workers)[:MAX_CANDIDATES]
+        subject = str((item.contract.get("constraints") or {}).get("review", {}).get("workItemId", ""))
+        submitter = self.items[subject].submitter if subject in self.items else None
+        return sorted(self.reviewers - {submitter})[:MAX_CANDIDATES]
 
     def artifact_hashes(self) -> list[str]:
         """The content hashes of the verified results: the submitted Artifacts' and those the Evidence cites."""
@@ -306,7 +374,8 @@ class Coordinator:
             "type": "reviewer_assessment",
             "subject": {"type": "work_item", "id": item_id},
             "criterionIds": criteria,
-            "method": "The demo Coordinator read the submission's Evidence: every criterion passed.",
+            "method": "The demo Coordinator read the review pipeline's combined evaluation (spec 13.2): "
+            "every criterion passed, with a reviewer Agent's Evidence where the criterion requires it.",
             "result": "passed",
             "artifactHashes": hashes,
             "generatedBy": {"type": "agent", "id": self.agent},
@@ -326,7 +395,9 @@ class Coordinator:
             "reliabilityEvidence": [],
             "policyRulesApplied": ["demo: every worker of the Group, the first to accept"],
         }
-        candidates = sorted(state.workers)[:MAX_CANDIDATES]
+        candidates = state.candidates(item)
+        if not candidates:
+            return
         payload = {
             "workItemId": item_id,
             "candidateAgentIds": candidates,
@@ -342,7 +413,7 @@ class Coordinator:
                 raise
             self.log(f"work.offer {item_id} refused: {exc}")
             return
-        self.log(f"work.offer {item_id} to {len(candidates)} Workers")
+        self.log(f"work.offer {item_id} to {len(candidates)} {'reviewers' if item.is_review() else 'Workers'}")
 
     def accept_result(self, state: GroupState, item_id: str, item: Item, membership: int) -> None:
         payload = {"workItemId": item_id, "evidence": [self.evidence(state, item_id, item)]}
@@ -406,18 +477,21 @@ class Coordinator:
             self.read_events(state)
             if state.closed or state.coordinator != self.agent or state.coordinator_epoch is None:
                 continue
-            submitted = [
+            waiting = [
                 (item_id, item)
                 for item_id, item in state.items.items()
                 if item.state == "submitted" and item.submitted is not None and not item.acting
             ]
+            for item_id, item in waiting:
+                if item.review is not None and not item.review_passed() and "pending" not in item.review.values():
+                    item.acting = True  # until the next review run or submission
+                    self.log(f"review of {item_id} did not pass ({item.review}): left for a person")
+            submitted = [(i, item) for i, item in waiting if item.review_passed()]
             for item_id, item in submitted:
                 self.accept_result(state, item_id, item, membership)
             if submitted:
                 self.read_events(state)  # the acceptances this pass caused
-            ready = (
-                [(i, item) for i, item in state.items.items() if state.ready_to_offer(item)] if state.workers else []
-            )
+            ready = [(i, item) for i, item in state.items.items() if state.ready_to_offer(item)]
             for item_id, item in ready:
                 self.offer(state, item_id, item, membership)
             if ready:
@@ -427,6 +501,7 @@ class Coordinator:
                 and not state.awaiting
                 and state.verified_since_decision
                 and all(item.state in FINISHED for item in state.items.values())
+                and any(item.state == "verified" for item in state.items.values())
                 and state.submit_refused_at != state.after
             )
             if finished:

@@ -25,7 +25,7 @@ from missions.models import GroupEvent, Mission, SigningKey
 from mwportal.protocol import catalogue
 from mwportal.protocol.command import Key
 from mwportal.protocol.ids import urn
-from mwportal.supervise import demo_worker_keys
+from mwportal.supervise import demo_reviewer_key, demo_worker_keys
 from tests.protocol.normative import normative_problems, require_bundle
 from workitems.models import WorkItem
 
@@ -57,7 +57,9 @@ def test_demo_creates_logins_and_a_mission_in_varied_states(db: None) -> None:
     assert owner.login(username="owner", password=password)
     assert observer.login(username="observer", password=logins["observer"])
     assert "Quarterly market report" in observer.get("/").content.decode()
-    assert owner.get("/approvals/").content.decode().count('class="approval"') == 2
+    # Only the report's mailing waits for the owner's execution Approval (§12); the Website
+    # refresh needs none, so the demo Agents alone take it to awaiting_approval.
+    assert owner.get("/approvals/").content.decode().count('class="approval"') == 1
     assert observer.get("/policy/").status_code == 403
     assert owner.get("/policy/").status_code == 200
 
@@ -122,11 +124,16 @@ def test_it_prints_the_login_lines_mw_serve_shows_and_writes_a_key_file_per_prin
     ]
     directory = Path(settings.VAR_DIR) / "demo"
     names = sorted(p.name for p in directory.glob("*.json"))
-    assert names == ["demo-coordinator.json", "demo-worker-1.json", "demo-worker-2.json", "observer.json", "owner.json"]
+    assert names == [
+        "demo-coordinator.json", "demo-reviewer.json", "demo-worker-1.json", "demo-worker-2.json", "observer.json",
+        "owner.json",
+    ]  # fmt: skip
     for path in directory.glob("*.json"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         assert set(json.loads(path.read_text())) == {"principal", "organizationId", "keyId", "privateKey", "publicKey"}
     assert [p.name for p in demo_worker_keys(Path(settings.VAR_DIR))] == ["demo-worker-1.json", "demo-worker-2.json"]
+    reviewer = demo_reviewer_key(Path(settings.VAR_DIR))
+    assert reviewer is not None and reviewer.name == "demo-reviewer.json"
 
 
 def test_keys_go_where_keys_says_design_4(db: None, tmp_path: Path) -> None:

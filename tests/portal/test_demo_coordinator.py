@@ -13,16 +13,23 @@ from typing import Any
 
 import pytest
 
+from artifacts.models import ReviewRequest
 from missions.models import GroupEvent
 from mwportal.protocol.command import Key
 from mwportal.protocol.ids import urn
 from portal.demo_coordinator import Coordinator
-from tests.conftest import AgentKey
+from tests.conftest import AgentKey, add_member
 from tests.protocol.normative import normative_problems, require_bundle
 from tests.worker.conftest import portal, portal_env  # noqa: F401 (the daphne fixture)
 from tests.workitems.flow import Flow, contract, survey_mission
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _review_inline(settings: Any) -> None:
+    """The review pipeline runs as each submission commits (§13.2): the Coordinator waits for it."""
+    settings.MWP_REVIEW_ON_SUBMIT = "inline"
 
 
 @pytest.fixture
@@ -161,3 +168,116 @@ def test_the_coordinator_outlives_a_portal_restart_spec_6_3(
     agent.run(0.01, stop=lambda: next(passes, None) is None)
     assert lines[-1] == "portal reachable again", lines
     assert flow.item(item).state == "verified"
+
+
+REVIEWED = contract(
+    acceptanceCriteria=[
+        {"criterionId": "complete", "description": "covers all", "evidenceRequired": ["deterministic_test"]},
+        {"criterionId": "accurate", "description": "no invented facts", "evidenceRequired": ["reviewer_assessment"]},
+    ]
+)
+
+
+def submit_reviewed(flow: Flow) -> str:
+    item = flow.authorize(REVIEWED)
+    flow.offer(item)
+    flow.accept(item)
+    flow.start(item)
+    flow.submit(item)  # Wanda's; the review pipeline runs as it commits
+    return item
+
+
+def test_a_result_whose_review_awaits_a_reviewer_is_not_accepted_spec_13_2(
+    portal: Any,  # noqa: F811
+    org: dict[str, str],
+    mission: dict[str, str],
+    owner: AgentKey,
+    coordinator: AgentKey,
+    worker: AgentKey,
+    worker2: AgentKey,
+) -> None:
+    """A criterion requires ``reviewer_assessment`` and the Group has no reviewer: the review
+    stays pending, and the Coordinator accepts nothing and submits nothing (§7.3)."""
+    flow = Flow(mission, owner, coordinator, worker, worker2)
+    item = submit_reviewed(flow)
+    lines: list[str] = []
+    agent = coordinator_of(portal.url, coordinator, org, lines)
+
+    agent.run_once()
+    agent.run_once()
+
+    assert "ext.mwportal.review.reviewer_unavailable" in kinds(mission["group"])
+    assert flow.item(item).state == "submitted", lines
+    assert "work.result.accepted" not in kinds(mission["group"]), lines
+    assert "mission.submitted_for_approval" not in kinds(mission["group"]), lines
+
+
+def test_a_result_is_accepted_once_a_reviewer_other_than_the_submitter_passed_it_spec_13_2(
+    portal: Any,  # noqa: F811
+    org: dict[str, str],
+    mission: dict[str, str],
+    owner: AgentKey,
+    coordinator: AgentKey,
+    worker: AgentKey,
+    worker2: AgentKey,
+) -> None:
+    """Walt is the Group's reviewer: the review WorkItem is offered to him, never to Wanda who
+    submitted; until he answers nothing is accepted; once his review passed, the Coordinator
+    accepts the result and the review, and submits the Mission (§7.3)."""
+    add_member(owner, mission["group"], worker2, ["reviewer"])
+    flow = Flow(mission, owner, coordinator, worker, worker2)
+    item = submit_reviewed(flow)
+    lines: list[str] = []
+    agent = coordinator_of(portal.url, coordinator, org, lines)
+    (request,) = ReviewRequest.objects.filter(subject_id=item)
+    review = str(request.review_workitem_id)
+    offered = GroupEvent.objects.get(group_id=mission["group"], type="work.offer.created", aggregate_id=review)
+    assert offered.body["candidateAgentIds"] == [worker2.urn]
+
+    agent.run_once()
+    assert flow.item(item).state == "submitted", lines  # the reviewer has not answered yet
+    assert "work.result.accepted" not in kinds(mission["group"]), lines
+
+    flow.accept(review, worker2)
+    flow.start(review, worker2)
+    sha = flow.blob(b"# the figures match their sources\n")
+    artifact = flow.publish(review, sha, worker2)
+    evidence = flow.evidence(review, worker2, ["accurate"], [sha], type_="reviewer_assessment")
+    flow.lease_command("work.submit", review, {"artifactIds": [artifact], "evidence": evidence}, agent=worker2)
+    agent.run_once()
+
+    assert flow.item(item).state == "verified", lines
+    assert flow.item(review).state == "verified", lines
+    assert kinds(mission["group"])[-1] == "mission.submitted_for_approval", lines
+
+
+def test_an_offer_every_candidate_declined_is_offered_again_and_a_pending_one_is_not_spec_10_3(
+    portal: Any,  # noqa: F811
+    org: dict[str, str],
+    mission: dict[str, str],
+    owner: AgentKey,
+    coordinator: AgentKey,
+    worker: AgentKey,
+    worker2: AgentKey,
+) -> None:
+    """An offered WorkItem whose every candidate declined would wait forever: the Coordinator
+    offers it again to the Group's Workers. One with a candidate still to answer is left alone."""
+    flow = Flow(mission, owner, coordinator, worker, worker2)
+    declined = flow.drive_to("offered")  # to Wanda only
+    waiting = flow.authorize()
+    flow.offer(waiting, [worker, worker2])
+    flow.send(worker, "ext.mwportal.work.offer_decline", declined, {"reason": "capacity"})
+    flow.send(worker, "ext.mwportal.work.offer_decline", waiting, {"reason": "capacity"})
+    lines: list[str] = []
+    agent = coordinator_of(portal.url, coordinator, org, lines)
+
+    agent.run_once()
+
+    offers = GroupEvent.objects.filter(group_id=mission["group"], type="work.offer.created")
+    assert offers.filter(aggregate_id=declined).count() == 2, lines
+    assert sorted(offers.filter(aggregate_id=declined).last().body["candidateAgentIds"]) == sorted(
+        [worker.urn, worker2.urn]
+    )
+    assert offers.filter(aggregate_id=waiting).count() == 1, lines
+    agent.run_once()
+    assert offers.filter(aggregate_id=declined).count() == 2, lines  # the new offer is answered first
