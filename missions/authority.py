@@ -18,11 +18,10 @@ here. A Command document from a client goes through ``accept_document``:
    ``commandHash``, appended with the next sequences, and the receipt;
 3. after commit, delivery hears that the Group head moved.
 
-In-process callers build a ``Command`` themselves: a person signed in to the
-portal (``Auth.PORTAL``: the Django session authenticates the human actor
-until issue 19 moves people's signing into the browser) or the Organization's
+In-process callers build a ``Command`` themselves only as the Organization's
 control plane (``Auth.SERVICE``: a Command it built and signed itself,
-``missions.commands.service_command``).
+``missions.commands.service_command``). People sign their own Commands in
+their browser (DESIGN §4) and send them like any client.
 
 A ``ProtocolError`` anywhere rolls everything back: a refused Command writes
 nothing. Lock order is always the Group row first, then the aggregate rows a
@@ -532,8 +531,6 @@ def _check_actor(command: Command, spec: CommandSpec, actor: Actor, group: Group
     doc = command.doc
     if command.auth is Auth.SERVICE and not actor.is_service:
         raise ProtocolError(ErrorCode.AUTH_FORBIDDEN, "only the Organization's services issue service Commands")
-    if command.auth is Auth.PORTAL and actor.type != "human":
-        raise ProtocolError(ErrorCode.AUTH_FORBIDDEN, "a portal session speaks for a person only")
     if actor.type not in spec.actors:
         raise ProtocolError(ErrorCode.AUTH_FORBIDDEN, f"{spec.kind} is not issued by a {actor.type} Principal")
     if actor.type == "agent" and doc.session_epoch != actor.session_epoch:

@@ -12,7 +12,10 @@ cross-Group Scheduler with it (spec 11.1; MWP-WRK-009/010)::
 
 ``classes`` maps a priority class to its fair-share weight; ``groups`` gives a
 Group its class and, optionally, a per-Group concurrency quota;
-``aging_seconds`` is how long a waiting item takes to gain one step of age.
+``aging_seconds`` is how long a waiting item takes to gain one step of age;
+``archive_after_seconds`` (optional) is the Organization's retention delay
+before a finished Mission's Group is archived (§7.4; default
+``MWP_ARCHIVE_AFTER_SECONDS``).
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ POLICY_SCHEMA: dict[str, Any] = {
             },
         },
         "aging_seconds": {"type": "number", "exclusiveMinimum": 0},
+        # Archival (§7.4): how long a finished Mission's Group stays quiet before it is archived.
+        "archive_after_seconds": {"type": "integer", "minimum": 0},
     },
 }
 

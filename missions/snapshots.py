@@ -10,21 +10,28 @@ A snapshot is two things kept together in ``GroupSnapshot``:
   and Group objects, the Memberships, the priority policy of an
   administrative Group, and what other apps contribute, WorkItems).
 
-Every snapshot is an Event in the log like every other authoritative act:
-``group.snapshot.created``, appended by ``ext.mwportal.archive.group_snapshot_create``
-(a live snapshot: a cadence, or a cursor outside the replay window, §16) or by
-``ext.missionweaveprotocol.core.group_archive`` (the final one, with
-``group.archived``). The state is read under the Group lock, so it is exactly
-the state at the sequence it names.
+Two kinds, one way each:
+
+- the FINAL snapshot is an authoritative fact: ``group.snapshot.created`` and
+  ``group.archived`` are appended together, only by
+  ``ext.missionweaveprotocol.core.group_archive`` (§15.2), whose handler
+  checks the signed document against the Group's head under the Group lock.
+  Its state also carries the Group's decisions, its Approvals and (from the
+  artifacts app's contributor) its Artifact references (§7.4);
+- a LIVE snapshot (a cadence, or a cursor outside the replay window, §16) is
+  rebuildable delivery state, like a Cursor: signed by the Group Authority,
+  read and written under the Group lock so it is exactly the state at the
+  sequence it names, but no Event and no Command. Snapshot cadence is an
+  operational decision; it cannot add facts to the log.
 """
 
 from __future__ import annotations
 
-import contextlib
 from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 
 from mwportal.protocol import ErrorCode, ProtocolError, jcs
 from mwportal.protocol.command import format_timestamp
@@ -33,11 +40,20 @@ from mwportal.protocol.verification import sign_document
 
 from . import service_keys
 from .authority import accept, system_action_id
-from .models import Agent, Group, GroupEvent, GroupSnapshot, Membership, Mission, Organization
-from .registry import snapshot_contributors
+from .models import Agent, Approval, Group, GroupEvent, GroupSnapshot, Membership, Mission, Organization
+from .registry import group_archived_hooks, snapshot_contributors
 
-GROUP_SNAPSHOT_CREATE = "ext.mwportal.archive.group_snapshot_create"
 GROUP_ARCHIVE = "ext.missionweaveprotocol.core.group_archive"
+# The Mission row's terminal statuses: only a finished Mission's Group is archived (§7.4).
+FINISHED = ("approved", "failed", "cancelled")
+# The Event kinds that record a decision of the Group (§7.4: the final snapshot contains decisions):
+# the Mission's and Memberships' transitions, Approvals, policy, archival and tombstones, and the
+# WorkItem transitions someone decided (authorisation, acceptance, review outcome, failure, cancellation).
+DECISION_PREFIXES = ("mission.", "membership.", "approval.", "policy.", "group.", "ext.mwportal.audit.")
+DECISION_KINDS = frozenset(
+    {"work.authorized", "work.offer.accepted", "work.contract.revised", "work.result.accepted", "work.failed",
+     "work.cancelled"}
+)  # fmt: skip
 
 
 def group_state(group_id: str) -> dict[str, Any]:
@@ -55,7 +71,7 @@ def group_state(group_id: str) -> dict[str, Any]:
         state["group"] = {
             "groupId": urn(group_id),
             "missionId": mission["missionId"],
-            "state": "archived" if GroupSnapshot.objects.filter(group_id=group_id, final=True).exists() else "active",
+            "state": "archived" if is_archived(group_id) else "active",
             "mainConversationId": urn(main_conversation_id(group_id)),
             "createdAt": format_timestamp(group.created_at),
         }
@@ -75,10 +91,37 @@ def group_state(group_id: str) -> dict[str, Any]:
     if group.kind == Group.KIND_ADMIN:
         org = Organization.objects.get(id=group.organization_id)
         state["priorityPolicy"] = {"policy": org.priority_policy, "revision": org.policy_revision}
+    if mission is not None:
+        state["decisions"] = decisions(group_id)
+        state["approvals"] = approvals(group_id)
     for contribute in snapshot_contributors:
         key, value = contribute(group_id)
         state[key] = value
     return state
+
+
+def decisions(group_id: str) -> list[dict[str, Any]]:
+    """A reference to every decision Event of the Group, in sequence order."""
+    rows = GroupEvent.objects.filter(group_id=group_id).order_by("sequence")
+    return [
+        {"eventId": urn(str(event_id)), "sequence": sequence, "kind": kind, "occurredAt": format_timestamp(at)}
+        for event_id, sequence, kind, at in rows.values_list("event_id", "sequence", "type", "occurred_at")
+        if kind in DECISION_KINDS or kind.startswith(DECISION_PREFIXES)
+    ]
+
+
+def approvals(group_id: str) -> list[dict[str, Any]]:
+    """Every recorded Approval of the Group: execution gates and final Approvals."""
+    return [
+        {
+            "approvalId": urn(str(a.id)),
+            "kind": a.kind,
+            "subject": {"kind": a.subject_kind, "id": urn(a.subject_id), "revision": a.subject_revision},
+            "grantedBy": urn(str(a.granted_by_id)),
+            "grantedAt": format_timestamp(a.granted_at),
+        }
+        for a in Approval.objects.filter(group_id=group_id).order_by("granted_at", "id")
+    ]
 
 
 def state_hash(state: dict[str, Any]) -> str:
@@ -87,11 +130,20 @@ def state_hash(state: dict[str, Any]) -> str:
 
 
 def snapshot_document(
-    *, group_id: str, organization_id: str, through_sequence: int, state: dict[str, Any], now: datetime, decision: str
+    *,
+    group_id: str,
+    organization_id: str,
+    through_sequence: int,
+    state: dict[str, Any],
+    now: datetime,
+    decision: str,
+    details: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The normative Group Snapshot of ``group_id`` through ``through_sequence``, signed by the Group Authority.
 
-    ``decision`` is the policy-log entry's text: why this snapshot was taken.
+    ``decision`` is the policy-log entry's text: why this snapshot was taken;
+    ``details`` what the entry links (the final snapshot: the Mission's
+    terminal status and the retention policy that archived it).
     """
     from .handlers.common import derived_id
 
@@ -107,11 +159,11 @@ def snapshot_document(
         "stateHash": state_hash(state),
         "policyLog": [
             {
-                "entryId": urn(derived_id("snapshot-policy", snapshot_id)),
+                "entryId": urn(policy_entry_id(snapshot_id)),
                 "decision": decision,
                 "actor": authority,
                 "occurredAt": when,
-                "details": {"throughSequence": through_sequence},
+                "details": {"throughSequence": through_sequence, **(details or {})},
             }
         ],
         "createdBy": authority,
@@ -121,39 +173,49 @@ def snapshot_document(
     return sign_document(document, key_id=key.key_id, seed=key.seed, profile="group-snapshot")
 
 
-def snapshot_now(group_id: str) -> GroupSnapshot:
-    """Take (or find) a live snapshot at the Group's current head."""
-    from .commands import group_service_command
+def policy_entry_id(snapshot_id: str) -> str:
+    """The policy-log entry a snapshot links: derived from the snapshot, so the link is checkable."""
+    from .handlers.common import derived_id
 
-    for _ in range(5):
-        group = Group.objects.get(id=group_id)
+    return derived_id("snapshot-policy", snapshot_id)
+
+
+def snapshot_now(group_id: str) -> GroupSnapshot:
+    """Take (or find) a live snapshot at the Group's current head (§16).
+
+    Rebuildable delivery state, not a fact: the Group row is locked while the
+    state is read and the snapshot written, so the state is exactly the
+    state through the head it names; no Event is appended.
+    """
+    with transaction.atomic():
+        group = Group.objects.select_for_update().get(id=group_id)
         existing = GroupSnapshot.objects.filter(group_id=group_id, sequence=group.last_sequence).first()
         if existing is not None:
             return existing
-        # The group.snapshot.created Event itself moves the head, so "the
-        # latest snapshot" is at most one Event behind the head.
-        last = GroupSnapshot.objects.filter(group_id=group_id).order_by("-sequence").first()
-        if last is not None and last.sequence == group.last_sequence - 1:
-            return last
-        with contextlib.suppress(ProtocolError):  # the head moved under us: look again
-            accept(
-                group_service_command(
-                    GROUP_SNAPSHOT_CREATE,
-                    group_id,
-                    {"throughSequence": group.last_sequence},
-                    action_id=system_action_id("snapshot", group_id, group.last_sequence),
-                )
-            )
-    return GroupSnapshot.objects.filter(group_id=group_id).latest("sequence")
+        now = datetime.now(UTC)
+        state = group_state(group_id)
+        document = snapshot_document(
+            group_id=group_id, organization_id=str(group.organization_id), through_sequence=group.last_sequence,
+            state=state, now=now, decision="live snapshot for replay outside the online window (§16)",
+        )  # fmt: skip
+        return GroupSnapshot.objects.create(
+            group_id=group_id, sequence=group.last_sequence, head_hash=group.head_hash, document=document,
+            state=state, final=False, created_at=now,
+        )  # fmt: skip
 
 
-def archive_group(group_id: str, *, now: datetime | None = None) -> GroupSnapshot:
+def archive_group(
+    group_id: str, *, now: datetime | None = None, retention: dict[str, Any] | None = None
+) -> GroupSnapshot:
     """Archive a finished Mission's Group: the signed final snapshot and ``group.archived`` (§7.4).
 
     The control plane signs the snapshot of the current head and issues
     ``ext.missionweaveprotocol.core.group_archive`` with it; the Group
     Authority checks it against the head under the Group lock. If the head
-    moved in between, the snapshot is taken again.
+    moved in between, the snapshot is taken again. ``retention`` is the
+    Organization policy that decided the archival, recorded in the policy-log
+    entry the snapshot links. After commit, ``group_archived_hooks`` run (the
+    artifacts app seals the encrypted audit archive).
     """
     from .commands import group_service_command
 
@@ -161,9 +223,12 @@ def archive_group(group_id: str, *, now: datetime | None = None) -> GroupSnapsho
     for _ in range(5):
         moment = now or datetime.now(UTC)
         group = Group.objects.get(id=group_id)
+        status = Mission.objects.filter(group_id=group_id).values_list("status", flat=True).first()
+        details = {"missionStatus": status, "retention": retention or {"trigger": "operator"}}
         document = snapshot_document(
             group_id=group_id, organization_id=str(group.organization_id), through_sequence=group.last_sequence,
             state=group_state(group_id), now=moment, decision="final snapshot: the Group is archived",
+            details=details,
         )  # fmt: skip
         command = group_service_command(
             GROUP_ARCHIVE,
@@ -180,9 +245,15 @@ def archive_group(group_id: str, *, now: datetime | None = None) -> GroupSnapsho
                 raise
             conflict = exc  # the head moved between the snapshot and the lock: take it again
             continue
+        for hook in group_archived_hooks:
+            hook(group_id)
         return GroupSnapshot.objects.get(group_id=group_id, final=True)
     assert conflict is not None
     raise conflict
+
+
+def is_archived(group_id: str) -> bool:
+    return GroupSnapshot.objects.filter(group_id=group_id, final=True).exists()
 
 
 def snapshot_for_cursor(group: Group, after: int) -> GroupSnapshot | None:

@@ -16,6 +16,10 @@
 - ``MWP_PRODUCTION=1``: behind the documented TLS proxy (docs/deploy.md):
   HSTS, Secure cookies, HTTPS redirect trusting ``X-Forwarded-Proto``,
   ``MWP_CSRF_TRUSTED_ORIGINS``; static files come from the proxy.
+- ``MWP_AUDIT_ENCRYPTION_KEY`` (base64url of 32 bytes) or
+  ``MWP_AUDIT_ENCRYPTION_KEY_FILE``: the AES-256-GCM key of archived Groups'
+  audit logs, kept in ``MWP_AUDIT_ARCHIVE_DIR``; ``MWP_ARCHIVE_AFTER_SECONDS``:
+  the default retention delay before archival (docs/deploy.md).
 - ``MWP_DB_POOL_MIN``/``MWP_DB_POOL_MAX``/``MWP_DB_POOL_TIMEOUT``: the
   per-process PostgreSQL connection pool.
 
@@ -345,6 +349,14 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
 }
 MWP_SNAPSHOT_EVERY_EVENTS = int(os.environ.get("MWP_SNAPSHOT_EVERY_EVENTS", "1000"))
 CELERY_BEAT_SCHEDULE["snapshot_groups"] = {"task": "missions.snapshot_groups", "schedule": 60.0}
+# Archival (§7.4): a finished Mission's Group is archived once it has been quiet for the
+# Organization's retention delay (its policy's ``archive_after_seconds``, else this default);
+# its audit log is then kept encrypted (AES-256-GCM) with the key below (docs/deploy.md).
+MWP_ARCHIVE_AFTER_SECONDS = int(os.environ.get("MWP_ARCHIVE_AFTER_SECONDS", str(7 * 24 * 3600)))
+CELERY_BEAT_SCHEDULE["archive_groups"] = {"task": "missions.archive_groups", "schedule": 300.0}
+MWP_AUDIT_ENCRYPTION_KEY = os.environ.get("MWP_AUDIT_ENCRYPTION_KEY", "")
+MWP_AUDIT_ENCRYPTION_KEY_FILE = os.environ.get("MWP_AUDIT_ENCRYPTION_KEY_FILE", str(VAR_DIR / "audit-encryption.key"))
+MWP_AUDIT_ARCHIVE_DIR = os.environ.get("MWP_AUDIT_ARCHIVE_DIR", str(VAR_DIR / "audit-archive"))
 # How often a daphne process re-reads the heads of the Groups it serves, so
 # Events committed by another process reach subscribers even when the
 # channel layer is in-memory (DESIGN §4).

@@ -1,11 +1,12 @@
 """Snapshots, archival and tombstones (§7.4, §16).
 
-A live snapshot (``ext.mwportal.archive.group_snapshot_create``) is signed by
-the Group Authority here, under the Group lock. The final one arrives signed
-in ``ext.missionweaveprotocol.core.group_archive`` (``missions.snapshots.
-archive_group`` builds it) and is checked against the Group before it is
-kept: its signer, its Group, the sequence it covers, every Event ID through
-it and the state it commits to. A redaction is a tombstone Event: the
+The final snapshot arrives signed in ``ext.missionweaveprotocol.core.group_archive``
+(``missions.snapshots.archive_group`` builds it), the only Command that appends
+``group.snapshot.created`` (with ``group.archived``, §15.2). It is checked
+against the Group before it is kept: its signer, its Group, the sequence it
+covers, every Event ID through it, the state it commits to and the policy-log
+entry it links. Live snapshots for replay are not Events (``missions.snapshots``).
+A redaction is a tombstone Event: the
 redacted Event keeps its ID, sequence and signature (the table refuses any
 rewrite), and the tombstone says which Event is withdrawn and why.
 """
@@ -15,27 +16,42 @@ from __future__ import annotations
 from typing import Any
 
 from mwportal.protocol import ErrorCode, ProtocolError, jcs
-from mwportal.protocol.ids import urn
+from mwportal.protocol.ids import bare, urn
 from mwportal.protocol.values import parse_timestamp
 from mwportal.protocol.verification import VerificationFailed, verify_document
 
-from .. import service_keys
+from .. import policylog, service_keys
 from ..authority import AggregateRef, Decision, Emit, HandlerContext, check_revision
 from ..guards import refuse
 from ..keyregistry import DjangoRegistry
 from ..models import GroupEvent, GroupSnapshot, Mission, Organization
 from ..registry import command
-from ..snapshots import GROUP_ARCHIVE, GROUP_SNAPSHOT_CREATE, group_state, snapshot_document, state_hash
+from ..snapshots import FINISHED, GROUP_ARCHIVE, group_state, policy_entry_id, state_hash
 from .common import stamp
 
 EVENT_REDACT = "ext.mwportal.audit.event_redact"
 EVENT_REDACTED = "ext.mwportal.audit.event_redacted"
-# The Mission row's terminal statuses: only a finished Mission's Group is archived (§7.4).
-FINISHED = ("completed", "failed", "cancelled")
 
 
-def _snapshot_event(snapshot: GroupSnapshot, ctx: HandlerContext) -> Emit:
-    document = snapshot.document
+@command(GROUP_ARCHIVE, actors=("service",))
+def archive_group(ctx: HandlerContext) -> Decision:
+    """Archive a finished Mission's Group with its signed final snapshot, in one transaction (§7.4, §15.2).
+
+    An archived Group accepts no further Command, this one included: ``accept()``
+    refuses every Command to it before any handler runs.
+    """
+    check_revision(ctx.command, ctx.group.revision)
+    mission_id, status = Mission.objects.values_list("id", "status").get(group_id=ctx.group.id)
+    if status not in FINISHED:
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, f"a Mission that is {status} is not archived (§7.4)")
+    document = ctx.payload["snapshot"]
+    state = group_state(ctx.group.id)
+    _check_final_snapshot(ctx, document, state)
+    entry = _check_policy_link(ctx, document, status)
+    snapshot = GroupSnapshot.objects.create(
+        group_id=ctx.group.id, sequence=document["throughSequence"], head_hash=ctx.group.head_hash,
+        document=document, state=state, final=True, created_at=ctx.now,
+    )  # fmt: skip
     payload = {
         "snapshotId": document["snapshotId"],
         "throughSequence": document["throughSequence"],
@@ -43,55 +59,40 @@ def _snapshot_event(snapshot: GroupSnapshot, ctx: HandlerContext) -> Emit:
         # The content address of what a client restores (the REST snapshot artifact, §16).
         "snapshotArtifactHash": jcs.sha256_hash(jcs.canonicalize({"snapshot": document, "state": snapshot.state})),
     }
-    return Emit("group.snapshot.created", AggregateRef("group", ctx.group.id, ctx.group.revision), payload)
-
-
-@command(GROUP_SNAPSHOT_CREATE, scope="any", actors=("service",))
-def create_snapshot(ctx: HandlerContext) -> Decision:
-    """A signed snapshot of the live Group at its head, for replay after CURSOR_TOO_OLD (§16)."""
-    through = ctx.payload["throughSequence"]
-    if through != ctx.group.last_sequence:
-        # The head moved since the snapshot was asked for; the caller asks again.
-        raise ProtocolError(
-            ErrorCode.REVISION_CONFLICT,
-            f"the Group's head is at {ctx.group.last_sequence}, not {through}",
-            details={"field": "/payload/throughSequence"},
+    # The Policy Log keeps the archival decision; the snapshot's policy-log entry is its reference (§15.2).
+    ctx.policy_records.append(
+        policylog.Entry(
+            organization_id=ctx.group.organization_id, kind="final_snapshot", group_id=ctx.group.id,
+            mission_id=str(mission_id), actor=ctx.command.actor, action_id=ctx.command.action_id,
+            command_kind=ctx.command.kind, reference=entry["entryId"],
+            detail={"snapshotId": document["snapshotId"], "decision": entry["decision"], **entry["details"]},
         )
-    if GroupSnapshot.objects.filter(group_id=ctx.group.id, sequence=through).exists():
-        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, f"a snapshot through sequence {through} exists")
-    state = group_state(ctx.group.id)
-    document = snapshot_document(
-        group_id=ctx.group.id, organization_id=ctx.group.organization_id, through_sequence=through, state=state,
-        now=ctx.now, decision="live snapshot for replay outside the online window (§16)",
     )  # fmt: skip
-    snapshot = GroupSnapshot.objects.create(
-        group_id=ctx.group.id, sequence=through, head_hash=ctx.group.head_hash, document=document, state=state,
-        final=False, created_at=ctx.now,
-    )  # fmt: skip
-    event = _snapshot_event(snapshot, ctx)
-    return Decision([event], event.aggregate)
-
-
-@command(GROUP_ARCHIVE, actors=("service",))
-def archive_group(ctx: HandlerContext) -> Decision:
-    """Archive a finished Mission's Group with its signed final snapshot, in one transaction (§7.4, §15.2)."""
-    check_revision(ctx.command, ctx.group.revision)
-    status = Mission.objects.values_list("status", flat=True).get(group_id=ctx.group.id)
-    if status not in FINISHED:
-        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, f"a Mission that is {status} is not archived (§7.4)")
-    if GroupSnapshot.objects.filter(group_id=ctx.group.id, final=True).exists():
-        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, "this Group is archived")
-    document = ctx.payload["snapshot"]
-    state = group_state(ctx.group.id)
-    _check_final_snapshot(ctx, document, state)
-    snapshot = GroupSnapshot.objects.create(
-        group_id=ctx.group.id, sequence=document["throughSequence"], head_hash=ctx.group.head_hash,
-        document=document, state=state, final=True, created_at=ctx.now,
-    )  # fmt: skip
-    created = _snapshot_event(snapshot, ctx)
+    created = Emit("group.snapshot.created", AggregateRef("group", ctx.group.id, ctx.group.revision), payload)
     ref = AggregateRef("group", ctx.group.id, ctx.group.revision + 1)
     archived = Emit("group.archived", ref, {"snapshotId": document["snapshotId"], "archivedAt": stamp(ctx.now)})
     return Decision([created, archived], ref)
+
+
+def _check_policy_link(ctx: HandlerContext, document: dict[str, Any], status: str) -> dict[str, Any]:
+    """The snapshot links the policy-log entry that decided the archival (§15.2): the entry derived
+    from the snapshot, by the Group Authority, through the same sequence, naming the Mission's status."""
+    entries: list[dict[str, Any]] = document["policyLog"]
+    snapshot_id = bare(document["snapshotId"], "snapshotId")
+    entry = next((e for e in entries if e["entryId"] == urn(policy_entry_id(snapshot_id))), None)
+    if entry is None or entry["actor"] != document["createdBy"]:
+        raise refuse(
+            ErrorCode.INVALID_COMMAND, "/payload/snapshot/policyLog: no entry of the Group Authority for this snapshot",
+            field="/payload/snapshot/policyLog",
+        )  # fmt: skip
+    details = entry["details"]
+    if details.get("throughSequence") != document["throughSequence"] or details.get("missionStatus") != status:
+        raise refuse(
+            ErrorCode.INVALID_COMMAND,
+            "/payload/snapshot/policyLog/details: the entry is not of this archival (sequence, Mission status)",
+            field="/payload/snapshot/policyLog",
+        )
+    return entry
 
 
 def _check_final_snapshot(ctx: HandlerContext, document: dict[str, Any], state: dict[str, Any]) -> None:

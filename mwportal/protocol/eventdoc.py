@@ -38,6 +38,7 @@ def build_event(
     command_hash: str | None = None,
     work_item_id: str | None = None,
     conversation_id: str | None = None,
+    extensions: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A signed Event document; identifiers are given as written on the wire (``urn:uuid:``)."""
     doc: dict[str, Any] = {
@@ -58,7 +59,12 @@ def build_event(
         if group_id is None or sequence is None or aggregate_revision is None:
             raise ValueError(f"{kind} is a Group Event: it needs groupId, sequence and aggregateRevision (§15.2)")
         doc.update(groupId=group_id, sequence=sequence, aggregateRevision=aggregate_revision)
-    optional = {"commandHash": command_hash, "workItemId": work_item_id, "conversationId": conversation_id}
+    optional = {
+        "commandHash": command_hash,
+        "workItemId": work_item_id,
+        "conversationId": conversation_id,
+        "extensions": extensions,
+    }
     doc.update({name: value for name, value in optional.items() if value is not None})
     return sign_document(doc, key_id=key.key_id, seed=key.seed, profile="event")
 

@@ -18,7 +18,7 @@ from missions.commands import group_service_command
 from missions.handlers.sessions import capability, issue_agent_card
 from missions.keyregistry import DjangoRegistry
 from missions.models import Group, GroupEvent, GroupSnapshot, Membership, Mission, Organization
-from missions.snapshots import GROUP_SNAPSHOT_CREATE, group_state, snapshot_now, state_hash
+from missions.snapshots import group_state, snapshot_now, state_hash
 from mwportal.protocol import ErrorCode, catalogue, jcs
 from mwportal.protocol.command import format_timestamp
 from mwportal.protocol.eventdoc import verify_event
@@ -286,21 +286,20 @@ def test_a_live_snapshot_is_signed_by_the_group_authority_and_commits_to_the_sta
     verified = verify_document(jcs.canonicalize(document), "group-snapshot",
                                DjangoRegistry(Organization.objects.get(id=org["id"])))  # fmt: skip
     assert verified.principal.type == "service"
-    created = GroupEvent.objects.get(group_id=g, type="group.snapshot.created")
-    artifact_hash = jcs.sha256_hash(jcs.canonicalize({"snapshot": document, "state": snapshot.state}))
-    assert created.body == {"snapshotId": document["snapshotId"], "throughSequence": head,
-                            "stateHash": document["stateHash"], "snapshotArtifactHash": artifact_hash}  # fmt: skip
     memberships = snapshot.state["memberships"]
     assert {(m["member"]["id"], m["role"]) for m in memberships} >= {(worker.urn, "worker")}
     assert all(normative_problems("membership", m) == [] for m in memberships)
-    assert snapshot_now(g).pk == snapshot.pk  # one Event behind the head: still the latest
+    assert snapshot_now(g).pk == snapshot.pk  # the head did not move: the same snapshot
 
 
-def test_a_snapshot_of_a_moved_head_is_refused_PROTOCOL_16(founded: dict[str, str]) -> None:
+def test_a_live_snapshot_appends_no_event_only_archival_does_PROTOCOL_15_2(founded: dict[str, str]) -> None:
+    """§15.2: group.snapshot.created is appended by group_archive alone; a replay snapshot is delivery state."""
     g = founded["group"]
     head = Group.objects.get(id=g).last_sequence
-    command = group_service_command(GROUP_SNAPSHOT_CREATE, g, {"throughSequence": head - 1})
-    refused(ErrorCode.REVISION_CONFLICT, accept, command)
+    snapshot_now(g)
+    assert Group.objects.get(id=g).last_sequence == head
+    assert not GroupEvent.objects.filter(group_id=g, type="group.snapshot.created").exists()
+    assert catalogue.commands_yielding("group.snapshot.created") == ("ext.missionweaveprotocol.core.group_archive",)
 
 
 def test_an_active_missions_group_is_not_archived_PROTOCOL_7_4(founded: dict[str, str]) -> None:

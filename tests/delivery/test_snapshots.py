@@ -40,7 +40,8 @@ def test_socket_cursor_too_old_then_restore_and_resume_spec_16(
         error = await client.error()
         reference = error["details"]["snapshot"]
         await client.subscribe(g, reference["throughSequence"])
-        top = await in_db_thread(head, g)
+        # A live snapshot appends no Event (§15.2): it is at the head; later Events follow it.
+        top = await in_db_thread(churn, owner, g, worker, 2)
         got = [e["sequence"] for e in await client.events(g, top)]
         await client.close()
         return sent, error, got

@@ -81,7 +81,6 @@ PROJECT_COMMANDS = {
     "ext.mwportal.registry.principal_register",
     "ext.mwportal.registry.principal_key_enroll",
     "ext.mwportal.scheduling.priority_policy_set",
-    "ext.mwportal.archive.group_snapshot_create",
     "ext.mwportal.audit.event_redact",
     "ext.mwportal.context.package_publish",
     "ext.mwportal.context.package_forward",
@@ -258,7 +257,6 @@ def command_examples() -> dict[str, dict[str, Any]]:
             "publicKey": {"keyId": uid(25), "algorithm": "Ed25519", "publicKey": "AAAA", "validFrom": T}
         },
         "ext.mwportal.scheduling.priority_policy_set": {"policy": {"weights": {}}},
-        "ext.mwportal.archive.group_snapshot_create": {"throughSequence": 40},
         "ext.mwportal.audit.event_redact": {"sequence": 3, "reason": "legal request"},
         "ext.mwportal.context.package_publish": {"contextPackage": _vector("context-package")},
         "ext.mwportal.context.package_forward": {"contextPackageId": uid(26), "version": 2, "toGroupId": uid(27)},

@@ -143,11 +143,23 @@ ORGANIZATION = (
     define(
         f"{PROJECT}.registry.principal_key_enroll",
         {"publicKey": c("publicKey")},
-        issuers=("member",),
+        {"principal": ACTOR},
+        issuers=("member", "service"),
         aggregate="agent",
         events=(f"{PROJECT}.registry.principal_key_enrolled",),
-        summary="A person binds the public half of the key their own browser generated.",
+        summary="The public half of the key a person's own browser generated is bound to them: by the person,"
+        " or by the portal for the person its sign-in authenticated (``principal``).",
         example={"publicKey": {"keyId": ex.KEY, "algorithm": "Ed25519", "publicKey": "AA", "validFrom": ex.T0}},
+    ),
+    define(
+        f"{PROJECT}.registry.principal_key_revoke",
+        {"keyId": ID},
+        {"reason": REASON},
+        issuers=("member", "service"),
+        aggregate="agent",
+        events=(f"{PROJECT}.registry.principal_key_revoked",),
+        summary="An Organization admin revokes a person's key: its validity history gains a revokedAt (§6.4).",
+        example={"keyId": ex.KEY, "reason": "The laptop was lost."},
     ),
     define(
         f"{PROJECT}.scheduling.priority_policy_set",

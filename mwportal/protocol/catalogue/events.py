@@ -490,6 +490,13 @@ EXTENSIONS = (
         example={"principal": ex.OWNER, "keyId": ex.KEY},
     ),
     fact(
+        f"{PROJECT}.registry.principal_key_revoked",
+        {"principal": ACTOR, "keyId": ID, "revokedAt": TIME},
+        {"reason": REASON},
+        aggregate="agent",
+        example={"principal": ex.OWNER, "keyId": ex.KEY, "revokedAt": ex.T0},
+    ),
+    fact(
         f"{PROJECT}.scheduling.priority_policy_changed",
         {"policy": {"type": "object"}, "revision": POSITIVE},
         aggregate="organization",

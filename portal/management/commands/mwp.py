@@ -7,8 +7,12 @@
                                           a human Principal linked to the Django user NAME (created
                                           without a password when absent), with a software key for
                                           scripts and tests; in the browser a person's key is their own
-    mwp verify-log GROUP_ID
-    mwp export-audit GROUP_ID --out FILE [--no-bytes]   a Group's audit bundle (artifacts/audit.py)
+    mwp verify-log GROUP_ID       the log's sequences and hash chain; of an archived Group also its
+                                  encrypted audit archive, decrypted and verified (artifacts/archive.py)
+    mwp export-audit GROUP_ID --out FILE [--no-bytes]   a Group's audit bundle (artifacts/audit.py);
+                                  an archived Group's is its encrypted archive, decrypted and verified
+    mwp archive GROUP_ID | --due  archive a finished Mission's Group now (§7.4), or every Group past
+                                  its Organization's retention delay (what Celery beat runs)
     mwp verify-audit FILE [--server-key KEY]            check a bundle offline, no database
     mwp review WORKITEM_ID        run the review pipeline of a WorkItem's latest submission
     mwp demo [--keys DIR]         the demo Organization: a key file per demo Principal in DIR
@@ -25,6 +29,7 @@ lives in the top app because it drives all of them (audit, review, the demo of
 
 from __future__ import annotations
 
+import tempfile
 from argparse import ArgumentParser
 from pathlib import Path
 from typing import Any
@@ -34,6 +39,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from missions.commands import create_organization
 from missions.models import Group, Organization
+from missions.snapshots import archive_group, is_archived
 from missions.verify import verify_group_log
 from mwportal.protocol import ProtocolError
 from mwportal.protocol.ids import bare, urn
@@ -47,7 +53,7 @@ def _roles(text: str) -> list[str]:
 class Command(BaseCommand):
     help = (
         "MissionWeave administration: create-org, create-agent, create-human, verify-log, export-audit,"
-        " verify-audit, review, demo."
+        " verify-audit, archive, review, demo."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -75,6 +81,10 @@ class Command(BaseCommand):
         check = sub.add_parser("verify-audit", help="verify an audit bundle without a database")
         check.add_argument("file", type=Path)
         check.add_argument("--server-key", default=None, help="pin the server's public key (base64url)")
+        archive = sub.add_parser("archive", help="archive a finished Mission's Group (§7.4)")
+        which = archive.add_mutually_exclusive_group(required=True)
+        which.add_argument("group_id", nargs="?")
+        which.add_argument("--due", action="store_true", help="every Group past its retention delay")
         review = sub.add_parser("review", help="run the review pipeline of a WorkItem's latest submission")
         review.add_argument("workitem_id")
         demo = sub.add_parser("demo", help="create the demo Organization, its key files, logins and Missions")
@@ -131,6 +141,29 @@ class Command(BaseCommand):
             sequence, reason = broken
             raise CommandError(f"Group {group_id}: first bad sequence {sequence}: {reason}")
         self.stdout.write(f"Group {group_id}: {count} events, sequences 1..{count} and hash chain verified")
+        if is_archived(group_id):
+            report = self._archived_bundle(group_id, None)
+            self.stdout.write(f"encrypted audit archive: {report.events} Events, chain and signatures verified")
+
+    def _archived_bundle(self, group_id: str, out: Path | None) -> Any:
+        """Decrypt the archived Group's audit archive, verify its chain and signatures, keep it at ``out``."""
+        from artifacts.archive import ArchiveError, open_archive
+        from mwportal.protocol.audit import AuditFailure, verify_bundle
+
+        try:
+            _, bundle = open_archive(group_id)
+        except ArchiveError as exc:
+            raise CommandError(f"Group {group_id}: audit archive: {exc}") from None
+        with tempfile.TemporaryDirectory() as work:
+            path = Path(work) / "bundle.tar"
+            path.write_bytes(bundle)
+            try:
+                report = verify_bundle(str(path))
+            except AuditFailure as failure:
+                raise CommandError(f"audit archive FAILED at {failure.where}: {failure.message}") from None
+        if out is not None:
+            out.write_bytes(bundle)
+        return report
 
     def do_export_audit(self, options: dict[str, Any]) -> None:
         from artifacts.audit import export_audit
@@ -139,6 +172,10 @@ class Command(BaseCommand):
         if not Group.objects.filter(id=group_id).exists():
             raise CommandError(f"no Group {group_id}")
         out: Path = options["out"]
+        if is_archived(group_id):
+            report = self._archived_bundle(group_id, out)
+            self.stdout.write(f"{out}: the archived Group's audit log, decrypted; {report.events} Events verified")
+            return
         summary = export_audit(group_id, out, include_bytes=not options["no_bytes"])
         for sha in summary.unavailable:
             self.stderr.write(f"Artifact {sha}: stored bytes do not match their hash; listed by hash only")
@@ -158,6 +195,18 @@ class Command(BaseCommand):
         for line in report.lines():
             self.stdout.write(line)
         self.stdout.write("OK")
+
+    def do_archive(self, options: dict[str, Any]) -> None:
+        from missions.tasks import archive_groups
+
+        if options["due"]:
+            self.stdout.write(f"{archive_groups()} Groups archived")
+            return
+        group_id = bare(options["group_id"], "GROUP_ID")
+        if not Group.objects.filter(id=group_id).exists():
+            raise CommandError(f"no Group {group_id}")
+        final = archive_group(group_id, retention={"trigger": "operator"})
+        self.stdout.write(f"Group {group_id} archived: final snapshot {final.document['snapshotId']}")
 
     def do_review(self, options: dict[str, Any]) -> None:
         from artifacts.review import review_summary, run_review
