@@ -1,14 +1,11 @@
-"""Building Commands on the server side: the control plane and portal users.
+"""Building Commands on the server side: the Organization's control plane.
 
 Management commands, Celery tasks and portal views use these and then call
 ``accept()``; none of them writes an authoritative model itself. Every
-Command is a normative MWP 0.1 Command document (PROTOCOL §15.1):
-
-- ``service_command``: the Organization's control plane, signed with its key
-  (``missions.service_keys``), accepted as ``Auth.SERVICE``;
-- ``portal_command``: a person signed in to the portal, ``Auth.PORTAL``. The
-  Django session authenticates the person; the document carries no signature
-  until issue 19 moves people's signing into the browser.
+Command is a normative MWP 0.1 Command document (PROTOCOL §15.1), signed with
+the control plane's key (``missions.service_keys``) and accepted as
+``Auth.SERVICE``. People sign their own Commands in their browser with a key
+that never leaves it (DESIGN §4): the server builds none for them.
 """
 
 from __future__ import annotations
@@ -27,10 +24,6 @@ from .intake import Auth, Command
 from .models import Agent, Group, Membership, SigningKey
 
 Receipt = dict[str, Any]
-
-
-def _command(raw: dict[str, Any], auth: Auth) -> Command:
-    return Command(read_command(raw, signing_hash=jcs.signing_hash(raw), key_id=None), auth)
 
 
 def service_command(
@@ -80,38 +73,6 @@ def membership_epoch(agent: Agent | str, group: str) -> int | None:
         .values_list("epoch", flat=True)
         .first()
     )
-
-
-def portal_command(
-    agent: Agent,
-    kind: str,
-    group: str,
-    payload: dict[str, Any],
-    *,
-    expected_revision: int | None = None,
-    work_item_id: str | None = None,
-    action_id: str | None = None,
-    creates_group: bool = False,
-) -> Command:
-    """A Command by a person signed in to the portal (Django session)."""
-    now = format_timestamp(datetime.now().astimezone())
-    action = urn(action_id) if action_id else new_urn()
-    raw: dict[str, Any] = {
-        "protocolVersion": "0.1",
-        "actionId": action,
-        "actor": {"type": Agent.ACTOR_TYPES[agent.kind], "id": urn(agent.pk)},
-        "kind": kind,
-        "correlationId": action,
-        "issuedAt": now,
-        "payload": payload,
-        "groupId": urn(group),
-    }
-    epoch = None if creates_group else membership_epoch(agent, group)
-    optional: dict[str, Any] = {"membershipEpoch": epoch, "expectedRevision": expected_revision}
-    if work_item_id:
-        optional["workItemId"] = urn(work_item_id)
-    raw.update({k: v for k, v in optional.items() if v is not None})
-    return _command(raw, Auth.PORTAL)
 
 
 def create_organization(slug: str, name: str) -> tuple[str, str]:

@@ -41,7 +41,6 @@ class Auth(Enum):
     """How the Command's actor was authenticated."""
 
     SIGNED = "signed"  # a Command document verified in the six stages (accept_document)
-    PORTAL = "portal"  # a person's Django session; the view resolved the actor from request.user
     SERVICE = "service"  # built and signed in-process by the Organization's control plane
 
 

@@ -1,30 +1,22 @@
-"""Issuing Commands from the portal and the admin: build, ``accept()``, report.
+"""The payloads of the Commands people issue from the portal, as far as the server knows them.
 
-The one way a page changes anything: ``issue()`` builds a catalogue Command
-(its normative kind and payload, ``docs/protocol-choices.md``) for the person
-signed in by their Django session (``missions.commands.portal_command``,
-``Auth.PORTAL``: until issue 19 moves human signing into the browser) and hands
-it to ``missions.authority.accept()``. A refusal comes back as an ``Outcome``
-carrying the normative error document; nothing was written.
+A page never issues a Command itself (DESIGN §4, issue 19): it renders each
+form with the Command's context (``portal.signing.command_context``), whose
+payload members come from the builders below, and the person's browser adds
+what they typed, signs the document and POSTs it to ``/api/v0.1/commands``.
 
-The payload builders below are the portal's only knowledge of payload shapes;
-each follows its catalogue entry (``mwportal/protocol/catalogue/``), and the
-tests validate what they build against it.
+The builders are the portal's only knowledge of payload shapes; each follows
+its catalogue entry (``mwportal/protocol/catalogue/``), and the tests validate
+what the browser sends against it. Members the person types (comments, a
+reason, feedback) and fresh identifiers (an ``approvalId``) are the page's.
 """
 
 from __future__ import annotations
 
-import uuid
-from dataclasses import dataclass
 from typing import Any
 
-from missions.authority import accept
-from missions.commands import portal_command
-from missions.models import Agent
-from mwportal.protocol import ProtocolError
+from missions.models import Agent, Mission
 from mwportal.protocol.ids import urn
-
-from .errors import explain
 
 # §12: an execution Approval names the operations it permits; a contract that
 # grants no resource operation is approved to execute its work as contracted.
@@ -32,68 +24,6 @@ DEFAULT_OPERATIONS = ("work.execute",)
 # The version of the acceptance policy a MissionOwner's final Approval applies
 # (the Approval object's ``acceptancePolicyVersion``, semver).
 ACCEPTANCE_POLICY_VERSION = "1.0.0"
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    receipt: dict[str, Any] | None
-    error: ProtocolError | None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    @property
-    def message(self) -> str:
-        """What to tell the person: the receipt in short, or the error document in plain words."""
-        if self.error is not None:
-            return explain(self.error)
-        assert self.receipt is not None
-        events = ", ".join(f"{e['kind']} (#{e['sequence']})" for e in self.receipt["events"])
-        replayed = " (already recorded earlier)" if self.receipt.get("replayed") else ""
-        action = str(self.receipt["actionId"]).removeprefix("urn:uuid:")
-        return f"Accepted{replayed}: {events}; action {action[:8]}"
-
-    @property
-    def status(self) -> int:
-        return 200 if self.error is None else self.error.http_status
-
-
-def issue(
-    person: Agent,
-    kind: str,
-    group: str,
-    payload: dict[str, Any],
-    *,
-    expected_revision: int | None = None,
-    work_item_id: str | None = None,
-    creates_group: bool = False,
-) -> Outcome:
-    """Accept one Command by the signed-in ``person``; never raises ``ProtocolError``.
-
-    ``creates_group``: the Command founds ``group`` (``mission.create``), so it
-    carries no Membership Epoch (§15.1)."""
-    try:
-        command = portal_command(
-            person,
-            kind,
-            str(group),
-            payload,
-            expected_revision=expected_revision,
-            work_item_id=None if work_item_id is None else str(work_item_id),
-            creates_group=creates_group,
-        )
-        receipt = accept(command)
-    except ProtocolError as error:
-        return Outcome(None, error)
-    return Outcome(receipt, None)
-
-
-# --- payloads (catalogue entries) -------------------------------------------------------
-
-
-def new_id() -> str:
-    return urn(uuid.uuid4())
 
 
 def operations_of(contract: dict[str, Any]) -> list[str]:
@@ -105,42 +35,46 @@ def operations_of(contract: dict[str, Any]) -> list[str]:
     return list(seen) or list(DEFAULT_OPERATIONS)
 
 
-def grant_execution(item: Any, comments: str) -> dict[str, Any]:
-    """``approval.grant_execution`` (§12) for a queued WorkItem under its current Ownership Epoch."""
-    payload: dict[str, Any] = {
-        "approvalId": new_id(),
-        "workItemId": urn(item.id),
-        "ownershipEpoch": item.ownership_epoch,
-        "operations": operations_of(item.contract),
-    }
-    if comments:
-        payload["comments"] = comments[:10000]
-    return payload
+def grant_execution(item: Any) -> dict[str, Any]:
+    """``approval.grant_execution`` (§12) for a queued WorkItem under its current Ownership Epoch
+    (the page adds ``approvalId`` and the person's ``comments``)."""
+    operations = operations_of(item.contract)
+    return {"workItemId": urn(item.id), "ownershipEpoch": item.ownership_epoch, "operations": operations}
 
 
-def cancel_work(item: Any, reason: str) -> dict[str, Any]:
-    """``work.cancel`` (§10.2): the MissionOwner stops a WorkItem, saying why."""
-    return {"workItemId": urn(item.id), "reason": reason[:4000]}
+def cancel_work(item: Any) -> dict[str, Any]:
+    """``work.cancel`` (§10.2): the MissionOwner stops a WorkItem (the page adds the ``reason``)."""
+    return {"workItemId": urn(item.id)}
 
 
-def approve_mission(revision: int, artifact_hashes: list[str], comments: str) -> dict[str, Any]:
-    """``mission.approve`` (§7.3) of an exact Mission revision and Artifact set."""
-    payload: dict[str, Any] = {
-        "approvalId": new_id(),
+def approve_mission(revision: int, artifact_hashes: list[str]) -> dict[str, Any]:
+    """``mission.approve`` (§7.3) of an exact Mission revision and Artifact set (the page adds
+    ``approvalId``, ``comments`` and the signed Approval document)."""
+    return {
         "missionRevision": revision,
         "artifactHashes": list(artifact_hashes),
         "acceptancePolicyVersion": ACCEPTANCE_POLICY_VERSION,
     }
-    if comments:
-        payload["comments"] = comments[:10000]
-    return payload
 
 
-def request_changes(revision: int, feedback: str) -> dict[str, Any]:
-    """``mission.request_changes`` (§7.1): reopen the submitted revision with feedback."""
-    return {"missionRevision": revision, "feedback": feedback[:10000]}
+def final_approval(
+    person: Agent, mission: Mission, group: str, revision: int, artifact_hashes: list[str]
+) -> dict[str, Any]:
+    """The Approval document (``approval.schema.json``, kind ``mission_final``) the MissionOwner's
+    browser completes (``approvalId``, ``comments``, ``occurredAt``) and signs as its ``approver``."""
+    return {
+        "kind": "mission_final",
+        "decision": "approved",
+        "missionId": urn(mission.pk),
+        "groupId": urn(group),
+        "missionRevision": revision,
+        "artifactHashes": list(artifact_hashes),
+        "acceptancePolicyVersion": ACCEPTANCE_POLICY_VERSION,
+        "approver": {"type": Agent.ACTOR_TYPES[person.kind], "id": urn(person.pk)},
+        "conditions": [],
+    }
 
 
-def cancel_mission(reason: str) -> dict[str, Any]:
-    """``mission.cancel`` (§7.1): propagates to unfinished WorkItems."""
-    return {"reason": reason[:4000]}
+def request_changes(revision: int) -> dict[str, Any]:
+    """``mission.request_changes`` (§7.1): reopen the submitted revision (the page adds the ``feedback``)."""
+    return {"missionRevision": revision}

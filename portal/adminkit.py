@@ -3,23 +3,20 @@
 ``ReadOnlyAdmin`` offers no add, change or delete form: authoritative rows
 change only inside ``accept()``. A staff user sees only the rows of Groups
 their Agent may read (active Mission Memberships and their Organization's
-administrative Group); a superuser sees every row. Admin actions go through
-``run_action()``, which issues one Command per selected row and reports each
-receipt, or each refusal in plain words, with ``message_user``.
+administrative Group); a superuser sees every row. The admin has no actions:
+a person's Command is built and signed in their browser on the portal's pages
+(DESIGN §4, issue 19), and the admin's forms cannot sign.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from typing import Any
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.db.models import Model, Q, QuerySet
 from django.http import HttpRequest
 
 from missions.models import Agent, Group, Membership
-
-from .actions import Outcome
 
 
 def visible_group_ids(request: HttpRequest) -> list[Any] | None:
@@ -85,22 +82,3 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         groups = visible_group_ids(request)
         assert self.group_path is not None
         return qs.filter(**{f"{self.group_path}__in": groups or []})
-
-
-def run_action(
-    modeladmin: admin.ModelAdmin,  # type: ignore[type-arg]
-    request: HttpRequest,
-    rows: Iterable[Any],
-    issue_one: Callable[[Agent, Any], Outcome],
-    label: Callable[[Any], str],
-) -> None:
-    """Issue one Command per row as the user's person Agent; report each outcome."""
-    agent = request_agent(request)
-    if agent is None:
-        modeladmin.message_user(request, "AUTH_FORBIDDEN: your user has no Agent, so it cannot issue Commands",
-                                messages.ERROR)  # fmt: skip
-        return
-    for row in rows:
-        outcome = issue_one(agent, row)
-        level = messages.SUCCESS if outcome.ok else messages.ERROR
-        modeladmin.message_user(request, f"{label(row)}: {outcome.message}", level)

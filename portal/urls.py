@@ -4,7 +4,7 @@ not a member gets 404 there."""
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import views
+from . import owner, signing, views
 
 app_name = "portal"
 
@@ -14,13 +14,12 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("approvals/", views.approvals, name="approvals"),
     path("policy/", views.policy, name="policy"),
+    path("keys/", owner.keys, name="keys"),
+    path("keys/enrol", signing.enrol, name="enrol"),
+    path("missions/new/", owner.new_mission, name="new-mission"),
     path("missions/<str:group_id>/", views.mission, name="mission"),
     path("missions/<str:group_id>/live", views.mission_live, name="mission-live"),
     path("missions/<str:group_id>/final/", views.final, name="final"),
-    path("missions/<str:group_id>/approve", views.approve_mission, name="approve-mission"),
-    path("missions/<str:group_id>/request-changes", views.request_changes, name="request-changes"),
     path("missions/<str:group_id>/artifacts/<str:sha256>", views.artifact, name="artifact"),
     path("missions/<str:group_id>/workitems/<str:item_id>/", views.review, name="review"),
-    path("missions/<str:group_id>/workitems/<str:item_id>/grant", views.grant, name="grant"),
-    path("missions/<str:group_id>/workitems/<str:item_id>/cancel", views.cancel, name="cancel"),
 ]

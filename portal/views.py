@@ -1,18 +1,21 @@
-"""Portal pages (issue 7): parse -> build a catalogue Command -> ``accept()`` -> render.
+"""Portal pages (issue 7): read, render, and give each form its Command's context.
 
 Every page starts at an ``access_*`` gate: a Mission the person is not a
 member of is 404, the policy editor without an Organization role that sets
-policy is 403. Every button POSTs a form that carries the revision the page
-showed; the view issues one Command with that ``expectedRevision``
-(compare-and-set, §15.3), so a stale form is refused by ``accept()`` with
-``REVISION_CONFLICT`` and the page says so in plain words, having changed
-nothing.
+policy is 403. A page never changes anything: each button's form carries the
+Command's context (``portal.signing.command_context``: the kind, the Group,
+the person's Membership Epoch, the ``expectedRevision`` the page showed and
+the payload members the server knows), and the page itself builds the Command
+document, signs it with the person's browser key and POSTs it to
+``/api/v0.1/commands`` (DESIGN §4, issue 19). A stale form is refused there
+with ``REVISION_CONFLICT`` (compare-and-set, §15.3), and the page says so.
 
-A person issues the MissionOwner's Commands (DESIGN §4): execution Approval,
-cancelling a WorkItem, final Approval or a request for changes, the priority
-policy. The Coordinator is an Agent (§7.2; ``work.accept_result`` is an
-Agent's Command, ``command.schema.json``), so the review page shows the
-Coordinator's review to people and decides nothing.
+A person issues the MissionOwner's Commands: creating a Mission, assigning its
+Coordinator, execution Approval, cancelling a WorkItem or the Mission, final
+Approval or a request for changes, the priority policy. The Coordinator is an
+Agent (§7.2; ``work.accept_result`` is an Agent's Command,
+``command.schema.json``), so the review page shows the Coordinator's review to
+people and decides nothing.
 
 The timeline reads the stored signed Event documents (``GroupEvent.as_wire()``),
 exactly what the UI socket ``/ws/ui/groups/{id}`` carries to ``portal.js``.
@@ -23,19 +26,18 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.urls import reverse
-from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET
 
 from artifacts.models import BlobGroup
 from artifacts.store import check_sha256
 from artifacts.views import blob_download
-from missions.models import Agent, Approval, Group, GroupEvent
+from missions.models import Agent, Approval, Group, GroupEvent, Mission
+from missions.withholding import served_documents
 from mwportal.protocol import ProtocolError, format_time
 from workitems.models import ExecutionLease, WorkItem
 
@@ -50,10 +52,10 @@ from .access import (
     member_groups,
     person_agent,
 )
-from .actions import Outcome, issue
 from .errors import explain
-from .policy import current_policy, group_rows, policy_from_form, shares
+from .policy import current_policy, group_rows, shares
 from .review import review_summary
+from .signing import command_context, signer
 
 TIMELINE_LENGTH = 60
 
@@ -64,30 +66,10 @@ def _page(request: HttpRequest, agent: Agent, template: str, ctx: dict[str, Any]
         agent=agent,
         nav_approvals=any(OWNER in m.roles for m in memberships),
         nav_policy=may_edit_policy(agent),
+        nav_create=OWNER in agent.org_roles,
+        signer=signer(request, agent),
     )
     return render(request, template, ctx, status=status)
-
-
-def _revision(request: HttpRequest) -> int:
-    try:
-        return int(request.POST.get("revision", ""))
-    except ValueError:
-        raise Http404("the form has no revision") from None
-
-
-def _text(request: HttpRequest, name: str, limit: int = 2000) -> str:
-    return (request.POST.get(name) or "").strip()[:limit]
-
-
-def _back(request: HttpRequest, default: str) -> str:
-    nxt = request.POST.get("next") or ""
-    if nxt and url_has_allowed_host_and_scheme(nxt, allowed_hosts={request.get_host()}):
-        return nxt
-    return default
-
-
-def _report(request: HttpRequest, outcome: Outcome) -> None:
-    (messages.success if outcome.ok else messages.error)(request, outcome.message)
 
 
 # --- the dashboard ----------------------------------------------------------------
@@ -175,8 +157,10 @@ def _goals(group_id: Any) -> dict[str, str]:
 
 def _timeline(group_id: Any) -> tuple[list[dict[str, Any]], int, dict[str, str]]:
     """The newest stored signed Event documents of the Group, described for a person."""
-    events = [e.as_wire() for e in GroupEvent.objects.filter(group_id=group_id).order_by("-sequence")[
-        :TIMELINE_LENGTH]]  # fmt: skip
+    rows_ = GroupEvent.objects.filter(group_id=group_id).order_by("-sequence")[:TIMELINE_LENGTH]
+    organization_id = Group.objects.values_list("organization_id", flat=True).get(id=group_id)
+    # A redacted Message shows its withheld form (§7.4, ``missions.withholding``).
+    events = served_documents(str(group_id), str(organization_id), rows_)
     goals = _goals(group_id)
     names = visuals.actor_names({str(e["actor"]["id"]) for e in events})
     rows = []
@@ -210,7 +194,24 @@ def mission(request: HttpRequest, group_id: str) -> HttpResponse:
             "live_url": reverse("portal:mission-live", args=[access.group.id]),
         },  # fmt: skip
     }
+    if access.is_owner and access.mission.status not in Mission.TERMINAL:
+        ctx.update(_owner_commands(agent, access))
     return _page(request, agent, "portal/mission.html", ctx)
+
+
+def _owner_commands(agent: Agent, access: MissionAccess) -> dict[str, Any]:
+    """The MissionOwner's Mission-wide Commands: ``mission.cancel`` (§7.1, propagated to
+    unfinished WorkItems) and ``mission.assign_coordinator`` (§7.2, a higher Coordinator Epoch)."""
+    from .owner import coordinators
+
+    group = str(access.group.id)
+    return {
+        "coordinators": coordinators(agent),
+        "cmd_cancel_mission": command_context(agent, "mission.cancel", group, {}, fields={"reason": "reason"},
+                                              expected_revision=access.group.revision),
+        "cmd_assign": command_context(agent, "mission.assign_coordinator", group, {},
+                                      fields={"coordinator": "coordinatorId"}),
+    }  # fmt: skip
 
 
 @login_required
@@ -253,60 +254,36 @@ def artifact(request: HttpRequest, group_id: str, sha256: str) -> HttpResponse |
 # --- execution Approvals (MissionOwner) ------------------------------------------------
 
 
-def _approvals_page(request: HttpRequest, agent: Agent, *, error: str = "", status: int = 200) -> HttpResponse:
-    queues = []
-    for m in member_groups(agent):
-        if OWNER not in m.roles:
-            continue
-        items = [i for i in WorkItem.objects.filter(group_id=m.group_id).order_by("created_at") if _needs_approval(i)]
-        if items:
-            queues.append({"mission": m.group.mission, "group": m.group, "items": items})
-    return _page(request, agent, "portal/approvals.html", {"queues": queues, "error": error}, status)
+def _item_commands(agent: Agent, item: WorkItem) -> WorkItem:
+    """``approval.grant_execution`` (§12) for the WorkItem's current Ownership Epoch, and
+    ``work.cancel`` (§10.2) with the reason: a MissionOwner cannot fail a WorkItem."""
+    group = str(item.group_id)
+    item.cmd_grant = command_context(  # type: ignore[attr-defined]
+        agent, "approval.grant_execution", group, actions.grant_execution(item), fields={"note": "comments"},
+        fresh=("approvalId",), expected_revision=item.revision, work_item_id=str(item.id))  # fmt: skip
+    item.cmd_cancel = command_context(  # type: ignore[attr-defined]
+        agent, "work.cancel", group, actions.cancel_work(item), fields={"reason": "reason"},
+        expected_revision=item.revision, work_item_id=str(item.id))  # fmt: skip
+    item.cmd_grant_id, item.cmd_cancel_id = f"cmd-grant-{item.id}", f"cmd-cancel-{item.id}"  # type: ignore[attr-defined]
+    return item
 
 
 @login_required
 @require_GET
 def approvals(request: HttpRequest) -> HttpResponse:
-    return _approvals_page(request, person_agent(request.user))
-
-
-def _item_command(request: HttpRequest, group_id: str, item_id: str) -> tuple[Agent, MissionAccess, WorkItem]:
     agent = person_agent(request.user)
-    access = access_mission(agent, group_id)
-    return agent, access, access_workitem(access, item_id)
-
-
-@login_required
-@require_POST
-def grant(request: HttpRequest, group_id: str, item_id: str) -> HttpResponse:
-    """``approval.grant_execution`` (§12) for the WorkItem's current Ownership Epoch."""
-    agent, access, item = _item_command(request, group_id, item_id)
-    outcome = issue(agent, "approval.grant_execution", str(access.group.id), actions.grant_execution(item, _text(
-        request, "note")), expected_revision=_revision(request), work_item_id=str(item.id))  # fmt: skip
-    if not outcome.ok:
-        return _approvals_page(request, agent, error=outcome.message, status=outcome.status)
-    _report(request, outcome)
-    return redirect(_back(request, reverse("portal:approvals")))
-
-
-@login_required
-@require_POST
-def cancel(request: HttpRequest, group_id: str, item_id: str) -> HttpResponse:
-    """Refuse execution by cancelling the WorkItem (``work.cancel``, §10.2), with the reason.
-
-    A MissionOwner cannot fail a WorkItem (``work.fail`` is the Coordinator's
-    or the owner Agent's); the Coordinator may authorize a revised WorkItem.
-    """
-    agent, access, item = _item_command(request, group_id, item_id)
-    reason = _text(request, "reason")
-    if not reason:
-        return _approvals_page(request, agent, error="Say why the WorkItem is cancelled.", status=400)
-    outcome = issue(agent, "work.cancel", str(access.group.id), actions.cancel_work(item, reason),
-                    expected_revision=_revision(request), work_item_id=str(item.id))  # fmt: skip
-    if not outcome.ok:
-        return _approvals_page(request, agent, error=outcome.message, status=outcome.status)
-    _report(request, outcome)
-    return redirect(_back(request, reverse("portal:approvals")))
+    queues = []
+    for m in member_groups(agent):
+        if OWNER not in m.roles:
+            continue
+        items = [
+            _item_commands(agent, i)
+            for i in WorkItem.objects.filter(group_id=m.group_id).order_by("created_at")
+            if _needs_approval(i)
+        ]
+        if items:
+            queues.append({"mission": m.group.mission, "group": m.group, "items": items})
+    return _page(request, agent, "portal/approvals.html", {"queues": queues})
 
 
 # --- the Coordinator's review, as people see it ------------------------------------
@@ -320,7 +297,9 @@ def review(request: HttpRequest, group_id: str, item_id: str) -> HttpResponse:
     The page hashes the Artifacts' stored bytes again (through the store), so
     a blob damaged after the pipeline ran shows as failed.
     """
-    agent, access, item = _item_command(request, group_id, item_id)
+    agent = person_agent(request.user)
+    access = access_mission(agent, group_id)
+    item = access_workitem(access, item_id)
     ctx = {"access": access, "item": item, "review": review_summary(item, recheck=True),
            "colour": visuals.STATE_COLOURS.get(item.state, "#94a3b8")}  # fmt: skip
     return _page(request, agent, "portal/review.html", ctx)
@@ -357,124 +336,69 @@ def awaiting_approval(group_id: Any) -> dict[str, Any] | None:
     }
 
 
-def _final_page(
-    request: HttpRequest, agent: Agent, access: MissionAccess, *, error: str = "", status: int = 200
-) -> HttpResponse:
-    items = list(WorkItem.objects.filter(group_id=access.group.id).order_by("created_at"))
-    unfinished = [i for i in items if i.state not in ("verified", "failed", "cancelled")]
-    ctx = {
-        "access": access,
-        "results": [(i, review_summary(i), visuals.STATE_COLOURS.get(i.state, "#94a3b8")) for i in items],
-        "unfinished": unfinished,
-        "submitted": awaiting_approval(access.group.id),
-        "approvals": Approval.objects.filter(group_id=access.group.id).select_related("granted_by").order_by(
-            "granted_at"),
-        "error": error,
-    }  # fmt: skip
-    return _page(request, agent, "portal/final.html", ctx, status)
+def _decisions(agent: Agent, access: MissionAccess, submitted: dict[str, Any]) -> dict[str, Any]:
+    """The two Commands of the final page: ``mission.approve`` (§7.3) with the Approval document the
+    page signs over that exact revision and Artifact set, and ``mission.request_changes`` (§7.1)."""
+    group = str(access.group.id)
+    revision, hashes = submitted["missionRevision"], submitted["artifactHashes"]
+    approve = command_context(
+        agent, "mission.approve", group, actions.approve_mission(revision, hashes), fields={"note": "comments"},
+        fresh=("approvalId",), expected_revision=submitted["expectedRevision"])  # fmt: skip
+    approve["approval"] = actions.final_approval(agent, access.mission, group, revision, hashes)
+    changes = command_context(
+        agent, "mission.request_changes", group, actions.request_changes(revision), fields={"feedback": "feedback"},
+        expected_revision=submitted["expectedRevision"])  # fmt: skip
+    return {"cmd_approve": approve, "cmd_changes": changes}
 
 
 @login_required
 @require_GET
 def final(request: HttpRequest, group_id: str) -> HttpResponse:
     agent = person_agent(request.user)
-    return _final_page(request, agent, access_mission(agent, group_id))
-
-
-def _submitted_or_refuse(
-    request: HttpRequest, agent: Agent, access: MissionAccess
-) -> tuple[dict[str, Any] | None, HttpResponse | None]:
+    access = access_mission(agent, group_id)
+    items = list(WorkItem.objects.filter(group_id=access.group.id).order_by("created_at"))
     submitted = awaiting_approval(access.group.id)
-    if submitted is None:
-        words = "The Coordinator has not submitted this Mission for Approval; there is nothing to decide yet."
-        return None, _final_page(request, agent, access, error=words, status=409)
-    return submitted, None
-
-
-@login_required
-@require_POST
-def approve_mission(request: HttpRequest, group_id: str) -> HttpResponse:
-    """``mission.approve`` (§7.3) of the submitted Mission revision and its Artifact set."""
-    agent = person_agent(request.user)
-    access = access_mission(agent, group_id)
-    submitted, refused = _submitted_or_refuse(request, agent, access)
-    if refused is not None:
-        return refused
-    assert submitted is not None
-    payload = actions.approve_mission(submitted["missionRevision"], submitted["artifactHashes"], _text(request, "note"))
-    outcome = issue(agent, "mission.approve", str(access.group.id), payload, expected_revision=_revision(request))
-    if not outcome.ok:
-        return _final_page(request, agent, access, error=outcome.message, status=outcome.status)
-    _report(request, outcome)
-    return redirect(reverse("portal:final", args=[access.group.id]))
-
-
-@login_required
-@require_POST
-def request_changes(request: HttpRequest, group_id: str) -> HttpResponse:
-    """``mission.request_changes`` (§7.1): the submitted revision goes back with feedback."""
-    agent = person_agent(request.user)
-    access = access_mission(agent, group_id)
-    feedback = _text(request, "feedback", 10000)
-    if not feedback:
-        return _final_page(request, agent, access, error="Say what should change.", status=400)
-    submitted, refused = _submitted_or_refuse(request, agent, access)
-    if refused is not None:
-        return refused
-    assert submitted is not None
-    outcome = issue(agent, "mission.request_changes", str(access.group.id), actions.request_changes(
-        submitted["missionRevision"], feedback), expected_revision=_revision(request))  # fmt: skip
-    if not outcome.ok:
-        return _final_page(request, agent, access, error=outcome.message, status=outcome.status)
-    _report(request, outcome)
-    return redirect(reverse("portal:final", args=[access.group.id]))
+    ctx = {
+        "access": access,
+        "results": [(i, review_summary(i), visuals.STATE_COLOURS.get(i.state, "#94a3b8")) for i in items],
+        "unfinished": [i for i in items if i.state not in ("verified", "failed", "cancelled")],
+        "submitted": submitted,
+        "approvals": Approval.objects.filter(group_id=access.group.id).select_related("granted_by").order_by(
+            "granted_at"),
+        **(_decisions(agent, access, submitted) if submitted and access.is_owner else {}),
+    }  # fmt: skip
+    return _page(request, agent, "portal/final.html", ctx)
 
 
 # --- the Organization priority policy ---------------------------------------------------
 
 
-def _policy_page(
-    request: HttpRequest,
-    agent: Agent,
-    policy: dict[str, Any],
-    *,
-    revision: int | None = None,
-    error: str = "",
-    status: int = 200,
-) -> HttpResponse:
-    org = agent.organization
-    rows = group_rows(agent, policy)
-    classes = list((policy.get("classes") or {}).items())
-    ctx = {
-        "org": org,
-        "policy": policy,
-        "classes": classes,
-        "class_count": len(classes),
-        "rows": rows,
-        "shares": shares(policy, rows),
-        "revision": org.policy_revision if revision is None else revision,
-        "error": error,
-    }
-    return _page(request, agent, "portal/policy.html", ctx, status)
-
-
 @login_required
+@require_GET
 def policy(request: HttpRequest) -> HttpResponse:
+    """The editor; the page builds the policy document from the form and signs
+    ``ext.mwportal.scheduling.priority_policy_set``, which validates it (``missions.policy.check_policy``)."""
     agent = person_agent(request.user)
     access_policy(agent)
     org = agent.organization
-    if request.method != "POST":
-        return _policy_page(request, agent, current_policy(org))
-    revision = _revision(request)
-    group_ids = [r.id for r in group_rows(agent, current_policy(org))]
-    try:
-        document = policy_from_form(request.POST, group_ids)
-    except ProtocolError as error:
-        return _policy_page(request, agent, current_policy(org), revision=revision, error=explain(error), status=400)
-    admin_group = org.groups.get(kind="admin")
-    outcome = issue(agent, "ext.mwportal.scheduling.priority_policy_set", str(admin_group.id), {"policy": document},
-                    expected_revision=revision)  # fmt: skip
-    if not outcome.ok:
-        return _policy_page(request, agent, document, revision=revision, error=outcome.message, status=outcome.status)
-    _report(request, outcome)
-    return redirect(reverse("portal:policy"))
+    document = current_policy(org)
+    rows = group_rows(agent, document)
+    classes = list((document.get("classes") or {}).items())
+    admin_group = str(org.groups.get(kind="admin").id)
+    ctx = {
+        "org": org,
+        "policy": document,
+        "classes": classes,
+        "class_count": len(classes),
+        "rows": rows,
+        "shares": shares(document, rows),
+        "cmd_policy": command_context(
+            agent,
+            "ext.mwportal.scheduling.priority_policy_set",
+            admin_group,
+            {},
+            expected_revision=org.policy_revision,
+            builder="policy",
+        ),  # fmt: skip
+    }
+    return _page(request, agent, "portal/policy.html", ctx)

@@ -19,8 +19,8 @@ from mwportal.protocol.values import b64url_decode
 
 from ..authority import AggregateRef, Decision, Emit, HandlerContext, check_revision
 from ..guards import refuse
-from ..keyregistry import register_key
-from ..models import ORG_ROLES, Agent, Group, Organization, SigningKey
+from ..keyregistry import record_validity, register_key
+from ..models import ORG_ROLES, Agent, Group, Organization, SigningKey, SigningKeyValidity
 from ..policy import DEFAULT_POLICY, check_policy
 from ..registry import command
 from ..service_keys import CONTROL_PLANE, ROLES, principal_id, service_key
@@ -29,6 +29,7 @@ from .common import MODEL_KIND, WIRE_TYPE, payload_id, stamp
 ORGANIZATION_CREATE = "ext.mwportal.admin.organization_create"
 PRINCIPAL_REGISTER = "ext.mwportal.registry.principal_register"
 PRINCIPAL_KEY_ENROLL = "ext.mwportal.registry.principal_key_enroll"
+PRINCIPAL_KEY_REVOKE = "ext.mwportal.registry.principal_key_revoke"
 PRIORITY_POLICY_SET = "ext.mwportal.scheduling.priority_policy_set"
 
 _SLUG = re.compile(r"^[-a-zA-Z0-9_]+$")
@@ -232,35 +233,72 @@ def _enroll(
     )
 
 
-@command(PRINCIPAL_KEY_ENROLL, scope="admin", actors=("human",))
+@command(PRINCIPAL_KEY_ENROLL, scope="admin", actors=("human", "service"))
 def enroll_principal_key(ctx: HandlerContext) -> Decision:
-    """A person binds the public half of a key their own browser (or tool) generated (issue 16 item 5).
+    """The public half of a key a person's own browser (or tool) generated is bound to them (issue 19 item 2).
 
-    Only as themselves: the actor is the person, signed in to the portal or
-    signing with a key already enrolled, so nobody else ever binds a key to
-    them, and the private half never leaves where it was made. A new device
-    is a new key ID (DESIGN §4); a key ID or a key already bound, to anyone,
-    is refused by the Registry.
+    Either the person signs it with a key already enrolled (only as
+    themselves), or the portal's control plane issues it for the person whose
+    Django sign-in it authenticated, naming them in ``principal``: the first
+    key of a browser has nothing to sign with yet. Nobody else binds a key to
+    a person, and the private half never leaves where it was made. A new
+    device is a new key ID (DESIGN §4); a key ID or a key already bound, to
+    anyone, is refused by the Registry.
     """
-    agent = Agent.objects.get(id=ctx.actor.id)
-    if agent.kind != Agent.KIND_PERSON:
-        raise refuse(
-            ErrorCode.AUTH_FORBIDDEN,
-            f"{PRINCIPAL_KEY_ENROLL} is for a person; an Agent's key is bound when it is registered",
-        )
+    named = ctx.payload.get("principal")
+    if ctx.actor.type == "service":
+        if named is None or named["type"] != "human":
+            raise refuse(
+                ErrorCode.SCHEMA_VALIDATION_FAILED,
+                "/payload/principal: the control plane enrolls a key for the person it names",
+                field="/payload/principal",
+            )
+        agent = Agent.objects.filter(id=bare(named["id"], "/payload/principal/id"), kind=Agent.KIND_PERSON).first()
+        if agent is None or str(agent.organization_id) != str(ctx.group.organization_id):
+            raise refuse(ErrorCode.INVALID_COMMAND, "no such person in this Organization", reason="not_found")
+    else:
+        agent = Agent.objects.get(id=ctx.actor.id)
+        if agent.kind != Agent.KIND_PERSON or (named is not None and named != {"type": "human", "id": urn(agent.id)}):
+            raise refuse(ErrorCode.AUTH_FORBIDDEN, f"{PRINCIPAL_KEY_ENROLL}: a person enrolls only their own key")
     public_key = ctx.payload["publicKey"]
     org = Organization.objects.get(id=agent.organization_id)
     _enroll(org, WIRE_TYPE[agent.kind], str(agent.id), public_key, ctx)
     if not agent.public_key:
         Agent.objects.filter(id=agent.id).update(public_key=public_key["publicKey"])
     principal_urn = urn(str(agent.id))
-    # The Principal's states: registered (revision 1), then one per key it enrolled.
-    revision = (
-        1 + SigningKey.objects.filter(organization=org, principal_type="human", principal_id=principal_urn).count()
-    )
-    ref = AggregateRef("agent", str(agent.id), revision)
+    ref = AggregateRef("agent", str(agent.id), _principal_revision(org, principal_urn))
     event = {"principal": {"type": "human", "id": principal_urn}, "keyId": public_key["keyId"]}
     return Decision([Emit("ext.mwportal.registry.principal_key_enrolled", ref, event)], ref)
+
+
+def _principal_revision(org: Organization, principal_urn: str) -> int:
+    """The Principal's states: registered (revision 1), then one per key enrolled and per key revoked."""
+    keys = SigningKey.objects.filter(organization=org, principal_type="human", principal_id=principal_urn)
+    revoked = SigningKeyValidity.objects.filter(key__in=keys, revoked_at__isnull=False).count()
+    return 1 + keys.count() + revoked
+
+
+@command(PRINCIPAL_KEY_REVOKE, scope="admin", actors=("human", "agent", "service"), org_roles=("admin",))
+def revoke_principal_key(ctx: HandlerContext) -> Decision:
+    """An Organization admin revokes a person's key (DESIGN §4): the key's validity history gains a
+    ``revokedAt`` of now (§6.4, append-only), so a Command it signs from now on is refused."""
+    org = Organization.objects.get(id=ctx.group.organization_id)
+    key = SigningKey.objects.filter(organization=org, key_id=ctx.payload["keyId"], principal_type="human").first()
+    if key is None:
+        raise refuse(ErrorCode.INVALID_COMMAND, "no such person's key in this Organization", reason="not_found")
+    if SigningKeyValidity.objects.filter(key=key, revoked_at__isnull=False).exists():
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, "this key is revoked already", reason="revoked")
+    revoked_at = stamp(ctx.now)
+    try:
+        record_validity(key, revoked_at=revoked_at, now=ctx.now)
+    except RegistrationError as exc:
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, f"the Registry refuses this record ({exc.reason})") from None
+    ref = AggregateRef("agent", bare(key.principal_id, "/payload/keyId"), _principal_revision(org, key.principal_id))
+    event: dict[str, Any] = {"principal": {"type": "human", "id": key.principal_id}, "keyId": key.key_id,
+                             "revokedAt": revoked_at}  # fmt: skip
+    if ctx.payload.get("reason"):
+        event["reason"] = ctx.payload["reason"]
+    return Decision([Emit("ext.mwportal.registry.principal_key_revoked", ref, event)], ref)
 
 
 @command(PRIORITY_POLICY_SET, scope="admin", org_roles=("mission_owner", "admin"), actors=("human", "agent", "service"))

@@ -1,4 +1,4 @@
-"""Admin for the authoritative Group models (the missions app): read-only; actions issue Commands.
+"""Admin for the authoritative Group models (the missions app): read-only.
 
 Rows change only inside ``accept()`` (DESIGN §2); every admin here is a
 ``portal.adminkit.ReadOnlyAdmin`` scoped to the Groups the user may read.
@@ -6,11 +6,7 @@ Rows change only inside ``accept()`` (DESIGN §2); every admin here is a
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
-from django.db.models import QuerySet
-from django.http import HttpRequest
 
 from missions.models import (
     ActionReceipt,
@@ -25,8 +21,7 @@ from missions.models import (
     Organization,
 )
 
-from ..actions import cancel_mission, issue
-from ..adminkit import ReadOnlyAdmin, run_action
+from ..adminkit import ReadOnlyAdmin
 
 admin.site.site_header = "MissionWeave administration"
 admin.site.site_title = "MissionWeave admin"
@@ -65,20 +60,6 @@ class MissionAdmin(ReadOnlyAdmin):
     list_display = ("title", "status", "created_by", "created_at")
     list_filter = ("status",)
     search_fields = ("title",)
-    actions = ["cancel_mission"]
-
-    @admin.action(description="Cancel the Mission (mission.cancel)")
-    def cancel_mission(self, request: HttpRequest, queryset: QuerySet[Mission]) -> None:
-        """§7.1: cancellation propagates to the Mission's unfinished WorkItems. (Final
-        Approval needs the submitted revision and Artifact set: the portal's final page.)"""
-
-        def one(agent: Agent, mission: Mission) -> Any:
-            # A Mission's status is its Group's revision (missions: a status change bumps it).
-            revision = Group.objects.values_list("revision", flat=True).get(id=mission.group_id)
-            return issue(agent, "mission.cancel", str(mission.group_id), cancel_mission("cancelled in the admin"),
-                         expected_revision=revision)  # fmt: skip
-
-        run_action(self, request, queryset, one, lambda m: f"Mission “{m.title}”")
 
 
 @admin.register(Membership)

@@ -1,50 +1,25 @@
-"""Admin for WorkItems and their rows (the workitems app): read-only; actions issue Commands."""
+"""Admin for WorkItems and their rows (the workitems app): read-only."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from missions.models import Agent
 from workitems.models import Checkpoint, ExecutionLease, Offer, Submission, WorkDependency, WorkItem, WorkProposal
 
-from ..actions import cancel_work, grant_execution, issue
-from ..adminkit import ReadOnlyAdmin, run_action
-
-
-def _goal(item: WorkItem) -> str:
-    return f"WorkItem “{item.contract.get('goal', item.id)}”"
+from ..adminkit import ReadOnlyAdmin
 
 
 @admin.register(WorkItem)
 class WorkItemAdmin(ReadOnlyAdmin):
     list_display = ("goal", "state", "revision", "contract_revision", "owner", "ownership_epoch", "updated_at")
     list_filter = ("state",)
-    # The MissionOwner's Commands; accepting a result is the Coordinator Agent's (§13.2).
-    actions = ["grant_execution_approval", "cancel_workitem"]
 
     @admin.display(description="goal")
     def goal(self, item: WorkItem) -> str:
         return str(item.contract.get("goal", ""))
-
-    @admin.action(description="Grant execution Approval (approval.grant_execution)")
-    def grant_execution_approval(self, request: HttpRequest, queryset: QuerySet[WorkItem]) -> None:
-        def one(agent: Agent, item: WorkItem) -> Any:
-            return issue(agent, "approval.grant_execution", str(item.group_id), grant_execution(
-                item, "granted in the admin"), expected_revision=item.revision, work_item_id=str(item.id))  # fmt: skip
-
-        run_action(self, request, queryset, one, _goal)
-
-    @admin.action(description="Cancel (work.cancel)")
-    def cancel_workitem(self, request: HttpRequest, queryset: QuerySet[WorkItem]) -> None:
-        def one(agent: Agent, item: WorkItem) -> Any:
-            return issue(agent, "work.cancel", str(item.group_id), cancel_work(item, "cancelled in the admin"),
-                         expected_revision=item.revision, work_item_id=str(item.id))  # fmt: skip
-
-        run_action(self, request, queryset, one, _goal)
 
 
 @admin.register(WorkProposal)

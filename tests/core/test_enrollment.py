@@ -27,7 +27,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from missions.authority import accept
-from missions.commands import portal_command, register_principal, service_command
+from missions.commands import register_principal, service_command
 from missions.keyregistry import DjangoRegistry
 from missions.models import Agent, GroupEvent, Organization, SigningKey
 from mwportal.protocol import ErrorCode, catalogue
@@ -64,6 +64,15 @@ def registration(kind: str = "human", key: Key | None = None, username: str | No
 
 def as_control_plane(org: dict[str, str], payload: dict[str, Any]) -> dict[str, Any]:
     return accept(service_command(REGISTER, org["admin_group"], payload, organization_id=org["id"]))
+
+
+def enrol_for(person: Agent, payload: dict[str, Any], org_id: str | None = None) -> dict[str, Any]:
+    """What the portal does for a person its sign-in authenticated (``portal.signing.enrol``): the
+    control plane binds the public key the person's browser made to that person."""
+    org_id = org_id or str(person.organization_id)
+    group = str(Agent.objects.get(id=person.id).organization.groups.get(kind="admin").id)
+    named = {"principal": {"type": "human", "id": urn(str(person.id))}, **payload}
+    return accept(service_command(ENROLL, group, named, organization_id=org_id))
 
 
 def last_event(org: dict[str, str], kind: str) -> GroupEvent:
@@ -169,7 +178,7 @@ def test_a_person_enrolls_their_own_key_signed_in_and_then_signs_as_themselves_P
     org: dict[str, str], pia: Agent
 ) -> None:
     key = Key.generate()
-    receipt = accept(portal_command(pia, ENROLL, org["admin_group"], {"publicKey": public_key_of(key)}))
+    receipt = enrol_for(pia, {"publicKey": public_key_of(key)})
     assert [e["kind"] for e in receipt["events"]] == ["ext.mwportal.registry.principal_key_enrolled"]
     event = last_event(org, "ext.mwportal.registry.principal_key_enrolled")
     assert event.body == {"principal": {"type": "human", "id": urn(str(pia.id))}, "keyId": key.key_id}
@@ -184,15 +193,11 @@ def test_a_person_enrolls_their_own_key_signed_in_and_then_signs_as_themselves_P
 
 def test_a_new_device_is_a_new_key_id_and_a_key_is_enrolled_once_DESIGN_4(org: dict[str, str], pia: Agent) -> None:
     first, second = Key.generate(), Key.generate()
-    accept(portal_command(pia, ENROLL, org["admin_group"], {"publicKey": public_key_of(first)}))
-    accept(portal_command(pia, ENROLL, org["admin_group"], {"publicKey": public_key_of(second)}))
+    enrol_for(pia, {"publicKey": public_key_of(first)})
+    enrol_for(pia, {"publicKey": public_key_of(second)})
     keys = SigningKey.objects.filter(principal_type="human", principal_id=urn(str(pia.id)))
     assert sorted(keys.values_list("key_id", flat=True)) == sorted([first.key_id, second.key_id])
-    refused(
-        ErrorCode.INVALID_STATE_TRANSITION,
-        accept,
-        portal_command(pia, ENROLL, org["admin_group"], {"publicKey": public_key_of(first)}),
-    )
+    refused(ErrorCode.INVALID_STATE_TRANSITION, enrol_for, pia, {"publicKey": public_key_of(first)})
 
 
 def test_nobody_else_enrolls_a_persons_key_issue_16(
@@ -207,14 +212,16 @@ def test_nobody_else_enrolls_a_persons_key_issue_16(
     refused(ErrorCode.AUTH_FORBIDDEN, ada.send, ENROLL, admin_group, {"publicKey": public_key_of(key)})
     # A key another Principal holds is not Pia's.
     taken = {"publicKey": public_key_of(Key(new_urn(), worker.key.seed))}
-    refused(
-        Because(ErrorCode.INVALID_STATE_TRANSITION, "public-key-reuse"),
-        accept,
-        portal_command(pia, ENROLL, admin_group, taken),
-    )
+    refused(Because(ErrorCode.INVALID_STATE_TRANSITION, "public-key-reuse"), enrol_for, pia, taken)
     # Not an Ed25519 point.
     bad = {"publicKey": {**public_key_of(key), "publicKey": "A" * 43}}
-    refused(ErrorCode.SCHEMA_VALIDATION_FAILED, accept, portal_command(pia, ENROLL, admin_group, bad))
+    refused(ErrorCode.SCHEMA_VALIDATION_FAILED, enrol_for, pia, bad)
+    # The control plane enrols for a person only: not for an Agent, not for nobody.
+    refused(ErrorCode.SCHEMA_VALIDATION_FAILED, accept, service_command(
+        ENROLL, admin_group, {"publicKey": public_key_of(key)}, organization_id=org["id"]))  # fmt: skip
+    agent_named = {"principal": worker.actor, "publicKey": public_key_of(key)}
+    refused(ErrorCode.SCHEMA_VALIDATION_FAILED, accept, service_command(
+        ENROLL, admin_group, agent_named, organization_id=org["id"]))  # fmt: skip
     assert not SigningKey.objects.filter(principal_id=urn(str(pia.id))).exists()
 
 

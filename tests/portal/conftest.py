@@ -6,8 +6,11 @@ is driven by its Agents through ``Flow``:
 - ``owner`` is overridden here: the MissionOwner of ``mission`` is ``pat``,
   a person linked to the Django user ``pat`` (with a software key, DESIGN §4,
   so the shared fixtures can sign ``mission.create`` for her);
-- ``pat``: that person, signed in; the portal acts for her by her session
-  (``Auth.PORTAL``);
+- ``pat``: that person, signed in. The portal's pages render each form's
+  Command context; her browser builds, signs and POSTs the Command
+  (``static/portal/sign.js``). The tests here do what the page does with
+  ``from_page`` and her software key (the browser tests run the page's own
+  code with a WebCrypto key);
 - ``obi``: a person with the ``observer`` role in ``mission`` (people are
   MissionOwners, reviewers or observers; the Coordinator is an Agent, §7.2);
 - ``nick``: a MissionOwner of the same Organization who is no member of
@@ -21,6 +24,8 @@ is driven by its Agents through ``Flow``:
 
 from __future__ import annotations
 
+import json
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -35,8 +40,8 @@ from missions.handlers.sessions import capability, issue_agent_card
 from missions.models import Agent, AgentCard, Group, GroupEvent
 from mwportal.protocol import catalogue
 from mwportal.protocol.command import Key, format_timestamp
-from mwportal.protocol.ids import urn
-from portal.actions import issue
+from mwportal.protocol.ids import new_urn, urn
+from mwportal.protocol.verification import sign_document
 from tests.artifacts.conftest import Artifacts
 from tests.conftest import AgentKey, add_member, group_revision, make_agent
 from tests.workitems.flow import Flow, contract
@@ -47,10 +52,63 @@ class Person:
     username: str
     agent: Agent
     client: Client
+    key: AgentKey
 
     @property
     def actor(self) -> dict[str, str]:
         return {"type": "human", "id": urn(self.agent.id)}
+
+    def page(self, url: str) -> str:
+        response = self.client.get(url)
+        assert response.status_code == 200, (url, response.status_code)
+        return response.content.decode()
+
+    def submit(self, url: str, form: str, typed: dict[str, str] | None = None) -> Any:
+        """What the page at ``url`` does when the person fills the form ``form`` and presses its button:
+        the Command built from the form's context, signed with her key, POSTed to /api/v0.1/commands."""
+        return post_command(from_page(self.key, self.page(url), form, typed or {}))
+
+
+_JSON_SCRIPT = re.compile(r'<script id="([^"]+)" type="application/json">(.*?)</script>', re.S)
+
+
+def page_spec(html: str, element_id: str) -> dict[str, Any]:
+    """The Command context a page renders for one form (``json_script``)."""
+    for found, body in _JSON_SCRIPT.findall(html):
+        if found == element_id:
+            return dict(json.loads(body))
+    raise AssertionError(f"no Command context {element_id!r} on the page")
+
+
+def from_page(
+    key: AgentKey, html: str, element_id: str, typed: dict[str, str], built: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The signed Command document the page builds from a form's context and what was typed
+    (``static/portal/sign.js``' ``command`` and ``withApproval``, for the server-side tests);
+    ``built``: the payload members a kind's page builder assembles (the policy document, say)."""
+    spec = page_spec(html, element_id)
+    payload = {**spec["payload"], **(built or {})}
+    for name, member in spec["fields"].items():
+        if typed.get(name, "").strip():
+            payload[member] = int(typed[name]) if name in spec["numbers"] else typed[name].strip()
+    for member in spec["fresh"]:
+        payload[member] = new_urn()
+    issued = datetime.now(UTC)
+    if "approval" in spec:
+        approval = {**spec["approval"], "approvalId": payload["approvalId"], "comments": payload.get("comments", ""),
+                    "occurredAt": format_timestamp(issued)}  # fmt: skip
+        payload["approval"] = sign_document(approval, key_id=key.key.key_id, seed=key.key.seed, profile="approval")
+    doc: dict[str, Any] = {"protocolVersion": "0.1", "actionId": new_urn(), "actor": spec["actor"],
+                           "kind": spec["kind"], "issuedAt": format_timestamp(issued), "payload": payload,
+                           "groupId": spec["groupId"]}  # fmt: skip
+    doc["correlationId"] = doc["actionId"]
+    doc.update({k: spec[k] for k in ("membershipEpoch", "expectedRevision", "workItemId") if k in spec})
+    return sign_document(doc, key_id=key.key.key_id, seed=key.key.seed, profile="command")
+
+
+def post_command(document: dict[str, Any]) -> Any:
+    """POST a Command document to /api/v0.1/commands with no cookie: its signature authenticates it."""
+    return Client().post("/api/v0.1/commands", json.dumps(document), content_type="application/json")
 
 
 def _user(username: str, staff: bool) -> Client:
@@ -61,10 +119,14 @@ def _user(username: str, staff: bool) -> Client:
 
 
 def make_person(username: str, roles: list[str], *, staff: bool = True) -> Person:
-    """A person without a key, linked to a Django user and signed in: the portal acts for them."""
+    """A person linked to a Django user, signed in, with a key of their own (as if their browser enrolled it)."""
     client = _user(username, staff)
-    register_principal("acme", username.title(), "person", roles, None, user=username)
-    return Person(username, Agent.objects.get(user__username=username), client)
+    unbound = Key.generate()
+    principal_id, key_id = register_principal("acme", username.title(), "person", roles, unbound.public_key,
+                                              user=username)  # fmt: skip
+    assert key_id is not None
+    key = AgentKey(principal_id, Key(key_id, unbound.seed, ("human", principal_id), None), "acme", "person")
+    return Person(username, Agent.objects.get(user__username=username), client, key)
 
 
 def grant(by: AgentKey, group: str, person: Person, roles: list[str]) -> None:
@@ -96,7 +158,7 @@ def owner(pat_client: Client) -> AgentKey:
 
 @pytest.fixture
 def pat(mission: dict[str, str], owner: AgentKey, pat_client: Client) -> Person:
-    return Person("pat", Agent.objects.get(id=owner.id), pat_client)
+    return Person("pat", Agent.objects.get(id=owner.id), pat_client, owner)
 
 
 @pytest.fixture
@@ -145,12 +207,10 @@ def found_mission(owner: AgentKey, coordinator: AgentKey, title: str) -> str:
 
 @pytest.fixture
 def other_mission(nick: Person, coordinator: AgentKey) -> dict[str, str]:
-    """Nick's own Mission, created through the portal path; nothing of it may leak."""
+    """Nick's own Mission, signed with his key; nothing of it may leak."""
     ensure_card(coordinator)
     group, mission = str(uuid.uuid4()), str(uuid.uuid4())
-    outcome = issue(nick.agent, "mission.create", group, mission_terms(mission, group, coordinator,
-                    "Nick's secret Mission"), creates_group=True)  # fmt: skip
-    assert outcome.ok, outcome.message
+    nick.key.send("mission.create", group, mission_terms(mission, group, coordinator, "Nick's secret Mission"))
     return {"group": group, "mission": mission}
 
 

@@ -9,8 +9,10 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from missions.models import GroupEvent
-from tests.conftest import nothing_written
-from tests.portal.conftest import Person
+from mwportal.protocol import ErrorCode
+from mwportal.protocol.ids import urn
+from tests.conftest import nothing_written, refused
+from tests.portal.conftest import Person, admin_group, from_page, post_command
 from tests.workitems.flow import Flow
 
 
@@ -22,16 +24,6 @@ def mission_urls(flow: Flow, item: str, sha: str) -> list[str]:
         f"/missions/{g}/final/",
         f"/missions/{g}/workitems/{item}/",
         f"/missions/{g}/artifacts/{sha}",
-    ]
-
-
-def mission_posts(flow: Flow, item: str) -> list[str]:
-    g = flow.group
-    return [
-        f"/missions/{g}/approve",
-        f"/missions/{g}/request-changes",
-        f"/missions/{g}/workitems/{item}/grant",
-        f"/missions/{g}/workitems/{item}/cancel",
     ]
 
 
@@ -51,14 +43,17 @@ def test_a_non_member_gets_404_on_every_mission_page(flow: Flow, submitted: tupl
         assert b"Survey" not in response.content and flow.item(item).contract["goal"].encode() not in response.content
 
 
-def test_a_non_member_gets_404_on_every_button_and_nothing_is_written(
-    flow: Flow, submitted: tuple[str, str], nick: Person
+def test_a_non_members_signed_command_for_the_mission_is_group_not_found_and_nothing_is_written(
+    flow: Flow, pat: Person, nick: Person
 ) -> None:
-    item, _ = submitted
-    for url in mission_posts(flow, item):
-        with nothing_written():
-            response = nick.client.post(url, {"revision": 1, "reason": "x", "note": "x"})
-        assert response.status_code == 404, url
+    """Issue 16 item 8: the owner's ``mission.cancel``, signed by a person of the same Organization who
+    is no member, answers as for an absent Group."""
+    item = flow.drive_to("submitted")
+    html = pat.page(f"/missions/{flow.group}/").replace(urn(pat.agent.id), urn(nick.agent.id))
+    with nothing_written():
+        response = post_command(from_page(nick.key, html, "cmd-cancel-mission", {"reason": "x"}))
+    assert response.status_code == 404 and response.json()["code"] == "GROUP_NOT_FOUND"
+    assert flow.item(item).state == "submitted"
 
 
 def test_a_workitem_of_another_group_is_404_under_this_one(
@@ -67,9 +62,6 @@ def test_a_workitem_of_another_group_is_404_under_this_one(
     other = Flow(other_mission, flow.owner, flow.coordinator, flow.worker, flow.worker2)
     foreign = other.authorize()  # the same Coordinator Agent coordinates Nick's Mission too
     assert pat.client.get(f"/missions/{flow.group}/workitems/{foreign}/").status_code == 404
-    with nothing_written():
-        response = pat.client.post(f"/missions/{flow.group}/workitems/{foreign}/grant", {"revision": 1})
-    assert response.status_code == 404
 
 
 def test_the_dashboard_lists_only_ones_own_missions(
@@ -89,9 +81,8 @@ def test_anonymous_browsers_are_sent_to_sign_in(flow: Flow, submitted: tuple[str
         response = client.get(url)
         assert response.status_code == 302, url
         assert response["Location"].startswith("/login/"), url
-    for url in mission_posts(flow, item):
-        with nothing_written():
-            assert client.post(url, {"revision": 1}).status_code == 302
+    with nothing_written():  # no session, no enrolment
+        assert client.post("/keys/enrol", {"publicKey": "A" * 43}).status_code == 302
 
 
 def test_a_user_without_an_agent_is_forbidden(flow: Flow) -> None:
@@ -106,10 +97,10 @@ def test_an_observer_gets_403_on_the_policy_editor_and_no_link_MWP_WRK_009(flow:
     home = obi.client.get("/").content.decode()
     assert 'id="nav-policy"' not in home and "/policy/" not in home
     assert obi.client.get("/policy/").status_code == 403
+    policy = {"classes": {"x": 1}, "default_class": "x"}
     with nothing_written():
-        response = obi.client.post("/policy/", {"revision": 0, "class_count": 0, "class_name_0": "x",
-                                                 "class_weight_0": "1", "default_class": "x"})  # fmt: skip
-    assert response.status_code == 403
+        refused(ErrorCode.AUTH_FORBIDDEN, obi.key.send, "ext.mwportal.scheduling.priority_policy_set", admin_group(),
+                {"policy": policy})  # fmt: skip
 
 
 def test_a_missionowner_sees_the_policy_link(pat: Person) -> None:

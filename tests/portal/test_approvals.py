@@ -1,13 +1,12 @@
-"""The MissionOwner's execution Approval queue (§12): Grant and Cancel issue catalogue Commands."""
+"""The MissionOwner's execution Approval queue (§12): the page renders Grant and Cancel with
+their Commands' context; the person's browser builds, signs and sends catalogue Commands."""
 
 from __future__ import annotations
-
-import re
 
 from mwportal.protocol import catalogue
 from mwportal.protocol.ids import urn
 from tests.conftest import nothing_written
-from tests.portal.conftest import Person, approval_contract, documents_of
+from tests.portal.conftest import Person, approval_contract, documents_of, from_page, page_spec, post_command
 from tests.workitems.flow import Flow
 
 
@@ -20,9 +19,7 @@ def queued_for_approval(flow: Flow) -> str:
 
 def test_it_lists_waiting_workitems_with_risk_budget_and_capabilities_spec_12(flow: Flow, pat: Person) -> None:
     item = queued_for_approval(flow)
-    page = pat.client.get("/approvals/")
-    assert page.status_code == 200
-    html = page.content.decode()
+    html = pat.page("/approvals/")
     assert f'data-workitem="{item}"' in html
     assert "Deploy to production" in html
     assert "risk high_risk" in html and "approval human_required" in html
@@ -31,15 +28,27 @@ def test_it_lists_waiting_workitems_with_risk_budget_and_capabilities_spec_12(fl
     assert "deploy.run" in html
 
 
+def test_the_grant_form_carries_the_commands_context_a_human_signs_spec_15_1(flow: Flow, pat: Person) -> None:
+    """§15.1: a human's Command carries its Membership Epoch and never a Session Epoch; the form's
+    context names the Group, the WorkItem and the revision the page showed (compare-and-set, §15.3)."""
+    item = queued_for_approval(flow)
+    spec = page_spec(pat.page("/approvals/"), f"cmd-grant-{item}")
+    current = flow.item(item)
+    assert spec["kind"] == "approval.grant_execution" and spec["actor"] == pat.actor
+    assert spec["groupId"] == urn(flow.group) and spec["workItemId"] == urn(item)
+    assert spec["membershipEpoch"] >= 1 and "sessionEpoch" not in spec
+    assert spec["expectedRevision"] == current.revision
+    assert spec["payload"] == {"workItemId": urn(item), "ownershipEpoch": current.ownership_epoch,
+                               "operations": ["deploy.run"]}  # fmt: skip
+    assert spec["fresh"] == ["approvalId"] and spec["fields"] == {"note": "comments"}
+
+
 def test_grant_issues_approval_grant_execution(flow: Flow, pat: Person) -> None:
     """§12: the grant is the catalogue's ``approval.grant_execution``, for the current Ownership Epoch."""
     item = queued_for_approval(flow)
-    revision = flow.item(item).revision
-    response = pat.client.post(
-        f"/missions/{flow.group}/workitems/{item}/grant", {"revision": revision, "note": "go"}, follow=True
-    )
-    assert response.status_code == 200
-    assert "Accepted: approval.execution.granted" in response.content.decode()
+    response = pat.submit("/approvals/", f"cmd-grant-{item}", {"note": "go"})
+    assert response.status_code == 201, response.json()
+    assert [e["kind"] for e in response.json()["events"]] == ["approval.execution.granted"]
     (event,) = documents_of(flow.group, "approval.execution.granted")
     assert event["actor"] == pat.actor
     assert event["payload"]["operations"] == ["deploy.run"]
@@ -48,57 +57,47 @@ def test_grant_issues_approval_grant_execution(flow: Flow, pat: Person) -> None:
     assert flow.item(item).approved_contract_revision == flow.item(item).contract_revision
 
 
-def form_revision(html: str, item: str) -> int:
-    """The revision the page's form for ``item`` carries."""
-    block = html[html.index(f'data-workitem="{item}"') :]
-    return int(re.search(r'name="revision" value="(\d+)"', block).group(1))  # type: ignore[union-attr]
-
-
-def test_a_stale_grant_form_shows_the_refusal_and_changes_nothing_spec_15_3(flow: Flow, pat: Person) -> None:
+def test_a_stale_grant_form_is_refused_and_changes_nothing_spec_15_3(flow: Flow, pat: Person) -> None:
     item = queued_for_approval(flow)
-    revision = form_revision(pat.client.get("/approvals/").content.decode(), item)
-    assert pat.client.post(f"/missions/{flow.group}/workitems/{item}/grant", {"revision": revision}).status_code == 302
+    html = pat.page("/approvals/")
+    first = from_page(pat.key, html, f"cmd-grant-{item}", {})
+    second = from_page(pat.key, html, f"cmd-grant-{item}", {})
+    assert post_command(first).status_code == 201
     with nothing_written():
-        response = pat.client.post(f"/missions/{flow.group}/workitems/{item}/grant", {"revision": revision})
+        response = post_command(second)
     assert response.status_code == 409
-    assert "REVISION_CONFLICT: someone changed this item; reload" in response.content.decode()
+    assert response.json()["code"] == "REVISION_CONFLICT"
     assert len(documents_of(flow.group, "approval.execution.granted")) == 1
 
 
-def test_an_observer_cannot_grant_and_has_no_approval_queue_spec_12(flow: Flow, obi: Person) -> None:
+def test_an_observer_has_no_approval_queue_and_its_signed_grant_is_refused_spec_12(
+    flow: Flow, pat: Person, obi: Person
+) -> None:
     item = queued_for_approval(flow)
-    home = obi.client.get("/").content.decode()
-    assert 'href="/approvals/"' not in home
-    assert "Deploy to production" not in obi.client.get("/approvals/").content.decode()
+    assert 'href="/approvals/"' not in obi.page("/")
+    assert "Deploy to production" not in obi.page("/approvals/")
+    # The same Command, signed by the observer with her own key: refused by the Authority.
+    html = pat.page("/approvals/").replace(urn(pat.agent.id), urn(obi.agent.id))
     with nothing_written():
-        response = obi.client.post(
-            f"/missions/{flow.group}/workitems/{item}/grant", {"revision": flow.item(item).revision}
-        )
-    assert response.status_code == 403
-    assert "AUTH_FORBIDDEN: your role does not allow this" in response.content.decode()
+        response = post_command(from_page(obi.key, html, f"cmd-grant-{item}", {}))
+    assert response.status_code == 403 and response.json()["code"] == "AUTH_FORBIDDEN"
 
 
 def test_cancel_issues_work_cancel_with_the_reason_spec_10_2(flow: Flow, pat: Person) -> None:
     item = queued_for_approval(flow)
-    response = pat.client.post(
-        f"/missions/{flow.group}/workitems/{item}/cancel",
-        {"revision": flow.item(item).revision, "reason": "too risky this week"},
-        follow=True,
-    )
-    assert "Accepted: work.cancelled" in response.content.decode()
+    response = pat.submit("/approvals/", f"cmd-cancel-{item}", {"reason": "too risky this week"})
+    assert response.status_code == 201, response.json()
     assert flow.item(item).state == "cancelled"
     (event,) = documents_of(flow.group, "work.cancelled")
     assert event["payload"] == {"workItemId": urn(item), "reason": "too risky this week"}
     assert event["actor"] == pat.actor
 
 
-def test_cancel_needs_a_reason(flow: Flow, pat: Person) -> None:
+def test_cancel_without_a_reason_is_refused_spec_10_2(flow: Flow, pat: Person) -> None:
     item = queued_for_approval(flow)
     with nothing_written():
-        response = pat.client.post(
-            f"/missions/{flow.group}/workitems/{item}/cancel", {"revision": flow.item(item).revision, "reason": " "}
-        )
-    assert response.status_code == 400
+        response = pat.submit("/approvals/", f"cmd-cancel-{item}", {"reason": " "})
+    assert response.status_code == 400 and response.json()["code"] == "SCHEMA_VALIDATION_FAILED"
     assert flow.item(item).state == "queued"
 
 
@@ -106,8 +105,9 @@ def test_the_payloads_the_portal_builds_are_what_the_catalogue_admits_spec_15_1(
     from portal import actions
 
     item = flow.item(queued_for_approval(flow))
-    catalogue.validate_payload("approval.grant_execution", actions.grant_execution(item, "ok"))
-    catalogue.validate_payload("work.cancel", actions.cancel_work(item, "no"))
-    catalogue.validate_payload("mission.approve", actions.approve_mission(2, ["sha256:" + "ab" * 32], ""))
-    catalogue.validate_payload("mission.request_changes", actions.request_changes(2, "the appendix"))
-    catalogue.validate_payload("mission.cancel", actions.cancel_mission("moved"))
+    uid = urn("00000000-0000-4000-8000-000000000001")
+    catalogue.validate_payload("approval.grant_execution", {**actions.grant_execution(item), "approvalId": uid})
+    catalogue.validate_payload("work.cancel", {**actions.cancel_work(item), "reason": "no"})
+    approve = {**actions.approve_mission(2, ["sha256:" + "ab" * 32]), "approvalId": uid}
+    catalogue.validate_payload("mission.approve", approve)
+    catalogue.validate_payload("mission.request_changes", {**actions.request_changes(2), "feedback": "the appendix"})

@@ -9,7 +9,7 @@ from mwportal.protocol.ids import urn
 from portal.views import awaiting_approval
 from tests.artifacts.conftest import Artifacts
 from tests.conftest import nothing_written
-from tests.portal.conftest import Person, documents_of
+from tests.portal.conftest import Person, documents_of, from_page, page_spec, post_command
 from tests.portal.test_review import submitted
 from tests.workitems.flow import Flow
 
@@ -26,11 +26,6 @@ def submit_for_approval(flow: Flow) -> list[str]:
     return artifacts
 
 
-def form_revision(html: str, form_id: str) -> int:
-    block = html[: html.index(f'id="{form_id}"')]
-    return int(block.rsplit('name="revision" value="', 1)[1].split('"')[0])
-
-
 def test_the_final_page_shows_every_retained_review_result_spec_13_2(art: Artifacts, pat: Person) -> None:
     item, sha = submitted(art)
     html = pat.client.get(f"/missions/{art.group}/final/").content.decode()
@@ -42,17 +37,19 @@ def test_the_final_page_shows_every_retained_review_result_spec_13_2(art: Artifa
     assert 'id="not-submitted"' in html and 'id="approve-mission"' not in html  # nothing submitted yet
 
 
-def test_approve_issues_mission_approve(flow: Flow, pat: Person) -> None:
-    """§7.3: ``mission.approve`` names the submitted Mission revision and Artifact set."""
+def test_approve_issues_mission_approve_with_the_owners_signed_approval_spec_7_3(flow: Flow, pat: Person) -> None:
+    """§7.3: ``mission.approve`` names the submitted Mission revision and Artifact set, and carries the
+    Approval document the MissionOwner signed over exactly them."""
     artifacts = submit_for_approval(flow)
-    html = pat.client.get(f"/missions/{flow.group}/final/").content.decode()
+    html = pat.page(f"/missions/{flow.group}/final/")
     assert all(h[:19] in html for h in artifacts)
     submitted_now = awaiting_approval(flow.group)
     assert submitted_now is not None
-    response = pat.client.post(f"/missions/{flow.group}/approve",
-                               {"revision": form_revision(html, "approve-mission"), "note": "ship it"},
-                               follow=True)  # fmt: skip
-    assert "Accepted: mission.approved" in response.content.decode()
+    spec = page_spec(html, "cmd-approve")
+    assert spec["expectedRevision"] == submitted_now["expectedRevision"]
+    assert spec["approval"]["approver"] == pat.actor and spec["approval"]["kind"] == "mission_final"
+    response = pat.submit(f"/missions/{flow.group}/final/", "cmd-approve", {"note": "ship it"})
+    assert response.status_code == 201, response.json()
     (event,) = documents_of(flow.group, "mission.approved")
     approval = event["payload"]["approval"]
     assert event["actor"] == pat.actor and approval["approver"] == pat.actor
@@ -64,38 +61,32 @@ def test_approve_issues_mission_approve(flow: Flow, pat: Person) -> None:
 
 def test_request_changes_sends_the_feedback_for_the_submitted_revision_spec_7_1(flow: Flow, pat: Person) -> None:
     submit_for_approval(flow)
-    html = pat.client.get(f"/missions/{flow.group}/final/").content.decode()
-    revision = form_revision(html, "request-changes")
-    response = pat.client.post(f"/missions/{flow.group}/request-changes",
-                               {"revision": revision, "feedback": "add the appendix"}, follow=True)  # fmt: skip
-    assert "Accepted: mission.changes_requested" in response.content.decode()
+    response = pat.submit(f"/missions/{flow.group}/final/", "cmd-changes", {"feedback": "add the appendix"})
+    assert response.status_code == 201, response.json()
     (event,) = documents_of(flow.group, "mission.changes_requested")
     assert event["payload"]["feedback"] == "add the appendix"
 
 
-def test_nothing_submitted_is_refused_before_any_command_spec_7_3(flow: Flow, pat: Person) -> None:
+def test_nothing_submitted_offers_no_decision_spec_7_3(flow: Flow, pat: Person) -> None:
     flow.drive_to("verified")
-    with nothing_written():
-        response = pat.client.post(f"/missions/{flow.group}/approve", {"revision": 1})
-    assert response.status_code == 409
-    assert "has not submitted this Mission for Approval" in response.content.decode()
+    html = pat.page(f"/missions/{flow.group}/final/")
+    assert 'id="not-submitted"' in html and 'id="cmd-approve"' not in html
 
 
 def test_a_stale_final_approval_form_changes_nothing_spec_15_3(flow: Flow, pat: Person) -> None:
     submit_for_approval(flow)
-    html = pat.client.get(f"/missions/{flow.group}/final/").content.decode()
-    revision = form_revision(html, "approve-mission")
+    html = pat.page(f"/missions/{flow.group}/final/")
+    revision = page_spec(html, "cmd-approve")["expectedRevision"]
+    stale = html.replace(f'"expectedRevision": {revision}', f'"expectedRevision": {revision - 1}')
     with nothing_written():
-        response = pat.client.post(f"/missions/{flow.group}/approve", {"revision": revision - 1})
-    assert response.status_code == 409
-    assert "REVISION_CONFLICT: someone changed this item; reload" in response.content.decode()
+        response = post_command(from_page(pat.key, stale, "cmd-approve", {}))
+    assert response.status_code == 409 and response.json()["code"] == "REVISION_CONFLICT"
 
 
-def test_an_observer_cannot_give_final_approval_spec_7_3(flow: Flow, obi: Person) -> None:
+def test_an_observer_cannot_give_final_approval_spec_7_3(flow: Flow, pat: Person, obi: Person) -> None:
     submit_for_approval(flow)
-    assert 'id="approve-mission"' not in obi.client.get(f"/missions/{flow.group}/final/").content.decode()
-    submitted_now = awaiting_approval(flow.group)
-    assert submitted_now is not None
+    assert 'id="approve-mission"' not in obi.page(f"/missions/{flow.group}/final/")
+    html = pat.page(f"/missions/{flow.group}/final/").replace(urn(pat.agent.id), urn(obi.agent.id))
     with nothing_written():
-        response = obi.client.post(f"/missions/{flow.group}/approve", {"revision": submitted_now["expectedRevision"]})
-    assert response.status_code == 403
+        response = post_command(from_page(obi.key, html, "cmd-approve", {}))
+    assert response.status_code == 403 and response.json()["code"] == "AUTH_FORBIDDEN"

@@ -83,6 +83,6 @@ def test_all_assets_are_local(flow: Flow, obi: Person) -> None:
 
     html = obi.client.get(f"/missions/{flow.group}/").content.decode()
     assets = re.findall(r'(?:src|href)="([^"]+\.(?:js|css))"', html)
-    assert assets == ["/static/portal/portal.css", "/static/portal/portal.js"]
+    assert assets == ["/static/portal/portal.css", "/static/portal/portal.js", "/static/portal/sign.js"]
     assert all(finders.find(a.removeprefix("/static/")) for a in assets)
     assert "http://" not in html.replace("http://www.w3.org", "") and "https://" not in html
