@@ -76,7 +76,7 @@ STATE_AFTER = {
     "work.unblocked": "queued",
     "ext.mwportal.work.attempt_failed": "queued",
     "ext.missionweaveprotocol.core.work_execution_lease_revoked": "queued",
-    "ext.mwportal.work.lease_expired": "queued",
+    "ext.mwportal.work.lease_expired": "failed",
     "mission.child.created": "blocked",
     "work.submitted": "submitted",
     "work.result.accepted": "verified",
@@ -190,6 +190,9 @@ class GroupState:
         if kind == "work.authorized":
             item.contract = payload["workItem"]["contract"]
         item.state = STATE_AFTER[kind]
+        if kind == "ext.mwportal.work.lease_expired":
+            # A timed-out Execution Lease is a failed attempt (§10.2 work.fail row); the payload says where it went.
+            item.state = str(payload.get("status") or "failed")
         item.revision = int(event.get("aggregateRevision") or item.revision)
         item.acting = False
         if kind == "work.submitted":

@@ -2,9 +2,13 @@
 
 It speaks MWP 0.1 from outside: HELLO over REST (§6.3), its Memberships, the
 Group's Events verified with the Group Authority's key (§6.4, §15.2), and
-signed Commands (§15.1): ``work.accept_result`` for a submitted WorkItem
-(§10.2, §13.2) and ``mission.submit_for_approval`` once every WorkItem is
-finished (§7.3).
+signed Commands (§15.1): ``work.accept_result`` for a submitted WorkItem once
+the review pipeline passed it, a reviewer Agent other than the submitter
+included where a criterion requires one (§10.2, §13.2), ``work.offer`` for
+what nobody can take as it stands (§10.3, §10.4), and
+``mission.submit_for_approval`` once every WorkItem is verified (§7.3). The
+review pipeline runs as each submission commits (``MWP_REVIEW_ON_SUBMIT``
+inline).
 """
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ def test_admission_accepts_what_it_can_credibly_commit_to() -> None:
             "capability",
         ),
         ({"row": {"contract_": contract(requiredCapabilities=[{**CAP, "version": "2.0.0"}])}}, "capability"),
-        ({"my_roles": ["reviewer"]}, "authorization"),
+        ({"my_roles": ["observer"]}, "authorization"),
         ({"member": False}, "authorization"),
         (
             {
@@ -133,6 +133,11 @@ def test_admission_declines_with_a_structured_reason(case: dict[str, Any], reaso
     r = row(**case.pop("row", {}))
     decline = decide(r, **case)
     assert decline is not None and decline.reason == reason and decline.detail
+
+
+def test_a_reviewer_member_takes_the_review_offered_to_it_spec_13_2() -> None:
+    """Workers and reviewers execute under offers and leases (the portal's review WorkItems, §13.2)."""
+    assert decide(row(), my_roles=["reviewer"]) is None
 
 
 def test_admission_does_not_decline_for_a_dependency_that_may_still_be_met() -> None:
