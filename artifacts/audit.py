@@ -28,6 +28,7 @@ from missions.api.directory import key_binding
 from missions.keyregistry import organization_uri
 from missions.models import Group, GroupEvent, GroupSnapshot, SigningKey
 from missions.service_keys import group_authority
+from missions.withholding import withheld_form, withheld_sequences
 from mwportal.protocol import ed25519, jcs
 from mwportal.protocol.audit import BUNDLE_FORMAT, PUBLISHED, STORED
 from mwportal.protocol.ids import urn
@@ -94,8 +95,12 @@ def export_audit(group_id: str, out: Path, *, include_bytes: bool = True) -> Exp
     spools = {name: _Spool() for name in ("events", "snapshots", "manifests", "evidence", "context_packages")}
     hashes: set[str] = set()
     head = 0
+    withheld = withheld_sequences(str(group.id))
     for event in _events(group):
+        # A redacted Message in its signed withheld form (§7.4): the export carries no withdrawn content.
         document = event.as_wire()
+        if event.sequence in withheld:
+            document = withheld_form(document, str(group.organization_id))
         spools["events"].line(document)
         head = event.sequence
         payload = document["payload"]

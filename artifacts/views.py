@@ -61,9 +61,10 @@ from rest_framework.views import APIView
 
 from missions.access import access_group
 from missions.auth import BearerTokenAuthentication, request_agent
-from missions.models import GroupEvent
+from missions.models import Group, GroupEvent
 from missions.serializers import ErrorSerializer
 from missions.views import ERRORS
+from missions.withholding import served_documents
 from mwportal.protocol import ErrorCode, ProtocolError, malformed
 from mwportal.protocol.ids import bare, urn
 
@@ -477,4 +478,7 @@ class ContextPackageEventsView(APIView):
         events = GroupEvent.objects.filter(
             group_id=package.group_id, sequence__gte=package.from_sequence, sequence__lte=package.to_sequence
         ).order_by("sequence")[:limit]
-        return Response({"groupId": urn(package.group_id), "events": [e.as_wire() for e in events]})
+        source = str(package.group_id)
+        organization_id = str(Group.objects.values_list("organization_id", flat=True).get(id=source))
+        # A redacted Message is cited in its withheld form (§7.4, ``missions.withholding``).
+        return Response({"groupId": urn(package.group_id), "events": served_documents(source, organization_id, events)})

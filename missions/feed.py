@@ -44,6 +44,8 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 CACHE_EVENTS = 1000
 REPLAY_BATCH = 500
+# The redaction tombstones (``missions.withholding``): one clears the cache.
+TOMBSTONES = frozenset({"message.redacted", "ext.mwportal.audit.event_redacted"})
 
 Event = dict[str, Any]
 
@@ -324,6 +326,12 @@ class Feed(Generic[C]):
             return False
         self.cache.extend(fresh)
         self.head = fresh[-1]["sequence"]
+        if any(event.get("kind") in TOMBSTONES for event in fresh):
+            # A redaction withdrew content the cache may hold: from here on the
+            # subscribers behind the head read the database, which serves the
+            # withheld form (``missions.withholding``, §7.4).
+            self.head_hash = self.link_hash()
+            self.cache.clear()
         return True
 
     def _continuation(self, events: list[Event]) -> Iterator[Event]:

@@ -29,6 +29,7 @@ from mwportal.protocol import canonicalize, frames
 from .feed import Event, WireEvent
 from .local_notices import database_file
 from .models import Agent, Group, GroupEvent, Membership
+from .withholding import CONTENT, served
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +60,18 @@ def wire_carried(entry: dict[str, Any]) -> WireEvent:
 
 
 def read_after(group_id: str, after: int, limit: int) -> list[Event]:
-    rows = GroupEvent.objects.filter(group_id=group_id, sequence__gt=after).order_by("sequence")[:limit]
-    return [wire(row.document, row.prev_hash, row.hash) for row in rows]
+    """The Group's Events after ``after`` as every binding serves them: a redacted
+    one in its signed withheld form (``missions.withholding``), with its row's chain links."""
+    rows = list(
+        GroupEvent.objects.filter(group_id=group_id, sequence__gt=after)
+        .order_by("sequence")
+        .values_list("sequence", "document", "prev_hash", "hash", "type")[:limit]
+    )
+    texts = [r[1] for r in rows]
+    if any(r[4] in CONTENT for r in rows):
+        organization_id = str(Group.objects.values_list("organization_id", flat=True).get(id=group_id))
+        texts = served(group_id, organization_id, [(r[0], r[1]) for r in rows])
+    return [wire(text, r[2], r[3]) for text, r in zip(texts, rows, strict=True)]
 
 
 # Off PostgreSQL, the live path's reads run on a small pool of their own
@@ -135,13 +146,15 @@ class LiveReader:
 
     async def read(self, group_id: str, after: int, limit: int) -> list[Event]:
         rows = await self._native("live read", _LIVE_SQL, (group_id, after, limit))
+        if rows is None:
+            rows = self._lite(_LIVE_SQL_LITE, (_lite_id(group_id), after, limit))
         if rows is not None:
-            return [_wire_row(r) for r in rows]
-        rows = self._lite(_LIVE_SQL_LITE, (_lite_id(group_id), after, limit))
-        if rows is not None:
-            return [_wire_row(r) for r in rows]
-        events: list[Event] = await _read_in_thread(group_id, after, limit)
-        return events
+            events: list[Event] = [_wire_row(r) for r in rows]
+            if not any(e.get("kind") in CONTENT for e in events):
+                return events
+            # Message content: the read that withholds what a tombstone withdrew (§7.4).
+        read: list[Event] = await _read_in_thread(group_id, after, limit)
+        return read
 
     async def heads(self, group_ids: list[str]) -> dict[str, int]:
         """The heads of ``group_ids`` (the periodic head check), on the same

@@ -36,6 +36,7 @@ from ..auth import request_agent
 from ..models import Group, GroupEvent, GroupSnapshot
 from ..snapshots import snapshot_for_cursor
 from ..views import ERRORS
+from ..withholding import served
 from .openapi import kernel
 
 QUERY = frozenset({"afterSequence", "limit"})
@@ -142,13 +143,15 @@ class GroupEventsView(APIView):
         snapshot = snapshot_for_cursor(group, after)
         if snapshot is not None:
             raise cursor_too_old(snapshot, after)
-        documents = (
+        rows = (
             GroupEvent.objects.filter(group=group, sequence__gt=after)
             .order_by("sequence")
-            .values_list("document", flat=True)[:limit]
+            .values_list("sequence", "document")[:limit]
         )
         # The stored JCS texts as they are: what the Group Authority signed,
-        # spliced into the page without being parsed and written again.
+        # spliced into the page without being parsed and written again; a
+        # redacted Event in its signed withheld form (§7.4, ``missions.withholding``).
+        documents = served(str(group.id), str(group.organization_id), rows)
         body = '{"events":[' + ",".join(documents) + '],"headSequence":' + str(group.last_sequence) + "}"
         return HttpResponse(body, content_type="application/json")
 

@@ -188,8 +188,9 @@ MESSAGES = (
     ),
     fact(
         "message.corrected",
-        {**_AMENDMENT, "replacementContent": {"anyOf": [text(100000), MESSAGE_CONTENT]}},
-        {"message": MESSAGE},
+        _AMENDMENT,
+        # The replacement is the Message's content: its withheld form after a redaction lacks it (§7.4).
+        {"replacementContent": {"anyOf": [text(100000), MESSAGE_CONTENT]}, "message": MESSAGE},
         aggregate="message",
         example={**_AMENDMENT_EXAMPLE, "replacementContent": "Draft 2 is ready."},
     ),
