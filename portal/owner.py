@@ -43,10 +43,9 @@ def new_mission(request: HttpRequest) -> HttpResponse:
     if OWNER not in agent.org_roles:
         raise PermissionDenied("creating a Mission needs the Organization role mission_owner")
     spec = command_context(
-        agent, "mission.create", "", {}, creates_group=True, builder="mission", then="/missions/GROUP/",
+        agent, "mission.create", None, {}, creates_group=True, builder="mission", then="/missions/GROUP/",
         fields={"title": "title", "objective": "objective", "coordinator": "coordinatorId"},
     )  # fmt: skip
-    spec.pop("groupId")  # the page names the new Group
     return _page(request, agent, "portal/new_mission.html", {"coordinators": coordinators(agent), "cmd_create": spec})
 
 

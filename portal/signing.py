@@ -61,7 +61,7 @@ def admin_group_id(agent: Agent) -> str:
 def command_context(
     agent: Agent,
     kind: str,
-    group: str,
+    group: str | None,
     payload: dict[str, Any],
     *,
     fields: dict[str, str] | None = None,
@@ -84,7 +84,7 @@ def command_context(
     spec: dict[str, Any] = {
         "kind": kind,
         "actor": actor_of(agent),
-        "groupId": urn(group),
+        "groupId": urn(group) if group else None,  # None: the page names the Group it creates
         "payload": payload,
         "fields": fields or {},
         "numbers": list(numbers),
@@ -92,7 +92,7 @@ def command_context(
         "builder": builder,
         "then": then,
     }
-    if not creates_group:
+    if group and not creates_group:
         spec["membershipEpoch"] = membership_epoch(agent, group)
     if expected_revision is not None:
         spec["expectedRevision"] = expected_revision
