@@ -15,8 +15,8 @@ live demo's WorkItems go past ``submitted``:
   every one verified (§6.4, profile ``event``) with the Group Authority key
   ``GET /api/v0.1/keys/{keyId}`` serves, before it is folded;
 - every WorkItem whose dependencies are verified (§10.4) and that no Agent
-  can take as it stands: ``open``, ``offered`` with every candidate declined,
-  or ``queued`` with its owner fenced (§11.3): ``work.offer`` (§10.3) to the
+  can take as it stands: ``open``, ``offered`` with every candidate declined
+  or the offer expired, or ``queued`` with its owner fenced (§11.3): ``work.offer`` (§10.3) to the
   Group's Workers, or, for a review WorkItem (capability ``mwportal.review``),
   to its reviewers other than the reviewed submitter (§13.2);
 - for each ``work.submitted`` whose review passed (the portal's review
@@ -59,6 +59,7 @@ from mwportal.protocol.eventdoc import verify_event
 from mwportal.protocol.handshake import ClientHandshake
 from mwportal.protocol.ids import bare, new_urn, urn
 from mwportal.protocol.registry import KeyResolutionError, MemoryRegistry, Principal, RegistrationError
+from mwportal.protocol.values import parse_timestamp
 from mwportal.protocol.verification import sign_document
 
 API = "/api/v0.1"
@@ -119,6 +120,7 @@ class Item:
     review: dict[str, str] | None = None  # criterion -> the pipeline's combined outcome for that submission
     candidates: set[str] = field(default_factory=set)  # of the last offer
     declined: set[str] = field(default_factory=set)  # candidates whose offer closed without acceptance
+    offer_expires: int | None = None  # of the last offer, in epoch seconds: unanswered by then, it binds nobody (§10.3)
     fenced: bool = False  # queued, its owner fenced (§11.3): nobody will start it
     acting: bool = False  # a Command was sent or refused for this state: wait for a new Event
 
@@ -207,6 +209,8 @@ class GroupState:
             return
         if kind == "work.offer.created":
             item.candidates, item.declined, item.fenced = set(payload["candidateAgentIds"]), set(), False
+            expires = payload.get("offerExpiresAt")
+            item.offer_expires = parse_timestamp(expires).epoch_seconds + 1 if expires else None
         elif kind in OFFER_CLOSED:
             item.declined.add(payload["agentId"])
             item.acting = False
@@ -226,11 +230,12 @@ class GroupState:
 
     def ready_to_offer(self, item: Item) -> bool:
         """Every WorkItem it depends on verified (§10.4), and nobody can take it as it stands:
-        open, offered with every candidate declined, or queued with its owner fenced."""
+        open, offered with every candidate declined or the offer expired, or queued with its owner fenced."""
         deps = item.contract.get("dependencyWorkItemIds") or []
         stuck = (
             item.state == "open"
             or (item.state == "offered" and bool(item.candidates) and item.candidates <= item.declined)
+            or (item.state == "offered" and item.offer_expires is not None and item.offer_expires <= time.time())
             or (item.state == "queued" and item.fenced)
         )
         return stuck and not item.acting and all(d in self.items and self.items[d].state == "verified" for d in deps)

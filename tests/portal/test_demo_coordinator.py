@@ -13,6 +13,7 @@ inline).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -285,3 +286,29 @@ def test_an_offer_every_candidate_declined_is_offered_again_and_a_pending_one_is
     assert offers.filter(aggregate_id=waiting).count() == 1, lines
     agent.run_once()
     assert offers.filter(aggregate_id=declined).count() == 2, lines  # the new offer is answered first
+
+
+def test_an_offer_that_expired_unanswered_is_offered_again_spec_10_3(
+    portal: Any,  # noqa: F811
+    org: dict[str, str],
+    mission: dict[str, str],
+    owner: AgentKey,
+    coordinator: AgentKey,
+    worker: AgentKey,
+    worker2: AgentKey,
+) -> None:
+    """Nobody answered the offer before it expired: it binds nobody, so the Coordinator offers
+    the WorkItem again; one whose offer is still open is left alone."""
+    flow = Flow(mission, owner, coordinator, worker, worker2)
+    expired = flow.authorize()
+    flow.offer(expired, expires_in=1)
+    still_open = flow.drive_to("offered")
+    time.sleep(2.5)
+    lines: list[str] = []
+    agent = coordinator_of(portal.url, coordinator, org, lines)
+
+    agent.run_once()
+
+    offers = GroupEvent.objects.filter(group_id=mission["group"], type="work.offer.created")
+    assert offers.filter(aggregate_id=expired).count() == 2, lines
+    assert offers.filter(aggregate_id=still_open).count() == 1, lines
