@@ -107,11 +107,11 @@ def seeds_of(public_key: bytes, blobs: Iterable[bytes]) -> list[bytes]:
 def stored_blobs() -> Iterator[bytes]:
     """Every row of every table, and every file of the service's directories (var dir, service keys, Artifacts)."""
     for model in apps.get_models():
-        for row in model.objects.values_list():
+        for row in model._default_manager.values_list():
             yield repr(row).encode()
             yield from (bytes(value) for value in row if isinstance(value, bytes | memoryview))
     for directory in {settings.VAR_DIR, settings.MWP_SERVICE_KEY_DIR, settings.MWP_ARTIFACT_ROOT}:
-        for path in Path(directory).rglob("*"):
+        for path in Path(str(directory)).rglob("*"):
             if path.is_file():
                 yield path.read_bytes()
 
