@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from .api import commands, directory, groups, sessions
+from .api import commands, directory, groups, policylog, sessions
 
 urlpatterns = [
     path("sessions/challenge", sessions.SessionChallengeView.as_view(), name="session-challenge"),
@@ -13,4 +13,5 @@ urlpatterns = [
     path("keys/<str:keyId>", directory.KeyView.as_view(), name="key"),
     path("memberships", directory.MembershipsView.as_view(), name="memberships"),
     path("catalogue", directory.CatalogueView.as_view(), name="catalogue"),
+    path("policy-log", policylog.PolicyLogView.as_view(), name="policy-log"),
 ]

@@ -25,6 +25,8 @@ class WorkProposal(models.Model):
     proposer = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+")
     contract = models.JSONField()
     status = models.CharField(max_length=12, default="open")  # open | authorized
+    # The WorkItem it would decompose (``parentWorkItemId``), for duplicate decomposition (§20).
+    parent_id = models.UUIDField(null=True, blank=True)
     created_at = models.DateTimeField()
 
     class Meta:
@@ -72,6 +74,18 @@ class WorkItem(models.Model):
         Mission, null=True, blank=True, on_delete=models.PROTECT, related_name="parent_workitems"
     )
     child_failure_policy = models.CharField(max_length=12, blank=True)
+    # Decomposition (§9.1, §20): the WorkItem this one was authorized under
+    # (``parentWorkItemId``), its depth below the Mission (1: no parent) and the
+    # Delegation Grant a delegate authorized it under.
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="children")
+    depth = models.PositiveIntegerField(default=1)
+    delegation_grant = models.ForeignKey(
+        "DelegationGrant", null=True, blank=True, on_delete=models.PROTECT, related_name="work_items"
+    )
+    # The Grant a delegate last offered it under: its budget counts against that Grant's ceilings.
+    offered_under_grant = models.ForeignKey(
+        "DelegationGrant", null=True, blank=True, on_delete=models.PROTECT, related_name="offered_items"
+    )
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 
@@ -211,3 +225,33 @@ class Submission(models.Model):
     def __str__(self) -> str:
         kind = "submission" if self.authoritative else "late result"
         return f"{kind} for {self.workitem_id}"
+
+
+class DelegationGrant(models.Model):
+    """A scoped Delegation Grant (PROTOCOL §9.1), issued by ``membership.grant_delegation``.
+
+    Every member of the normative Grant is a column, looked up by its ID at
+    each use; ``document`` is the Grant as ``membership.delegation.granted``
+    carried it. A Grant never changes: its use is checked against the
+    current authoritative state (Coordinator Epoch, Membership, target).
+    """
+
+    id = models.UUIDField(primary_key=True, editable=False)
+    group = models.ForeignKey(Group, on_delete=models.PROTECT, related_name="delegation_grants")
+    mission = models.ForeignKey(Mission, on_delete=models.PROTECT, related_name="delegation_grants")
+    grantee = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+")
+    target = models.ForeignKey(WorkItem, on_delete=models.PROTECT, related_name="delegation_grants")
+    # [{"id", "version"}]: allowed capability IDs and their minimum versions.
+    allowed_capabilities = models.JSONField()
+    # The currency and an explicit ceiling for each of the six budget dimensions.
+    budget = models.JSONField()
+    max_descendant_depth = models.PositiveIntegerField()
+    grantee_membership_epoch = models.PositiveIntegerField()
+    coordinator_epoch = models.PositiveIntegerField()
+    granted_by = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+")
+    granted_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    document = models.JSONField()
+
+    def __str__(self) -> str:
+        return f"delegation grant {self.id}"

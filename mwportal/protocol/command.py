@@ -114,6 +114,7 @@ def build_command(
     caused_by_event_id: str | None = None,
     issued_at: datetime | None = None,
     extensions: dict[str, Any] | None = None,
+    cooperation_override_grant_id: str | None = None,
 ) -> dict[str, Any]:
     """A signed Command document. Identifiers are bare UUIDs here and ``urn:uuid:`` on the wire;
     ``correlation_id`` and ``caused_by_event_id`` are taken as written (URIs)."""
@@ -137,6 +138,7 @@ def build_command(
         "conversationId": urn(conversation_id) if conversation_id else None,
         "causedByEventId": caused_by_event_id,
         "extensions": extensions or None,
+        "cooperationOverrideGrantId": urn(cooperation_override_grant_id) if cooperation_override_grant_id else None,
     }
     doc.update({name: value for name, value in optional.items() if value is not None})
     return sign_document(doc, key_id=key.key_id, seed=key.seed, profile="command")

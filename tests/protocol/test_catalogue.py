@@ -90,6 +90,7 @@ PROJECT_COMMANDS = {
     "ext.mwportal.work.late_result_record",
     "ext.mwportal.artifact.content_store",
     "ext.mwportal.review.result_record",
+    "ext.mwportal.governance.cooperation_policy_set",
 }
 ORGANIZATION_SCOPED = {
     "ext.missionweaveprotocol.registry.agent_card_register": "ext.missionweaveprotocol.registry.agent_card_registered",
@@ -257,6 +258,7 @@ def command_examples() -> dict[str, dict[str, Any]]:
             "publicKey": {"keyId": uid(25), "algorithm": "Ed25519", "publicKey": "AAAA", "validFrom": T}
         },
         "ext.mwportal.scheduling.priority_policy_set": {"policy": {"weights": {}}},
+        "ext.mwportal.governance.cooperation_policy_set": {"policy": {"queued_work_items": {"hard": 10}}},
         "ext.mwportal.audit.event_redact": {"sequence": 3, "reason": "legal request"},
         "ext.mwportal.context.package_publish": {"contextPackage": _vector("context-package")},
         "ext.mwportal.context.package_forward": {"contextPackageId": uid(26), "version": 2, "toGroupId": uid(27)},

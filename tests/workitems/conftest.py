@@ -1,5 +1,8 @@
+from typing import Any
+
 import pytest
 
+from mwportal.protocol import ErrorCode, ProtocolError
 from tests.conftest import AgentKey
 from tests.workitems.flow import Flow, survey_mission
 
@@ -19,3 +22,24 @@ def mission(owner: AgentKey, coordinator: AgentKey, worker: AgentKey, worker2: A
 @pytest.fixture
 def flow(mission: dict[str, str], owner: AgentKey, coordinator: AgentKey, worker: AgentKey, worker2: AgentKey) -> Flow:
     return Flow(mission, owner, coordinator, worker, worker2)
+
+
+@pytest.fixture
+def rest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every Command the test's Principals send goes through the public REST binding
+    (``POST /api/v0.1/commands``) as its signed document; a refusal is raised as the
+    ProtocolError its normative error document names (§19)."""
+    from tests.api.support import COMMANDS, http, post_json
+    from tests.protocol.normative import normative_errors
+
+    client = http()
+
+    def over_rest(self: AgentKey, document: dict[str, Any]) -> dict[str, Any]:
+        response = post_json(client, COMMANDS, document)
+        body = response.json()
+        if response.status_code in (200, 201):
+            return body  # type: ignore[no-any-return]
+        assert normative_errors(body) == [], body
+        raise ProtocolError(ErrorCode(body["code"]), body["message"], details=body.get("details"))
+
+    monkeypatch.setattr(AgentKey, "send_document", over_rest)

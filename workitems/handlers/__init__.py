@@ -7,11 +7,12 @@ decorators and hooks run on import (``WorkitemsConfig.ready`` imports this).
 re-exported here.
 """
 
-from . import execution, expiry, offers, outcomes, results
+from . import delegation, execution, expiry, offers, outcomes, results
 from .common import check_lease, item_ref, lease_document, load_item, token_digest
 
 __all__ = [
     "check_lease",
+    "delegation",
     "execution",
     "expiry",
     "item_ref",

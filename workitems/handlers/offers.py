@@ -8,6 +8,7 @@ from typing import Any
 
 from django.conf import settings
 
+from governance import limits
 from missions.authority import AggregateRef, Decision, Emit, HandlerContext
 from missions.models import AgentCard, Approval, Membership, Mission
 from missions.registry import command
@@ -16,7 +17,7 @@ from mwportal.protocol.ids import bare, urn
 
 from .. import state_machine as sm
 from ..contract import check_contract, is_material_change, requires_approval
-from ..delegation import acts_as_delegate, check_grant
+from ..delegation import acts_as_delegate, ancestry, check_grant
 from ..documents import POLICY_VERSION, actor_of, authority_signed, work_item_document
 from ..models import Offer, WorkItem
 from ..models import WorkProposal as Proposal
@@ -61,6 +62,51 @@ def _first_version(contract: dict[str, Any]) -> None:
 
 # --- proposal and authorization --------------------------------------------------
 
+# Runaway controls (§20): WorkItems authorized and waiting for an executor, and
+# WorkItems handed to Workers (offered, accepted or executing), per Mission.
+_WAITING = (sm.OPEN, sm.OFFERED, sm.QUEUED)
+_HANDED_OUT = (sm.OFFERED, sm.QUEUED, sm.ACTIVE, sm.BLOCKED)
+
+
+def _parent(ctx: HandlerContext, new_id: str | None = None) -> WorkItem | None:
+    """The WorkItem ``parentWorkItemId`` names in this Group; never the new WorkItem itself (§20: no cycle)."""
+    named = ctx.payload.get("parentWorkItemId")
+    if named is None:
+        return None
+    parent_id = bare(named, "/payload/parentWorkItemId")
+    if parent_id == new_id:
+        raise refuse(
+            ErrorCode.INVALID_COMMAND,
+            "/payload/parentWorkItemId: a WorkItem cannot be its own parent (cyclic decomposition, §20)",
+            field="/payload/parentWorkItemId",
+            reason="cyclic-decomposition",
+        )
+    parent = WorkItem.objects.select_related("parent").filter(id=parent_id, group_id=ctx.group.id).first()
+    if parent is None:
+        raise refuse(
+            ErrorCode.INVALID_COMMAND,
+            "/payload/parentWorkItemId: no such WorkItem in this Group",
+            field="/payload/parentWorkItemId",
+            reason="not_found",
+        )
+    return parent
+
+
+def _check_decomposition(
+    ctx: HandlerContext, mission: Mission, goal: str, parent: WorkItem | None, *, proposal_id: Any = None
+) -> None:
+    """The same goal twice under one parent WorkItem, or a goal an ancestor already has (§20).
+    Top-level work (no parent) is the Mission's plan, not a decomposition: never refused here."""
+    if parent is None:
+        return
+    items = WorkItem.objects.filter(mission=mission, parent=parent).exclude(state=sm.CANCELLED)
+    proposals = Proposal.objects.filter(group_id=ctx.group.id, parent_id=parent.id, status="open")
+    if proposal_id is not None:
+        proposals = proposals.exclude(id=proposal_id)
+    siblings = [i.contract["goal"] for i in items] + [p.contract["goal"] for p in proposals]
+    ancestors = [parent.contract["goal"], *(a.contract["goal"] for a in ancestry(parent))]
+    limits.check_decomposition(ctx, goal, siblings=siblings, ancestors=ancestors)
+
 
 @command(
     "work.propose",
@@ -80,9 +126,13 @@ def propose(ctx: HandlerContext) -> Decision:
             field="/payload/proposalId",
         )
     mission = _mission(ctx)
+    limits.check_proposal_rate(ctx)
+    parent = _parent(ctx)
+    _check_decomposition(ctx, mission, contract["goal"], parent)
     Proposal.objects.create(
-        id=proposal_id, group_id=ctx.group.id, proposer_id=ctx.actor.id, contract=contract, created_at=ctx.now
-    )
+        id=proposal_id, group_id=ctx.group.id, proposer_id=ctx.actor.id, contract=contract, created_at=ctx.now,
+        parent_id=parent.id if parent else None,
+    )  # fmt: skip
     proposal: dict[str, Any] = {
         "id": urn(proposal_id),
         "missionId": urn(mission.id),
@@ -109,8 +159,15 @@ def authorize(ctx: HandlerContext) -> Decision:
     mission = _mission(ctx)
     contract = check_contract(p["contract"], now=ctx.now, mission_budget=mission.budgets)
     _first_version(contract)
+    parent = _parent(ctx, item_id)
+    grant = None
     if acts_as_delegate(ctx):
-        check_grant(ctx, contract=contract, within=p.get("parentWorkItemId"), now=ctx.now)
+        grant = check_grant(ctx, contract=contract, within=parent, now=ctx.now)
+    depth = parent.depth + 1 if parent else 1
+    limits.check_delegation_depth(ctx, depth)
+    proposal_cited = bare(p["proposalId"], "/payload/proposalId") if p.get("proposalId") is not None else None
+    _check_decomposition(ctx, mission, contract["goal"], parent, proposal_id=proposal_cited)
+    limits.check_queued_work_items(ctx, WorkItem.objects.filter(mission=mission, state__in=_WAITING).count() + 1)
     if p.get("dependencyIds") is not None and sorted(p["dependencyIds"]) != sorted(contract["dependencyWorkItemIds"]):
         raise refuse(
             ErrorCode.INVALID_COMMAND,
@@ -146,6 +203,9 @@ def authorize(ctx: HandlerContext) -> Decision:
         state=sm.OPEN,
         contract=contract,
         contract_revision=1,
+        parent=parent,
+        depth=depth,
+        delegation_grant=grant,
         created_at=ctx.now,
         updated_at=ctx.now,
     )
@@ -253,7 +313,10 @@ def offer(ctx: HandlerContext) -> Decision:
             ownerId=urn(str(item.owner_id)),
         )
     if acts_as_delegate(ctx):
-        check_grant(ctx, contract=p.get("contract") or item.contract, within=urn(item.id), now=ctx.now, offered=True)
+        grant = check_grant(ctx, contract=p.get("contract") or item.contract, within=item, now=ctx.now, offered=True)
+        WorkItem.objects.filter(id=item.id).update(offered_under_grant=grant)
+    handed_out = WorkItem.objects.filter(mission_id=item.mission_id, state__in=_HANDED_OUT).exclude(id=item.id)
+    limits.check_active_work_items(ctx, handed_out.count() + 1)
     agents = _candidates(ctx)
     expires_at = _offer_expiry(ctx)
     events: list[Emit] = []

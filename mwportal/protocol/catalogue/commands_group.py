@@ -384,7 +384,7 @@ MESSAGES = (
         },
         issuers=("member",),
         aggregate="message",
-        events=("message.posted",),
+        events=("message.posted", f"{PROJECT}.governance.soft_threshold_reached"),
         summary="A completed Message in a Conversation; context, never authority (§9).",
         example={"messageId": ex.uid(48), "conversationId": ex.CONVERSATION, "content": "Draft is ready."},
     ),
@@ -423,6 +423,16 @@ MESSAGES = (
 )
 
 POLICY = (
+    define(
+        f"{PROJECT}.governance.cooperation_policy_set",
+        {"policy": {"type": "object"}},
+        issuers=("mission_owner", "service"),
+        aggregate="organization",
+        events=(f"{PROJECT}.governance.cooperation_policy_changed",),
+        cas=True,
+        summary="The Organization's cooperation limits: soft thresholds and hard limits per policy name (§20).",
+        example={"policy": {"proposal_rate": {"windowSeconds": 60, "soft": 5, "hard": 10}}},
+    ),
     define(
         "policy.grant_cooperation_override",
         {

@@ -40,7 +40,7 @@ PLANNING = (
         {"dependencyIds": ids(), "parentWorkItemId": ID},
         issuers=("member",),
         aggregate="work_proposal",
-        events=("work.proposed",),
+        events=("work.proposed", f"{PROJECT}.governance.soft_threshold_reached"),
         summary="Any member proposes sub-work; no WorkItem exists yet (§9, §10.2).",
         example={
             "proposalId": ex.uid(60),
@@ -55,7 +55,7 @@ PLANNING = (
         {"dependencyIds": ids(), "proposalId": ID, "parentWorkItemId": ID, "delegationGrantId": ID},
         issuers=_AUTHORS,
         aggregate="work_item",
-        events=("work.authorized",),
+        events=("work.authorized", f"{PROJECT}.governance.soft_threshold_reached"),
         summary="The Coordinator or a scoped delegate creates the WorkItem under its Work Contract (§9.1, §10).",
         example={"workItemId": ex.WORK_ITEM, "contract": ex.work_contract(), "proposalId": None},
     ),
@@ -81,7 +81,11 @@ PLANNING = (
         },
         issuers=_AUTHORS,
         aggregate="work_item",
-        events=("work.offer.created", f"{PROJECT}.work.ownership_fenced"),
+        events=(
+            "work.offer.created",
+            f"{PROJECT}.work.ownership_fenced",
+            f"{PROJECT}.governance.soft_threshold_reached",
+        ),
         cas=True,
         summary="A durable, expiring offer to ranked candidates; an expired owner is fenced first (§10.3).",
         example={

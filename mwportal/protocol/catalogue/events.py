@@ -20,6 +20,7 @@ from .model import (
     CHECKPOINT,
     CONTEXT_PACKAGE,
     COOPERATION_OVERRIDE_GRANT,
+    COOPERATION_POLICY,
     COUNT,
     DELEGATION_GRANT,
     EVIDENCE,
@@ -376,6 +377,19 @@ WORK = (
             "operations": ["email.send"],
             "expiresAt": ex.T1,
         },
+    ),
+    fact(
+        f"{PROJECT}.governance.cooperation_policy_changed",
+        {"policy": {"type": "object"}, "revision": POSITIVE},
+        aggregate="organization",
+        example={"policy": {"proposal_rate": {"windowSeconds": 60, "soft": 5, "hard": 10}}, "revision": 1},
+    ),
+    fact(
+        f"{PROJECT}.governance.soft_threshold_reached",
+        {"policyName": COOPERATION_POLICY, "count": COUNT, "soft": COUNT, "hard": COUNT, "actor": ACTOR},
+        aggregate="group",
+        summary="A cooperation limit's soft threshold was reached: the Coordinator is notified (§20).",
+        example={"policyName": "proposal_rate", "count": 5, "soft": 5, "hard": 10, "actor": ex.WORKER},
     ),
     fact(
         "policy.cooperation_override.granted",

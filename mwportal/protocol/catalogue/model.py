@@ -204,7 +204,18 @@ CHECKPOINT = obj(
 """A durable, resumable point of a WorkItem's execution (§11.3, §11.4)."""
 
 CHILD_FAILURE_POLICY = enum("block_parent_work_item", "fail_parent_work_item", "fail_parent_mission")
-COOPERATION_POLICY = enum("message_rate", "proposal_rate", "delegation_depth", "queued_work_items", "active_work_items")
+# The Organization's cooperation limits (§20); each names a limit of the cooperation policy
+# (``ext.mwportal.governance.cooperation_policy_set``) and what an override grant escalates.
+COOPERATION_POLICY = enum(
+    "message_rate",
+    "proposal_rate",
+    "clarification_rounds",
+    "delegation_depth",
+    "queued_work_items",
+    "active_work_items",
+    "duplicate_decomposition",
+    "circular_decomposition",
+)
 
 SELECTION_BASIS = pointer("work-item", "/properties/selectionBasis")
 PROGRESS = pointer("work-item", "/properties/progress")
