@@ -17,6 +17,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, connection
+from django.utils import timezone
 
 from mwportal.protocol import ErrorCode, ProtocolError
 from mwportal.protocol.admission import AdmissionFailed, TrustedContext, admit_first
@@ -33,7 +34,7 @@ from mwportal.protocol.registry import (
 from mwportal.protocol.values import b64url_decode, parse_timestamp
 from mwportal.protocol.verification import VerificationFailed, Verified, verify_document, wire_error
 
-from . import service_keys
+from . import policylog, service_keys
 from .models import Organization, SigningKey, SigningKeyValidity
 
 
@@ -116,6 +117,11 @@ def verify_command(data: bytes) -> Command:
     try:
         verified = verify_document(data, "command", registry)
     except VerificationFailed as failure:
+        # §6.4: the protected diagnostic, referenceable from the Policy Log by auditors only.
+        policylog.record_diagnostic(
+            registry.organization, data, profile="command", stage=failure.stage.value, reason=failure.reason,
+            now=timezone.now(),
+        )  # fmt: skip
         raise wire_error(failure) from None
     if b"\\u0000" in data:
         refuse_nul(verified.document)

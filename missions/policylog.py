@@ -107,6 +107,50 @@ def record_after_refusal(error: BaseException, *, now: datetime) -> None:
             record(entry, now=now)
 
 
+def record_diagnostic(
+    organization: str | None, data: bytes, *, profile: str, stage: str, reason: str, now: datetime
+) -> None:
+    """§6.4: a Group-scoped Command that failed verification is referenceable from the Policy
+    Log by auditors, with its first failing stage and reason, which the caller never sees.
+
+    ``organization`` is the Organization whose Registry resolved the key (None: no
+    Organization's, so nothing to file it under); the Group is the one the document
+    names, if it is that Organization's."""
+    if organization is None:
+        return
+    group_id = _named_group(data, organization)
+    if group_id is None:
+        return
+    from django.db import transaction
+
+    from .models import Group
+
+    detail = {"profile": profile, "stage": stage, "reason": reason}
+    with transaction.atomic():
+        mission_id = Group.objects.filter(id=group_id).values_list("mission__id", flat=True).first()
+        record(
+            Entry(
+                organization_id=organization, kind="protected_diagnostic", group_id=group_id,
+                mission_id=str(mission_id) if mission_id else None, reference=urn(str(uuid.uuid4())), detail=detail,
+            ),
+            now=now,
+        )  # fmt: skip
+
+
+def _named_group(data: bytes, organization: str) -> str | None:
+    """The Group a (possibly malformed) Command document names, if it is ``organization``'s."""
+    import json
+
+    from .models import Group
+
+    try:
+        named = json.loads(data).get("groupId")
+        group_id = str(uuid.UUID(named.removeprefix("urn:uuid:")))
+    except (ValueError, AttributeError, TypeError):
+        return None
+    return group_id if Group.objects.filter(id=group_id, organization_id=organization).exists() else None
+
+
 def readable_by(principal: Agent) -> bool:
     """Only an Organization auditor reads the Policy Log (DESIGN §1)."""
     return "auditor" in (principal.org_roles or [])

@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import json
+import uuid
+
 import pytest
 from django.db import DatabaseError, connection, transaction
 
 from missions.commands import create_organization
 from missions.models import PolicyLogEntry
-from tests.api.support import API, bearer, error_of, http, show
+from mwportal.protocol.ids import urn
+from tests.api.support import API, COMMANDS, bearer, error_of, http, post_json, show
 from tests.conftest import AgentKey, make_agent
 
 POLICY_LOG = f"{API}/policy-log"
@@ -68,3 +72,20 @@ def test_the_database_refuses_to_change_the_policy_log(org: dict[str, str], owne
     with pytest.raises(DatabaseError), transaction.atomic(), connection.cursor() as cur:
         cur.execute(statement.format(t=PolicyLogEntry._meta.db_table))
     assert PolicyLogEntry.objects.get().kind == "policy_set"
+
+
+def test_a_failed_verification_is_referenceable_by_auditors_only_spec_6_4(
+    mission: dict[str, str], worker: AgentKey, auditor: AgentKey
+) -> None:
+    """§6.4: the first failing stage and its reason are kept for auditors; the caller sees neither."""
+    document = worker.command("work.propose", mission["group"], {"proposalId": urn(uuid.uuid4()), "contract": {}})
+    document["payload"]["proposalId"] = urn(uuid.uuid4())  # after signing: the signature no longer holds
+    error = error_of(post_json(http(), COMMANDS, document), 401, "AUTH_INVALID_SIGNATURE")
+    assert "equation" not in json.dumps(error) and "signature-" not in json.dumps(error["details"])
+    (entry,) = http().get(POLICY_LOG, **bearer(auditor.extra["token"])).json()["entries"]
+    assert (entry["kind"], entry["groupId"], entry["missionId"]) == (
+        "protected_diagnostic", urn(mission["group"]), urn(mission["mission"])
+    )  # fmt: skip
+    assert entry["detail"] == {"profile": "command", "stage": "signature", "reason": "equation-mismatch"}
+    assert entry["reference"].startswith("urn:uuid:")
+    error_of(http().get(POLICY_LOG, **bearer(worker.extra["token"])), 403, "AUTH_FORBIDDEN")
