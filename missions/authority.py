@@ -55,8 +55,8 @@ from .delivery import CommittedHead, carried_event, notify_commit, prepare_commi
 from .intake import Auth as Auth
 from .intake import Command as Command
 from .intake import admit, check_fresh, verify_command
-from .models import ActionReceipt, Agent, Group, GroupEvent, Membership, OrganizationEvent
-from .registry import CommandSpec, accepted_hooks, before_handler_hooks, spec_for
+from .models import ActionReceipt, Agent, Group, GroupEvent, GroupSnapshot, Membership, OrganizationEvent
+from .registry import CommandSpec, accepted_hooks, before_handler_hooks, extension_profile_checks, spec_for
 
 log = logging.getLogger(__name__)
 
@@ -265,7 +265,6 @@ def accept(command: Command, *, now: datetime | None = None) -> Receipt:
         raise ProtocolError(
             ErrorCode.AUTH_FORBIDDEN, f"{doc.kind} is recorded by the server itself, never sent by a client"
         )
-    check_extensions(doc, spec)
     now = now or timezone.now()
     for attempt in range(_MAX_ATTEMPTS):
         try:
@@ -317,17 +316,21 @@ def _payload_refusal(exc: _catalogue.PayloadError) -> ProtocolError:
     )
 
 
-def check_extensions(doc: CommandDoc, spec: CommandSpec) -> None:
-    """A critical extension this kind does not understand refuses the Command (§17.4)."""
+def check_extensions(ctx: HandlerContext) -> None:
+    """A critical extension that neither the kind's handler nor a profile the Organization registered and the
+    Group pinned (``registry.extension_profile_checks``, §18) understands refuses the Command. A noncritical
+    unknown one is retained and relayed on the Command's Events without interpretation (§21)."""
+    doc, spec = ctx.command, ctx.spec
     for name, value in doc.extensions.items():
-        if name in spec.extensions:
+        if name in spec.extensions or not (isinstance(value, dict) and value.get("critical") is True):
             continue
-        if isinstance(value, dict) and value.get("critical") is True:
-            raise ProtocolError(
-                ErrorCode.UNKNOWN_CRITICAL_EXTENSION,
-                f"extensions.{name}: {doc.kind} does not support this critical extension",
-                details={"field": f"extensions.{name}"},
-            )
+        if any(understands(ctx, name, value) for understands in extension_profile_checks):
+            continue
+        raise ProtocolError(
+            ErrorCode.UNKNOWN_CRITICAL_EXTENSION,
+            f"extensions.{name}: {doc.kind} does not support this critical extension",
+            details={"field": f"extensions.{name}"},
+        )
 
 
 _RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})  # serialization_failure, deadlock_detected
@@ -388,6 +391,7 @@ def _accept_once(command: Command, spec: CommandSpec, now: datetime) -> Receipt:
         actor = _load_actor(cur, command, spec, group)
         _check_actor(command, spec, actor, group)
         _check_scope(spec, group)
+        _check_not_archived(group)
         organization_id = group.organization_id or actor.organization_id
         if command.auth is Auth.SIGNED:
             admit(command, organization_id, now)
@@ -395,6 +399,7 @@ def _accept_once(command: Command, spec: CommandSpec, now: datetime) -> Receipt:
         ctx = HandlerContext(
             command=doc, spec=spec, actor=actor, group=group, now=now, payload=doc.payload, auth=command.auth
         )
+        check_extensions(ctx)
         for check in before_handler_hooks:
             check(ctx)
         decision: Decision = spec.handler(ctx)
@@ -479,6 +484,17 @@ def _lock_group(cur: Any, group_id: str, spec: CommandSpec) -> GroupHead:
             ErrorCode.REVISION_CONFLICT, f"group {urn(group_id)} already exists", group_id=urn(group_id)
         )
     return _head(group_id, row)
+
+
+def _check_not_archived(group: GroupHead) -> None:
+    """An archived Group accepts no further Command of any kind, archival included (§7.4). Checked after
+    the actor, so only someone who may see the Group learns that it is archived."""
+    if group.exists and group.id and GroupSnapshot.objects.filter(group_id=group.id, final=True).exists():
+        raise ProtocolError(
+            ErrorCode.INVALID_STATE_TRANSITION,
+            "the Group is archived (§7.4): it accepts no further Command",
+            details={"reason": "group_archived"},
+        )
 
 
 def _check_scope(spec: CommandSpec, group: GroupHead) -> None:
@@ -616,6 +632,8 @@ def _event_document(
     _check_emit(emit)
     event_id = emit.event_id or str(uuid.uuid4())
     authority = service_keys.group_authority(organization_id)
+    spec = spec_for(doc.kind)
+    consumed = spec.extensions if spec is not None else frozenset()
     document = build_event(
         event_id=urn(event_id),
         kind=emit.kind,
@@ -632,6 +650,9 @@ def _event_document(
         command_hash=doc.signing_hash,
         work_item_id=urn(emit.work_item_id) if emit.work_item_id else None,
         conversation_id=urn(emit.conversation_id) if emit.conversation_id else None,
+        # The Command's extensions travel on its Events unchanged, for every reader to relay (§18, §21),
+        # except those its handler consumed (the offline binding of work.checkpoint).
+        extensions={k: v for k, v in doc.extensions.items() if k not in consumed} or None,
     )
     return event_id, document
 

@@ -472,15 +472,6 @@ ARCHIVAL = (
         example={"snapshot": ex.group_snapshot()},
     ),
     define(
-        f"{PROJECT}.archive.group_snapshot_create",
-        {"throughSequence": POSITIVE},
-        issuers=("service",),
-        aggregate="group",
-        events=("group.snapshot.created",),
-        summary="A signed snapshot of a live Group, for replay after CURSOR_TOO_OLD (§16).",
-        example={"throughSequence": 12},
-    ),
-    define(
         f"{PROJECT}.audit.event_redact",
         {"sequence": POSITIVE, "reason": REASON},
         issuers=("mission_owner",),
