@@ -22,8 +22,10 @@ submission, in the order of §13.2:
 
 The pipeline reads outside any transaction and records its results with the
 control plane's Command ``ext.mwportal.review.result_record`` through
-``accept()``; its action ID derives from the submission and the results, so
-running it twice with the same findings appends nothing new.
+``accept()``; its action ID derives from the submission, the results and the
+reviewers it may ask, so running it twice with the same findings appends
+nothing new, and a run after a reviewer joined requests the review a run
+without one could not.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from django.db import transaction
 from missions.authority import accept
 from missions.commands import group_service_command
 from missions.keyregistry import DjangoRegistry
-from missions.models import Organization
+from missions.models import Membership, Organization
 from missions.service_keys import control_plane
 from mwportal.protocol import ProtocolError, jcs
 from mwportal.protocol.ids import urn
@@ -185,12 +187,16 @@ def run_review(workitem_id: str) -> dict[str, Any] | None:
         "requestReview": wanted,
     }
     digest = hashlib.sha256(jcs.canonicalize(payload)).hexdigest()
+    # A reviewer who joined after a run that found none makes the next run a new
+    # Command, which requests the review; the same reviewers replay it.
+    reviewers = reviewer_candidates(str(item.group_id), str(submission.agent_id)) if wanted else []
+    found = f":{','.join(reviewers)}" if reviewers else ""
     receipt = accept(
         group_service_command(
             REVIEW_RECORD,
             str(item.group_id),
             payload,
-            action_id=str(uuid.uuid5(_NAMESPACE, f"review:{submission_id(submission)}:{digest}")),
+            action_id=str(uuid.uuid5(_NAMESPACE, f"review:{submission_id(submission)}:{digest}{found}")),
             # Deterministic with the action ID: the same findings are the
             # same Command, replayed rather than appended again.
             issued_at=submission.created_at,
@@ -201,6 +207,16 @@ def run_review(workitem_id: str) -> dict[str, Any] | None:
     if request is not None:
         run_review(str(request.subject_id))
     return receipt
+
+
+def reviewer_candidates(group_id: str, submitter: str) -> list[str]:
+    """The Group's active ``reviewer`` members who may review a submission: never its submitter
+    (§13.2), at most ``MWP_MAX_OFFER_CANDIDATES`` of them, by id."""
+    return sorted(
+        str(m.agent_id)
+        for m in Membership.objects.filter(group_id=group_id, active=True)
+        if "reviewer" in m.roles and str(m.agent_id) != submitter
+    )[: settings.MWP_MAX_OFFER_CANDIDATES]
 
 
 def _reader(sha: str, size: int, integrity: str) -> Any:

@@ -18,7 +18,7 @@ from typing import Any
 from django.conf import settings
 
 from missions.authority import AggregateRef, Decision, Emit, HandlerContext
-from missions.models import Membership, Mission
+from missions.models import Mission
 from missions.registry import command
 from mwportal.protocol import malformed
 from mwportal.protocol.ids import bare, urn
@@ -33,7 +33,15 @@ from workitems.wire import when
 from .guards import not_found, verify_signed
 from .handlers import record_evidence
 from .models import ReviewRequest
-from .review import REVIEW_RECORD, REVIEWER, STAGE_TYPES, criteria_of, submission_id, submitted_hashes
+from .review import (
+    REVIEW_RECORD,
+    REVIEWER,
+    STAGE_TYPES,
+    criteria_of,
+    reviewer_candidates,
+    submission_id,
+    submitted_hashes,
+)
 from .store import wire_hash
 
 RECORDED = "ext.mwportal.review.result_recorded"
@@ -119,11 +127,7 @@ def _review_contract(item: WorkItem, submission: Submission, wanted: list[str]) 
 def _open_review(ctx: HandlerContext, item: WorkItem, submission: Submission, wanted: list[str]) -> list[Emit]:
     """Authorize a review WorkItem for the qualitative criteria and offer it to
     the Group's reviewers (§13.2: request reviewer-Agent Evidence)."""
-    reviewers = sorted(
-        str(m.agent_id)
-        for m in Membership.objects.filter(group_id=ctx.group.id, active=True)
-        if "reviewer" in m.roles and str(m.agent_id) != str(submission.agent_id)
-    )[: settings.MWP_MAX_OFFER_CANDIDATES]
+    reviewers = reviewer_candidates(str(ctx.group.id), str(submission.agent_id))
     if not reviewers:
         payload = {"workItemId": urn(item.id), "criterionIds": wanted}
         return [Emit(UNAVAILABLE, item_ref(item), payload, work_item_id=str(item.id))]

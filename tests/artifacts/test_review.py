@@ -237,6 +237,33 @@ def test_without_a_reviewer_member_the_criterion_stays_pending_and_says_why(art:
     assert outcomes(item)["accurate"] == "pending"
 
 
+def test_a_reviewer_who_joins_after_a_run_that_found_none_is_asked_by_the_next_run_13_2(
+    art: Artifacts, mission: dict[str, str], owner: AgentKey
+) -> None:
+    """The first run finds no reviewer (the criterion stays pending); once Rita joins as the
+    Group's reviewer, running the pipeline again (``mwp review``) offers her the review, and
+    a third run with the same findings and reviewers records nothing new."""
+    from tests.conftest import add_member, make_agent
+
+    item, _ = submitted(art)
+    art.review(item)
+    assert ReviewRequest.objects.count() == 0
+    rita = make_agent("acme", "Rita Reviewer", ["worker"])
+    add_member(owner, mission["group"], rita, ["reviewer"])
+
+    second = art.review(item)
+    third = art.review(item)
+
+    assert second is not None and second["replayed"] is False
+    assert [e["kind"] for e in second["events"]][:2] == [RECORDED, "ext.mwportal.review.requested"]
+    (request,) = ReviewRequest.objects.all()
+    review = urn(request.review_workitem_id)
+    (offered,) = [e for e in events_of(art.group, "work.offer.created") if e["payload"]["workItemId"] == review]
+    assert offered["payload"]["candidateAgentIds"] == [rita.urn]
+    assert third is not None and third["replayed"] is True
+    assert GroupEvent.objects.filter(type=RECORDED).count() == 2
+
+
 def test_running_the_pipeline_twice_with_the_same_findings_records_once(art: Artifacts, reviewer: AgentKey) -> None:
     item, _ = submitted(art)
     first = art.review(item)
@@ -366,15 +393,17 @@ def test_failure_evidence_is_kept_as_records_of_the_event_that_carried_it_13_2(a
         "work.fail", art.group,
         {"workItemId": urn(item), **art.fences(item), "reason": "source unreadable", "evidence": [evidence],
          "retryable": True},
-    )  # an attempt fails  # fmt: skip
-    (retried,) = events_of(art.group, "ext.mwportal.work.attempt_failed")
+    )  # an attempt fails (§10.2: failed)  # fmt: skip
+    from workitems.tasks import retry_failed
+
+    assert retry_failed() == 1  # the retry policy re-offers it (§11.4)
     ending = art.evidence(item, ["complete", "accurate"], [], result="failed", agent=art.coordinator,
                           type_="failure_report")  # fmt: skip
     art.coordinate(
         "work.fail", {"workItemId": urn(item), "reason": "given up", "evidence": [ending]},
         expected_revision=art.item(item).revision,
     )  # fmt: skip
-    (failed,) = events_of(art.group, "work.failed")
+    retried, failed = events_of(art.group, "work.failed")
     rows = list(Evidence.objects.filter(workitem_id=item, origin="failure").order_by("sequence"))
     assert [(r.sequence, r.as_record()) for r in rows] == [
         (retried["sequence"], retried["payload"]["evidence"][0]),
