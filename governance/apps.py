@@ -10,4 +10,4 @@ class GovernanceConfig(AppConfig):
 
     def ready(self) -> None:
         # Handlers register per catalogue kind on import, with the override checks accept() runs.
-        from . import handlers  # noqa: F401
+        from . import extensions, handlers  # noqa: F401

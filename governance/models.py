@@ -60,3 +60,53 @@ class CooperationOverrideGrant(models.Model):
     def __str__(self) -> str:
         return f"override {self.policy_name} for {self.target_kind}"
 
+
+class ExtensionProfile(models.Model):
+    """One Organization-approved version of an Extension Profile (PROTOCOL §18, ``extension-profile.schema.json``).
+
+    ``document`` is the signed profile exactly as registered (its ``signature`` by an Organization service
+    key, verified at registration); the other columns repeat its members for lookups. Registered only by
+    ``ext.mwportal.extension.profile_register`` (``governance.extensions``).
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="+")
+    profile_uri = models.CharField(max_length=2000)
+    name = models.CharField(max_length=200)
+    version = models.CharField(max_length=64)
+    major = models.PositiveIntegerField()
+    schema_uri = models.CharField(max_length=2000)
+    schema_hash = models.CharField(max_length=71)
+    required_capabilities = models.JSONField(default=list)
+    critical = models.BooleanField()
+    command_kinds = models.JSONField(default=list)
+    event_kinds = models.JSONField(default=list)
+    approved_by = models.CharField(max_length=200)
+    approved_at = models.DateTimeField()
+    document = models.JSONField()
+    registered_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["organization", "profile_uri", "version"], name="extension_profile_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.profile_uri} {self.version}"
+
+
+class GroupProfilePin(models.Model):
+    """The major version of a registered Extension Profile that a Group supports (§18), set by
+    ``ext.mwportal.extension.profile_pin``."""
+
+    id = models.BigAutoField(primary_key=True)
+    group = models.ForeignKey(Group, on_delete=models.PROTECT, related_name="+")
+    profile_uri = models.CharField(max_length=2000)
+    major = models.PositiveIntegerField()
+    pinned_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["group", "profile_uri"], name="group_profile_pin_once")]
+
+    def __str__(self) -> str:
+        return f"{self.profile_uri} {self.major}.x in {self.group_id}"

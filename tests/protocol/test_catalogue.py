@@ -91,6 +91,8 @@ PROJECT_COMMANDS = {
     "ext.mwportal.artifact.content_store",
     "ext.mwportal.review.result_record",
     "ext.mwportal.governance.cooperation_policy_set",
+    "ext.mwportal.extension.profile_register",
+    "ext.mwportal.extension.profile_pin",
 }
 ORGANIZATION_SCOPED = {
     "ext.missionweaveprotocol.registry.agent_card_register": "ext.missionweaveprotocol.registry.agent_card_registered",
@@ -260,6 +262,8 @@ def command_examples() -> dict[str, dict[str, Any]]:
         "ext.mwportal.scheduling.priority_policy_set": {"policy": {"weights": {}}},
         "ext.mwportal.governance.cooperation_policy_set": {"policy": {"queued_work_items": {"hard": 10}}},
         "ext.mwportal.audit.event_redact": {"sequence": 3, "reason": "legal request"},
+        "ext.mwportal.extension.profile_register": {"profile": _vector("extension-profile")},
+        "ext.mwportal.extension.profile_pin": {"profileUri": "https://profiles.example.org/geo", "major": 2},
         "ext.mwportal.context.package_publish": {"contextPackage": _vector("context-package")},
         "ext.mwportal.context.package_forward": {"contextPackageId": uid(26), "version": 2, "toGroupId": uid(27)},
         "ext.mwportal.work.offer_decline": {"workItemId": uid(3), "reason": "deadline"},

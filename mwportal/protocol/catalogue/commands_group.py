@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..schemas.dsl import Schema, array, boolean, c, const, has, ids, one_of, text
+from ..schemas.dsl import Schema, array, boolean, c, const, has, ids, one_of, ref, text
 from . import examples as ex
 from .model import (
     ACTOR,
@@ -500,6 +500,44 @@ ARCHIVAL = (
     ),
 )
 
+_PROFILE_URI = "https://profiles.example.org/mwp/acme-geodata"
+_PROFILE_EXAMPLE = {
+    "profileUri": _PROFILE_URI,
+    "name": "Acme geodata",
+    "version": "1.2.0",
+    "schemaUri": "https://profiles.example.org/mwp/acme-geodata/1.2.0/schema.json",
+    "schemaHash": ex.HASH,
+    "requiredCapabilities": [ex.CAPABILITY],
+    "critical": True,
+    "commandKinds": ["ext.acme.geodata.tile_render"],
+    "eventKinds": ["ext.acme.geodata.tile_rendered"],
+    "overridesCoreInvariants": False,
+    "approvedBy": ex.SERVICE,
+    "approvedAt": ex.T0,
+    "signature": ex.SIGNATURE,
+}
+
+EXTENSION_PROFILES = (
+    define(
+        f"{PROJECT}.extension.profile_register",
+        {"profile": ref("extension-profile")},
+        issuers=("mission_owner", "service"),
+        aggregate="organization",
+        events=(f"{PROJECT}.extension.profile_registered",),
+        summary="An Organization-approved, signed Extension Profile version joins the Organization's registry (§18).",
+        example={"profile": _PROFILE_EXAMPLE},
+    ),
+    define(
+        f"{PROJECT}.extension.profile_pin",
+        {"profileUri": ID, "major": COUNT},
+        issuers=("mission_owner", "coordinator"),
+        aggregate="group",
+        events=(f"{PROJECT}.extension.profile_pinned",),
+        summary="The Group pins the supported major version of a registered Extension Profile it uses (§18).",
+        example={"profileUri": _PROFILE_URI, "major": 1},
+    ),
+)
+
 DEFINITIONS: tuple[CommandDefinition, ...] = (
     *ORGANIZATION,
     *MISSIONS,
@@ -507,6 +545,7 @@ DEFINITIONS: tuple[CommandDefinition, ...] = (
     *MESSAGES,
     *POLICY,
     *ARCHIVAL,
+    *EXTENSION_PROFILES,
 )
 
 __all__ = ["DEFINITIONS", "PROJECT", "define"]

@@ -624,6 +624,23 @@ EXTENSIONS = (
         aggregate="work_item",
         example={"workItemId": ex.WORK_ITEM, "criterionIds": ["summary-complete"]},
     ),
+    fact(
+        f"{PROJECT}.extension.profile_registered",
+        {"profileUri": ID, "version": c("semver"), "schemaHash": HASH, "critical": boolean()},
+        aggregate="organization",
+        example={
+            "profileUri": "https://profiles.example.org/mwp/acme-geodata",
+            "version": "1.2.0",
+            "schemaHash": ex.HASH,
+            "critical": True,
+        },
+    ),
+    fact(
+        f"{PROJECT}.extension.profile_pinned",
+        {"profileUri": ID, "major": COUNT},
+        aggregate="group",
+        example={"profileUri": "https://profiles.example.org/mwp/acme-geodata", "major": 1},
+    ),
 )
 
 DEFINITIONS: tuple[EventDefinition, ...] = (*MISSIONS, *MEMBERSHIPS, *MESSAGES, *WORK, *EXTENSIONS)
