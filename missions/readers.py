@@ -70,7 +70,7 @@ def read_after(group_id: str, after: int, limit: int) -> list[Event]:
     texts = [r[1] for r in rows]
     if any(r[4] in CONTENT for r in rows):
         organization_id = str(Group.objects.values_list("organization_id", flat=True).get(id=group_id))
-        texts = served(group_id, organization_id, [(r[0], r[1]) for r in rows])
+        texts = served(group_id, organization_id, [(r[0], r[1], r[4]) for r in rows])
     return [wire(text, r[2], r[3]) for text, r in zip(texts, rows, strict=True)]
 
 

@@ -81,13 +81,14 @@ def withheld_text(text: str, organization_id: str) -> str:
     return jcs.canonicalize(withheld_form(json.loads(text), organization_id)).decode("utf-8")
 
 
-def served(group_id: str, organization_id: str, rows: Iterable[tuple[int, str]]) -> list[str]:
-    """The JCS texts a read path serves for ``(sequence, stored text)`` rows of one Group."""
+def served(group_id: str, organization_id: str, rows: Iterable[tuple[int, str, str]]) -> list[str]:
+    """The JCS texts a read path serves for ``(sequence, stored text, kind)`` rows of one Group
+    (a page without content kinds costs no query)."""
     rows = list(rows)
-    if not rows:
-        return []
+    if not any(kind in CONTENT for _, _, kind in rows):
+        return [text for _, text, _ in rows]
     withheld = withheld_sequences(group_id)
-    return [withheld_text(text, organization_id) if seq in withheld else text for seq, text in rows]
+    return [withheld_text(text, organization_id) if seq in withheld else text for seq, text, _ in rows]
 
 
 def served_documents(group_id: str, organization_id: str, events: Iterable[GroupEvent]) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ urlpatterns = [
     path(f"{API}schema/work-contract.json", methods_only(work_contract_schema, "GET"), name="work-contract-schema"),
     path(API, include("missions.urls")),
     path(API, include("artifacts.urls")),
+    path(API, include("conversations.urls")),
     path("", include("portal.urls")),
 ]
 

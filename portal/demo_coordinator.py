@@ -53,6 +53,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from mwportal.protocol import jcs
+from mwportal.protocol.catalogue.commands_group import ESSENTIAL_AMBIGUITY
 from mwportal.protocol.command import Key, build_command, format_timestamp
 from mwportal.protocol.errors import ProtocolError
 from mwportal.protocol.eventdoc import verify_event
@@ -89,11 +90,18 @@ FINISHED = frozenset({"verified", "cancelled"})
 REVIEW_RECORDED = "ext.mwportal.review.result_recorded"
 REVIEW_CAPABILITY = "mwportal.review"  # what a review WorkItem requires (artifacts.review_handlers)
 # Events that close one candidate's offer without moving the WorkItem (§10.3).
-OFFER_CLOSED = frozenset({"ext.mwportal.work.offer_declined", "ext.mwportal.work.ambiguity_raised"})
+OFFER_CLOSED = frozenset({"ext.mwportal.work.offer_declined"})
 FENCED = "ext.mwportal.work.ownership_fenced"
 CLOSED = frozenset({"mission.approved", "mission.cancelled", "mission.terminated"})
 # Refusals a new session answers (§6.3): the token or the Session Epoch is no longer the current one.
 SESSION_ERRORS = frozenset({"AUTH_REQUIRED", "AUTH_STALE_SESSION"})
+
+
+def _ambiguous(payload: dict[str, Any]) -> bool:
+    """A Message that raises an essential ambiguity (its ``ESSENTIAL_AMBIGUITY`` content item)."""
+    message = payload.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    return any(isinstance(c, dict) and c.get("schema") == ESSENTIAL_AMBIGUITY for c in content or [])
 
 
 class Unreachable(Exception):
@@ -213,6 +221,10 @@ class GroupState:
             item.offer_expires = parse_timestamp(expires).epoch_seconds + 1 if expires else None
         elif kind in OFFER_CLOSED:
             item.declined.add(payload["agentId"])
+            item.acting = False
+        elif kind == "message.posted" and _ambiguous(payload):
+            # An essential ambiguity (§10.1): no candidate accepts this contract revision.
+            item.declined |= item.candidates
             item.acting = False
         elif kind == FENCED:
             item.fenced, item.acting = True, False

@@ -287,7 +287,8 @@ EVENT_WORDS: dict[str, str] = {
     "mission.changes_requested": "changes requested",
     "mission.cancelled": "Mission cancelled",
     "membership.ended": "removed",
-    "message.posted": "Message posted",
+    "message.posted": "Message (context only)",
+    "message.corrected": "Message corrected",
 }
 
 
@@ -306,9 +307,17 @@ def describe(event: dict[str, Any], goals: dict[str, str], names: dict[str, str]
         subject = names.get(who, who[:8])
     elif kind == "mission.created" and isinstance(payload.get("mission"), dict):
         subject = str(payload["mission"].get("objective", ""))[:80]
+    said = ""
+    if kind in ("message.posted", "message.corrected"):
+        # Context, never an assignment (§9); a redacted Message is served without content (§7.4).
+        message = payload.get("message")
+        content = message.get("content") if isinstance(message, dict) else payload.get("replacementContent")
+        texts = [str(c.get("text", "")) for c in content or [] if isinstance(c, dict) and c.get("type") == "text"]
+        said = " ".join(texts)[:300] or "content withheld"
     approval = payload.get("approval")
     detail = (
-        payload.get("reason")
+        said
+        or payload.get("reason")
         or payload.get("feedback")
         or payload.get("resolution")
         or (approval.get("comments") if isinstance(approval, dict) else "")

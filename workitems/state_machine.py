@@ -39,7 +39,6 @@ RENEW = "ext.missionweaveprotocol.core.work_execution_lease_renew"
 USAGE = "ext.missionweaveprotocol.core.resource_usage_record"
 DEPENDENCY_ADD = "ext.missionweaveprotocol.core.work_dependency_add"
 DECLINE = "ext.mwportal.work.offer_decline"
-AMBIGUITY = "ext.mwportal.work.ambiguity_raise"
 
 _ROWS: list[tuple[tuple[str, ...], str, tuple[str, ...]]] = [
     # (from states, transition, to states); Command rows are named by their catalogue kind.
@@ -48,9 +47,6 @@ _ROWS: list[tuple[tuple[str, ...], str, tuple[str, ...]]] = [
     ((OFFERED,), "work.accept_offer", (QUEUED,)),
     # A decline is not a core transition (§15.1): it closes one offer only.
     ((OFFERED,), DECLINE, (OFFERED,)),
-    # An essential ambiguity is raised in the WorkItem Conversation instead of
-    # accepting (§10.1); a new offer with the corrected contract answers it.
-    ((OFFERED,), AMBIGUITY, (OFFERED,)),
     ((QUEUED,), "approval.grant_execution", (QUEUED,)),  # only when the contract requires it
     ((QUEUED,), "work.start", (ACTIVE,)),
     ((ACTIVE,), RENEW, (ACTIVE,)),

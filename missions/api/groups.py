@@ -146,7 +146,7 @@ class GroupEventsView(APIView):
         rows = (
             GroupEvent.objects.filter(group=group, sequence__gt=after)
             .order_by("sequence")
-            .values_list("sequence", "document")[:limit]
+            .values_list("sequence", "document", "type")[:limit]
         )
         # The stored JCS texts as they are: what the Group Authority signed,
         # spliced into the page without being parsed and written again; a

@@ -49,7 +49,14 @@
     } else if (ev.kind === "mission.created" && p.mission) {
       subject = (p.mission.objective || "").slice(0, 80);
     }
-    var detail = p.reason || p.feedback || p.resolution || (p.approval && p.approval.comments) || "";
+    var said = "";
+    if (ev.kind === "message.posted" || ev.kind === "message.corrected") {
+      // Context, never an assignment (§9); a redacted Message is served without content (§7.4).
+      var content = p.message ? p.message.content : p.replacementContent;
+      said = (content || []).filter(function (c) { return c && c.type === "text"; })
+        .map(function (c) { return c.text; }).join(" ").slice(0, 300) || "content withheld";
+    }
+    var detail = said || p.reason || p.feedback || p.resolution || (p.approval && p.approval.comments) || "";
     if (!detail && Array.isArray(p.evidence) && p.evidence.length) detail = p.evidence[p.evidence.length - 1].method || "";
     var line = [subject, text].filter(Boolean).join(" — ");
     return detail ? line + ": " + detail : line;

@@ -110,7 +110,8 @@ def test_the_coordinator_verifies_every_event_it_folds_spec_6_4_15_2(
 
     state = agent.groups[urn(mission["group"])]
     stored = GroupEvent.objects.filter(group_id=mission["group"]).order_by("sequence")
-    assert state.after == stored.last().sequence
+    last = stored.last()
+    assert last is not None and state.after == last.sequence
     assert not state.awaiting and state.verified_since_decision is False
     (only,) = state.items.values()
     assert only.state == "active"
@@ -234,7 +235,7 @@ def test_a_result_is_accepted_once_a_reviewer_other_than_the_submitter_passed_it
     item = submit_reviewed(flow)
     lines: list[str] = []
     agent = coordinator_of(portal.url, coordinator, org, lines)
-    (request,) = ReviewRequest.objects.filter(subject_id=item)
+    (request,) = ReviewRequest.objects.filter(subject__id=item)
     review = str(request.review_workitem_id)
     offered = GroupEvent.objects.get(group_id=mission["group"], type="work.offer.created", aggregate_id=review)
     assert offered.body["candidateAgentIds"] == [worker2.urn]
@@ -280,9 +281,8 @@ def test_an_offer_every_candidate_declined_is_offered_again_and_a_pending_one_is
 
     offers = GroupEvent.objects.filter(group_id=mission["group"], type="work.offer.created")
     assert offers.filter(aggregate_id=declined).count() == 2, lines
-    assert sorted(offers.filter(aggregate_id=declined).last().body["candidateAgentIds"]) == sorted(
-        [worker.urn, worker2.urn]
-    )
+    again = offers.filter(aggregate_id=declined).order_by("sequence").last()
+    assert again is not None and sorted(again.body["candidateAgentIds"]) == sorted([worker.urn, worker2.urn])
     assert offers.filter(aggregate_id=waiting).count() == 1, lines
     agent.run_once()
     assert offers.filter(aggregate_id=declined).count() == 2, lines  # the new offer is answered first

@@ -27,7 +27,6 @@ from workitems.models import WorkItem
 COORDINATOR_EPOCH = 1
 RENEW = "ext.missionweaveprotocol.core.work_execution_lease_renew"
 DECLINE = "ext.mwportal.work.offer_decline"
-AMBIGUITY = "ext.mwportal.work.ambiguity_raise"
 CAPABILITY = {"id": "text.summarize", "version": "1.0.0"}
 # The Mission budget of tests/workitems' mission fixture; every contract below fits within it (§12).
 MISSION_BUDGET = {

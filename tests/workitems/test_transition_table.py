@@ -4,7 +4,7 @@ The oracle is the specification's table, written out here row by row (not the
 code's own ``state_machine.TRANSITIONS``): a Command is accepted exactly where
 the table lists the pair (with the row's condition met) and leads to a listed
 next state; anything else is INVALID_STATE_TRANSITION with nothing written.
-The project's extension kinds (renewal, decline, ambiguity, §15.1: not core
+The project's extension kinds (renewal, decline, §15.1: not core
 transitions) have rows of their own, marked as ours.
 """
 
@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from missions.models import ActionReceipt, GroupEvent
 from mwportal.protocol import ErrorCode, ProtocolError
-from tests.workitems.flow import AMBIGUITY, DECLINE, Flow, contract, give_card
+from tests.workitems.flow import DECLINE, Flow, contract, give_card
 from workitems import state_machine as sm
 from workitems.models import WorkItem
 
@@ -44,11 +44,10 @@ SPEC_ROWS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "mission.create_child": (("open", "offered", "queued", "active", "blocked"), ("blocked",)),
 }
 # Ours (§15.1: outside the core table): a renewal needs the current lease, so an
-# active WorkItem; a decline and an ambiguity answer an open offer.
+# active WorkItem; a decline answers an open offer.
 PROJECT_ROWS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     sm.RENEW: (("active",), ("active",)),
     DECLINE: (("offered",), ("offered",)),
-    AMBIGUITY: (("offered",), ("offered",)),
 }
 ROWS = {**SPEC_ROWS, **PROJECT_ROWS}
 # The rows' conditions as drive_to() items meet them: queued, active and blocked
@@ -64,7 +63,6 @@ COMMANDS: dict[str, Callable[[Flow, str], Any]] = {
     "work.offer": lambda f, i: f.offer(i, agents=[f.worker2]),
     "work.accept_offer": lambda f, i: f.accept(i),
     DECLINE: lambda f, i: f.send(f.worker, DECLINE, i, {"reason": "capacity"}),
-    AMBIGUITY: lambda f, i: f.send(f.worker, AMBIGUITY, i, {"questions": ["which survey?"]}),
     "approval.grant_execution": lambda f, i: f.approve(i),
     "work.start": lambda f, i: f.start(i),
     sm.RENEW: lambda f, i: f.renew(i, lease_id=_lease(f, i)),

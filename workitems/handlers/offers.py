@@ -19,6 +19,7 @@ from .. import state_machine as sm
 from ..contract import check_contract, is_material_change, requires_approval
 from ..delegation import acts_as_delegate, ancestry, check_grant
 from ..documents import POLICY_VERSION, actor_of, authority_signed, work_item_document
+from ..hooks import acceptance_checks
 from ..models import Offer, WorkItem
 from ..models import WorkProposal as Proposal
 from ..wire import moment, refuse, when
@@ -422,6 +423,8 @@ def accept_offer(ctx: HandlerContext) -> Decision:
         raise refuse(ErrorCode.WORK_OFFER_EXPIRED, f"the offer expired at {when(mine.expires_at)}")
     if mine.contract_revision != item.contract_revision:
         raise refuse(ErrorCode.INVALID_STATE_TRANSITION, "the offer is for an older contract version")
+    for check in acceptance_checks:  # an open essential ambiguity (§10.1, conversations)
+        check(ctx, item)
     mine.status, mine.closed_at = "accepted", ctx.now
     mine.save(update_fields=["status", "closed_at"])
     withdrawn = withdraw_offers(item, ctx.now)
@@ -468,35 +471,6 @@ def decline_offer(ctx: HandlerContext) -> Decision:
     if detail:
         payload["detail"] = detail
     return Decision([emit("ext.mwportal.work.offer_declined", item, payload)], item_ref(item))
-
-
-@command("ext.mwportal.work.ambiguity_raise", group_roles=EXECUTING)
-def raise_ambiguity(ctx: HandlerContext) -> Decision:
-    """An offered Worker raises an essential ambiguity before acceptance (§10.1).
-
-    Its offer closes, so it cannot accept the WorkItem as it stands; the
-    Coordinator answers with a new ``work.offer`` carrying the corrected
-    contract or authorizes a replacement WorkItem. Like a decline it changes
-    only the offer: the WorkItem revision stays."""
-    item = load_item(ctx)
-    sm.check_transition(item.state, sm.AMBIGUITY)
-    fields = list(ctx.payload.get("fields") or [])
-    for i, name in enumerate(fields):
-        if name.split("/", 1)[0] not in item.contract:
-            raise refuse(
-                ErrorCode.INVALID_COMMAND,
-                f"/payload/fields/{i}: {name!r} is not a member of the Work Contract",
-                field=f"/payload/fields/{i}",
-            )
-    mine = _my_open_offer(ctx, item)
-    questions = ctx.payload["questions"]
-    mine.status, mine.closed_at = "declined", ctx.now
-    mine.decline_reason, mine.decline_detail = "ambiguity", "\n".join(questions)[:2000]
-    mine.save()
-    payload: dict[str, Any] = {"workItemId": urn(item.id), "agentId": urn(ctx.actor.id), "questions": questions}
-    if fields:
-        payload["fields"] = fields
-    return Decision([emit("ext.mwportal.work.ambiguity_raised", item, payload)], item_ref(item))
 
 
 @command("approval.grant_execution", group_roles=("mission_owner",), actors=PEOPLE)

@@ -372,6 +372,11 @@ MEMBERSHIPS = (
 
 _AMENDMENT = {"amendmentId": ID, "messageId": ID, "reason": REASON}
 
+ESSENTIAL_AMBIGUITY = f"https://mwportal.dev/schemas/0.1/{PROJECT}.work.essential-ambiguity"
+"""The ``data_ref`` schema of the content item that makes a Message in a WorkItem's Conversation an
+essential ambiguity (§10.1): ``{"type": "data_ref", "schema": ESSENTIAL_AMBIGUITY, "data": {"questions":
+[...], "fields": [contract members]}}``. No candidate accepts that contract revision afterwards."""
+
 MESSAGES = (
     define(
         "message.post",
@@ -385,7 +390,8 @@ MESSAGES = (
         issuers=("member",),
         aggregate="message",
         events=("message.posted", f"{PROJECT}.governance.soft_threshold_reached"),
-        summary="A completed Message in a Conversation; context, never authority (§9).",
+        summary="A completed Message in a Conversation; context, never authority (§9). A structured item of"
+        " schema ESSENTIAL_AMBIGUITY in a WorkItem's Conversation raises an essential ambiguity (§10.1).",
         example={"messageId": ex.uid(48), "conversationId": ex.CONVERSATION, "content": "Draft is ready."},
     ),
     define(
@@ -548,4 +554,4 @@ DEFINITIONS: tuple[CommandDefinition, ...] = (
     *EXTENSION_PROFILES,
 )
 
-__all__ = ["DEFINITIONS", "PROJECT", "define"]
+__all__ = ["DEFINITIONS", "ESSENTIAL_AMBIGUITY", "PROJECT", "define"]

@@ -121,16 +121,6 @@ PLANNING = (
         example={"workItemId": ex.WORK_ITEM, "reason": "capacity"},
     ),
     define(
-        f"{PROJECT}.work.ambiguity_raise",
-        {"workItemId": ID, "questions": array(text(4000), min_items=1)},
-        {"fields": array(text(200), unique=True)},
-        issuers=("worker",),
-        aggregate="work_item",
-        events=(f"{PROJECT}.work.ambiguity_raised",),
-        summary="An essential ambiguity raised before acceptance, naming the contract fields (§10.1).",
-        example={"workItemId": ex.WORK_ITEM, "questions": ["Which quarter?"], "fields": ["goal"]},
-    ),
-    define(
         "approval.grant_execution",
         {"approvalId": ID, **_OWNED, "operations": array(text(200), min_items=1, unique=True)},
         {

@@ -553,13 +553,6 @@ EXTENSIONS = (
         example={"workItemId": ex.WORK_ITEM, "agentId": ex.WORKER["id"], "reason": "capacity"},
     ),
     fact(
-        f"{PROJECT}.work.ambiguity_raised",
-        {"workItemId": ID, "agentId": ID, "questions": array(text(4000), min_items=1)},
-        {"fields": array(text(200), unique=True)},
-        aggregate="work_item",
-        example={"workItemId": ex.WORK_ITEM, "agentId": ex.WORKER["id"], "questions": ["Which quarter?"]},
-    ),
-    fact(
         f"{PROJECT}.work.lease_expired",
         {"workItemId": ID, "ownershipEpoch": POSITIVE, "leaseType": enum("ownership", "execution", "blocked")},
         {
