@@ -23,6 +23,7 @@ exactly what the UI socket ``/ws/ui/groups/{id}`` carries to ``portal.js``.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,9 +37,11 @@ from django.views.decorators.http import require_GET
 from artifacts.models import BlobGroup
 from artifacts.store import check_sha256
 from artifacts.views import blob_download
-from missions.models import Agent, Approval, Group, GroupEvent, Mission
+from missions.models import Agent, Approval, Group, GroupEvent, Membership, Mission
 from missions.withholding import served_documents
 from mwportal.protocol import ProtocolError, format_time
+from mwportal.protocol.catalogue.model import COOPERATION_POLICY
+from mwportal.protocol.ids import urn
 from workitems.models import ExecutionLease, WorkItem
 
 from . import actions, visuals
@@ -210,7 +213,16 @@ def _owner_commands(agent: Agent, access: MissionAccess) -> dict[str, Any]:
         "cmd_cancel_mission": command_context(agent, "mission.cancel", group, {}, fields={"reason": "reason"},
                                               expected_revision=access.group.revision),
         "cmd_assign": command_context(agent, "mission.assign_coordinator", group, {},
-                                      fields={"coordinator": "coordinatorId"}),
+                                      fields={"coordinator": "coordinatorId"}, expected_revision=access.group.revision),
+        # §20: a one-shot Cooperation Override Grant for one named Command of one member.
+        "cmd_override": command_context(agent, "policy.grant_cooperation_override", group, {}, fresh=("grantId",),
+                                        fields={"policy_name": "policyName", "target_kind": "targetCommandKind",
+                                                "target_action": "targetActionId", "reason": "reason"},
+                                        builder="override"),
+        "cooperation_policies": COOPERATION_POLICY["enum"],
+        "beneficiaries": [(json.dumps({"type": Agent.ACTOR_TYPES[m.agent.kind], "id": urn(m.agent_id)}), m.agent.name)
+                          for m in Membership.objects.filter(group_id=access.group.id, active=True).select_related(
+                              "agent").order_by("agent__name")],
     }  # fmt: skip
 
 

@@ -149,6 +149,12 @@
       payload.budget = { currency: "EUR", financialLimit: number(text(form, "budget") || "100", "budget") };
       spec.then = spec.then.replace("GROUP", payload.groupId.slice(URN.length));
     },
+    // policy.grant_cooperation_override (§20): the member it is for, and when it lapses.
+    override: function (form, spec, payload) {
+      payload.beneficiary = JSON.parse(text(form, "beneficiary"));
+      var minutes = number(text(form, "minutes") || "60", "minutes");
+      payload.expiresAt = new Date(Date.now() + minutes * 60000).toISOString();
+    },
     // ext.mwportal.scheduling.priority_policy_set: the policy document the editor describes.
     policy: function (form, spec, payload) {
       var classes = {}, groups = {};
