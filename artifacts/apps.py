@@ -7,4 +7,4 @@ class ArtifactsConfig(AppConfig):
 
     def ready(self) -> None:
         # Handlers register themselves per command type on import.
-        from . import archive, context, handlers, review_handlers  # noqa: F401
+        from . import archive, context, coordinator, handlers, review_handlers  # noqa: F401

@@ -51,6 +51,7 @@ from mwportal.protocol.ids import urn
 
 from . import policylog, service_keys
 from .access import group_not_found
+from .coordinator import fence
 from .delivery import CommittedHead, carried_event, notify_commit, prepare_commit
 from .intake import Auth as Auth
 from .intake import Command as Command
@@ -389,6 +390,8 @@ def _accept_once(command: Command, spec: CommandSpec, now: datetime) -> Receipt:
                 )
             group = _lock_group(cur, doc.group, spec)
         actor = _load_actor(cur, command, spec, group)
+        if group.exists and group.kind == Group.KIND_MISSION and actor.session_epoch == doc.session_epoch:
+            fence(doc, actor.id, actor.type, actor.membership_roles, group.id, now)  # §7.2, before roles
         _check_actor(command, spec, actor, group)
         _check_scope(spec, group)
         _check_not_archived(group)

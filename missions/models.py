@@ -143,14 +143,16 @@ class Group(models.Model):
 
 
 class Mission(models.Model):
-    STATUSES = ("active", "completed", "failed", "cancelled", "archived")
+    # mission.schema.json's states (§7.1), and the portal's archival after a terminal one (§7.4).
+    STATUSES = ("active", "awaiting_approval", "approved", "failed", "cancelled", "archived")
+    TERMINAL = ("approved", "failed", "cancelled", "archived")
 
     id = models.UUIDField(primary_key=True, editable=False)
     organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="missions")
     group = models.OneToOneField(Group, on_delete=models.PROTECT, related_name="mission")
     title = models.CharField(max_length=300)
     objective = models.TextField()
-    status = models.CharField(max_length=12, default="active")
+    status = models.CharField(max_length=20, default="active")
     created_by = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+")
     created_at = models.DateTimeField()
     # Optional Mission-wide budgets over the six dimensions, and the usage
@@ -161,13 +163,27 @@ class Mission(models.Model):
     # mission.create_child). Plain ids: the parent lives in another Group.
     parent_group_id = models.UUIDField(null=True, blank=True)
     parent_workitem_id = models.UUIDField(null=True, blank=True)
+    # The approved Mission a follow-up corrects or extends (§7.1: an approved
+    # Mission is never reopened; a follow-up links to it).
+    follow_up_of_id = models.UUIDField(null=True, blank=True)
+    # The Mission's declared permissions (mission.create ``permissions``): a child's are a subset (§14).
+    permissions = models.JSONField(default=list)
+    # The one current Coordinator lease (§7.2): its Agent, Coordinator Epoch,
+    # lease ID, expiry and renewal period (``missions.coordinator``).
+    coordinator = models.ForeignKey(Agent, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    coordinator_epoch = models.PositiveIntegerField(default=1)
+    coordinator_card_version = models.PositiveIntegerField(default=1)  # the Agent Card version the lease pins
+    coordinator_lease_id = models.UUIDField(null=True, blank=True)
+    coordinator_lease_expires_at = models.DateTimeField(null=True, blank=True)
+    coordinator_lease_seconds = models.PositiveIntegerField(default=300)
 
     class Meta:
         constraints = [
             models.CheckConstraint(
-                condition=Q(status__in=["active", "completed", "failed", "cancelled", "archived"]),
+                condition=Q(status__in=["active", "awaiting_approval", "approved", "failed", "cancelled", "archived"]),
                 name="mission_status_valid",
-            )
+            ),
+            models.CheckConstraint(condition=Q(coordinator_epoch__gte=1), name="mission_coordinator_epoch_positive"),
         ]
 
     def __str__(self) -> str:

@@ -82,3 +82,34 @@ def archive_groups(now: datetime | None = None) -> int:
             except Exception:
                 log.exception("after archival of Group %s: %s failed", sealed, getattr(hook, "__name__", hook))
     return archived
+
+
+@shared_task(name="missions.expire_coordinator_leases")
+def expire_coordinator_leases() -> int:
+    """The beat (``CELERY_BEAT_SCHEDULE``): record every current Coordinator lease that ran out unrenewed
+    (§7.2) as the control plane's Command, once per (Mission, Coordinator Epoch): the Command's action ID
+    is derived from both. Returns how many were recorded."""
+    from django.utils import timezone
+
+    from .authority import accept, system_action_id
+    from .commands import service_command
+    from .handlers.coordinator import EXPIRE, EXPIRED, NON_TERMINAL
+
+    now = timezone.now()
+    recorded = 0
+    due = Mission.objects.filter(status__in=NON_TERMINAL, coordinator_lease_expires_at__lte=now)
+    for mission in due.select_related("group"):
+        epoch = mission.coordinator_epoch
+        if GroupEvent.objects.filter(group_id=mission.group_id, type=EXPIRED, body__coordinatorEpoch=epoch).exists():
+            continue
+        command = service_command(
+            EXPIRE, str(mission.group_id), {"coordinatorEpoch": epoch},
+            organization_id=str(mission.organization_id), expected_revision=mission.group.revision,
+            action_id=system_action_id("coordinator-lease-expired", mission.id, epoch),
+        )  # fmt: skip
+        try:
+            accept(command, now=now)
+        except ProtocolError:
+            continue  # renewed or replaced meanwhile: the next beat looks again
+        recorded += 1
+    return recorded

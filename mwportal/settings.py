@@ -347,6 +347,13 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     name: {"task": f"workitems.{name}", "schedule": MWP_EXPIRY_INTERVAL_SECONDS}
     for name in ("expire_leases", "expire_start_by", "expire_blocked_leases")
 }
+# The Coordinator lease (PROTOCOL §7.2): its default renewal period, and how often the beat
+# records leases that ran out unrenewed.
+MWP_COORDINATOR_LEASE_SECONDS = int(os.environ.get("MWP_COORDINATOR_LEASE_SECONDS", "86400"))
+CELERY_BEAT_SCHEDULE["expire_coordinator_leases"] = {
+    "task": "missions.expire_coordinator_leases",
+    "schedule": MWP_EXPIRY_INTERVAL_SECONDS,
+}
 MWP_SNAPSHOT_EVERY_EVENTS = int(os.environ.get("MWP_SNAPSHOT_EVERY_EVENTS", "1000"))
 CELERY_BEAT_SCHEDULE["snapshot_groups"] = {"task": "missions.snapshot_groups", "schedule": 60.0}
 # Archival (§7.4): a finished Mission's Group is archived once it has been quiet for the

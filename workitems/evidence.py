@@ -100,9 +100,16 @@ def check_evidence(
 
 
 def authority_evidence(
-    ctx: HandlerContext, item: WorkItem, method: str, *, passed: bool, type_: str | None = None
+    ctx: HandlerContext,
+    item: WorkItem,
+    method: str,
+    *,
+    passed: bool,
+    type_: str | None = None,
+    artifact_hashes: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Evidence the Group Authority signs about ``item`` (every criterion, no Artifact)."""
+    """Evidence the Group Authority signs about ``item`` (every criterion; ``artifact_hashes``:
+    the ``sha256:`` Artifacts it covers, a child Mission's approved set, §14)."""
     document = {
         "evidenceId": urn(uuid.uuid4()),
         "missionId": urn(item.mission_id),
@@ -113,7 +120,7 @@ def authority_evidence(
         "criterionIds": criteria_ids(item.contract),
         "method": method[:4000],
         "result": "passed" if passed else "failed",
-        "artifactHashes": [],
+        "artifactHashes": list(artifact_hashes or []),
         "generatedBy": authority_actor(ctx),
         "createdAt": when(ctx.now),
     }

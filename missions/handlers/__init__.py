@@ -10,19 +10,21 @@ catalogue validates again before they are signed.
   Registry keys, the priority policy;
 - ``sessions``: Agent Sessions and Agent Cards (Organization-scoped);
 - ``missions``: ``mission.create`` and what ``mission.create_child`` shares;
+- ``coordinator``: renewing and expiring the Coordinator lease (§7.2);
 - ``memberships``: ``membership.change``, ``membership.end``;
 - ``archive``: snapshots, archival, redaction tombstones.
 """
 
 from __future__ import annotations
 
-from . import archive, memberships, missions, organization, sessions
+from . import archive, coordinator, memberships, missions, organization, sessions
 from .missions import coordinator_of, found_mission, mission_document, mission_terms
 from .sessions import card_document, token_digest
 
 __all__ = [
     "archive",
     "card_document",
+    "coordinator",
     "coordinator_of",
     "found_mission",
     "memberships",

@@ -23,6 +23,7 @@ from mwportal.protocol.ids import urn
 from mwportal.protocol.values import parse_timestamp
 
 from ..authority import AggregateRef, Decision, Emit, HandlerContext
+from ..coordinator import expires_at, lease_seconds
 from ..guards import refuse
 from ..models import Agent, AgentCard, Group, GroupEvent, Membership, Mission
 from ..registry import command
@@ -30,8 +31,9 @@ from .common import actor_doc, derived_id, main_conversation_id, payload_id, sta
 
 # §7.1: a Mission declares its risk/approval policy; absent, the strictest one.
 DEFAULT_APPROVAL_POLICY = {"finalHumanApproval": True, "highRiskExecutionApproval": True}
-# The normative Mission states (mission.schema.json) of the Mission row's statuses.
-MISSION_STATES = {"active": "active", "completed": "approved", "failed": "failed", "cancelled": "cancelled"}
+# The normative Mission states (mission.schema.json) are the Mission row's statuses; an archived
+# Mission keeps the terminal state it was archived in.
+MISSION_STATES = frozenset({"active", "awaiting_approval", "approved", "failed", "cancelled"})
 _REQUIRED_TERMS = ("objective", "definitionOfDone", "deadline", "budget")
 
 
@@ -72,6 +74,8 @@ def mission_terms(payload: dict[str, Any], now: datetime) -> dict[str, Any]:
         "deadline": deadline,
         "budget": payload["budget"],
         "approvalPolicy": payload.get("approvalPolicy") or DEFAULT_APPROVAL_POLICY,
+        "leaseSeconds": lease_seconds(payload.get("coordinatorLeaseSeconds")),
+        "permissions": sorted(set(payload.get("permissions") or [])),
     }
 
 
@@ -124,6 +128,7 @@ def found_mission(
     now: datetime,
     parent: dict[str, Any] | None = None,
     parent_event_id: str | None = None,
+    follow_up_of: str | None = None,
 ) -> list[Emit]:
     """Create the Mission, its Group and the MissionOwner's and Coordinator's Memberships.
 
@@ -131,7 +136,9 @@ def found_mission(
     normative Mission (revision 1, Coordinator Epoch 1) and Group.
     ``parent`` is a child Mission's ``{"missionId", "workItemId", "depth",
     "groupId"}`` (bare UUIDs), ``parent_event_id`` the parent Group's
-    ``mission.child.created`` Event.
+    ``mission.child.created`` Event. ``follow_up_of``: the approved Mission a
+    follow-up links to (its first Event is then ``mission.follow_up.created``).
+    The Coordinator lease is epoch 1 for ``terms["leaseSeconds"]`` (§7.2).
     """
     if Mission.objects.filter(id=mission_id).exists():
         raise refuse(ErrorCode.INVALID_STATE_TRANSITION, f"mission {urn(mission_id)} exists", missionId=urn(mission_id))
@@ -145,7 +152,11 @@ def found_mission(
         id=mission_id, organization_id=organization_id, group=group, title=terms["title"],
         objective=terms["objective"], created_by=owner, created_at=now, budgets=terms["budget"],
         parent_group_id=parent["groupId"] if parent else None,
-        parent_workitem_id=parent["workItemId"] if parent else None,
+        parent_workitem_id=parent["workItemId"] if parent else None, follow_up_of_id=follow_up_of,
+        permissions=terms["permissions"],
+        coordinator=coordinator, coordinator_epoch=1, coordinator_card_version=card_version,
+        coordinator_lease_id=coordinator_lease_id(mission_id, 1), coordinator_lease_seconds=terms["leaseSeconds"],
+        coordinator_lease_expires_at=expires_at(now, terms["leaseSeconds"]),
     )  # fmt: skip
     Membership.objects.bulk_create(
         [
@@ -172,6 +183,8 @@ def found_mission(
         "approvalPolicy": terms["approvalPolicy"],
         "createdAt": stamp(now),
     }
+    if follow_up_of is not None:
+        mission["followUpToMissionId"] = urn(follow_up_of)
     if parent:
         mission["parent"] = {
             "missionId": urn(parent["missionId"]),
@@ -188,6 +201,9 @@ def found_mission(
     payload: dict[str, Any] = {"mission": mission, "group": group_doc}
     if parent_event_id is not None:
         payload["parentEventId"] = urn(parent_event_id)
+    if follow_up_of is not None:
+        payload["followUpOfMissionId"] = urn(follow_up_of)
+        return [Emit("mission.follow_up.created", AggregateRef("group", group_id, 1), payload)]
     return [Emit("mission.created", AggregateRef("group", group_id, 1), payload)]
 
 
@@ -228,19 +244,79 @@ def create_mission(ctx: HandlerContext) -> Decision:
 def mission_document(group_id: str) -> dict[str, Any] | None:
     """The Mission of a Group as a normative Mission object, now.
 
-    Its terms are those its ``mission.created`` Event carried; its state and
-    revision are the current ones (the Group revision moves with every
-    Mission and Membership change).
+    Its terms are those its first Event (``mission.created`` or
+    ``mission.follow_up.created``) carried; its state, revision and current
+    Coordinator lease are the current ones (the Group revision moves with
+    every Mission and Membership change).
     """
-    row = Mission.objects.filter(group_id=group_id).values_list("status", "group__revision").first()
+    row = Mission.objects.filter(group_id=group_id).first()
     if row is None:
         return None
-    created = GroupEvent.objects.filter(group_id=group_id, type="mission.created").values_list("body", flat=True)
+    created = GroupEvent.objects.filter(group_id=group_id, type__in=FIRST_EVENTS).values_list("body", flat=True)
     body = created.first()
     if body is None:
         return None
     mission = dict(body["mission"])
-    status, revision = row
-    mission["state"] = MISSION_STATES.get(status, mission["state"])
-    mission["revision"] = revision
+    if row.status in MISSION_STATES:
+        mission["state"] = row.status
+    mission["revision"] = Group.objects.values_list("revision", flat=True).get(id=group_id)
+    if row.coordinator_id is not None:
+        mission["coordinator"] = {
+            "agentId": urn(str(row.coordinator_id)),
+            "agentCardVersion": row.coordinator_card_version,
+            "coordinatorEpoch": row.coordinator_epoch,
+            "leaseId": urn(str(row.coordinator_lease_id or coordinator_lease_id(str(row.id), row.coordinator_epoch))),
+        }
     return mission
+
+
+FIRST_EVENTS = ("mission.created", "mission.follow_up.created")
+
+
+def _approved_original(ctx: HandlerContext, payload: dict[str, Any]) -> str:
+    """The approved Mission a follow-up links to, owned by the same human (§7.1)."""
+    original = payload_id(payload, "followUpOfMissionId")
+    row = Mission.objects.filter(id=original, organization_id=ctx.actor.organization_id).first()
+    if row is None:
+        raise refuse(
+            ErrorCode.INVALID_COMMAND, "/payload/followUpOfMissionId: no such Mission in this Organization",
+            field="/payload/followUpOfMissionId", reason="not_found",
+        )  # fmt: skip
+    if row.status != "approved":
+        raise refuse(
+            ErrorCode.INVALID_STATE_TRANSITION,
+            f"/payload/followUpOfMissionId: a follow-up links to an approved Mission; this one is {row.status}",
+            field="/payload/followUpOfMissionId",
+        )
+    if str(row.created_by_id) != ctx.actor.id:
+        raise refuse(
+            ErrorCode.AUTH_FORBIDDEN,
+            "/payload/followUpOfMissionId: only the approved Mission's own MissionOwner opens its follow-up (§7.1)",
+            field="/payload/followUpOfMissionId",
+        )
+    return original
+
+
+@command("mission.create_follow_up", creates_group=True, org_roles=("mission_owner",), actors=("human",))
+def create_follow_up(ctx: HandlerContext) -> Decision:
+    """The same human opens a new Mission linked to an approved one (§7.1): corrections,
+    revocation or remediation never reopen or rewrite the approved Mission."""
+    payload = ctx.payload
+    group_id = payload_id(payload, "groupId")
+    if group_id != ctx.group.id:
+        raise refuse(
+            ErrorCode.SCHEMA_VALIDATION_FAILED,
+            "/payload/groupId: must be the Group the Command creates (its groupId)",
+            field="/payload/groupId",
+        )
+    original = _approved_original(ctx, payload)
+    organization_id = ctx.actor.organization_id
+    terms = mission_terms(payload, ctx.now)
+    coordinator, card_version = coordinator_of(organization_id, payload)
+    events = found_mission(
+        group_id=group_id, mission_id=payload_id(payload, "missionId"), organization_id=organization_id,
+        owner=Agent.objects.get(id=ctx.actor.id), coordinator=coordinator, card_version=card_version, terms=terms,
+        now=ctx.now, follow_up_of=original,
+    )  # fmt: skip
+    ctx.group.organization_id = organization_id
+    return Decision(events, AggregateRef("group", group_id, 1))

@@ -92,6 +92,7 @@ PROJECT_COMMANDS = {
     "ext.mwportal.governance.cooperation_policy_set",
     "ext.mwportal.extension.profile_register",
     "ext.mwportal.extension.profile_pin",
+    "ext.mwportal.mission.coordinator_lease_expire",
 }
 ORGANIZATION_SCOPED = {
     "ext.missionweaveprotocol.registry.agent_card_register": "ext.missionweaveprotocol.registry.agent_card_registered",
@@ -187,6 +188,7 @@ def command_examples() -> dict[str, dict[str, Any]]:
             "comments": "fine",
         },
         "mission.request_changes": {"missionRevision": 2, "feedback": "More tests."},
+        "ext.mwportal.mission.coordinator_lease_expire": {"coordinatorEpoch": 2},
         "mission.cancel": {"reason": "no longer needed"},
         "mission.terminate": {"reason": "cannot be done"},
         "membership.change": {"principal": AGENT, "roles": ["worker", "reviewer"], "provisional": True},

@@ -373,6 +373,8 @@ def survey_mission(owner: AgentKey, coordinator: AgentKey, workers: list[AgentKe
         {
             "missionId": urn(mission_id), "groupId": urn(group_id), "coordinatorId": give_card(coordinator).urn,
             "title": "Survey", "objective": "Summarise the survey", "budget": MISSION_BUDGET,
+            # A Coordinator lease outlasting the clock jumps of the expiry tests (§7.2).
+            "coordinatorLeaseSeconds": 30 * 86400,
             "deadline": stamp(datetime.now(UTC) + timedelta(days=60)),
             "definitionOfDone": [
                 {"criterionId": "done", "description": "the survey is summarised", "evidenceRequired": ["human_review"]}

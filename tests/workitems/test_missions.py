@@ -10,8 +10,9 @@ from missions.models import Agent, Group, GroupEvent, Mission
 from missions.verify import verify_group_log
 from mwportal.protocol import ErrorCode, schemas
 from mwportal.protocol.ids import urn
+from mwportal.protocol.verification import sign_document
 from tests.conftest import AgentKey, group_revision, refused
-from tests.workitems.flow import COORDINATOR_EPOCH, Flow
+from tests.workitems.flow import COORDINATOR_EPOCH, Flow, stamp
 from workitems.models import ExecutionLease
 
 
@@ -35,12 +36,24 @@ def submit(by: AgentKey, group: str, hashes: list[str]) -> dict[str, object]:
 
 
 def approve(by: AgentKey, group: str, hashes: list[str], revision: int | None = None) -> dict[str, object]:
+    """``mission.approve`` carrying the Approval document ``by`` signed over the submission (§7.3)."""
     submitted = GroupEvent.objects.filter(group_id=group, type="mission.submitted_for_approval").order_by("-sequence")
+    last = submitted.first()
+    revision = revision or (last.body["missionRevision"] if last is not None else group_revision(group))
+    mission = Mission.objects.get(group_id=group)
+    approval = {
+        "approvalId": urn(uuid.uuid4()), "kind": "child_mission" if mission.parent_group_id else "mission_final",
+        "decision": "approved", "missionId": urn(mission.id), "groupId": urn(group), "missionRevision": revision,
+        "artifactHashes": hashes, "acceptancePolicyVersion": "1.0.0", "approver": by.actor, "comments": "",
+        "conditions": [], "occurredAt": stamp(),
+    }  # fmt: skip
+    signed = sign_document(approval, key_id=by.key.key_id, seed=by.key.seed, profile="approval")
     payload = {
-        "approvalId": urn(uuid.uuid4()),
-        "missionRevision": revision or submitted.first().body["missionRevision"],  # type: ignore[union-attr]
+        "approvalId": approval["approvalId"],
+        "missionRevision": revision,
         "artifactHashes": hashes,
         "acceptancePolicyVersion": "1.0.0",
+        "approval": signed,
     }
     return by.send("mission.approve", group, payload, expected_revision=group_revision(group))
 
@@ -149,7 +162,7 @@ def test_changes_requested_reopen_the_submitted_revision_spec_7_3(flow: Flow) ->
     flow.drive_to("verified")  # the Coordinator adds corrective work to the same Mission
     submit(flow.coordinator, flow.group, hashes)
     approve(flow.owner, flow.group, hashes)
-    assert Mission.objects.get(id=flow.mission).status == "completed"
+    assert Mission.objects.get(id=flow.mission).status == "approved"
 
 
 def test_mission_approval_by_its_human_owner_spec_7_3(flow: Flow) -> None:
@@ -162,7 +175,7 @@ def test_mission_approval_by_its_human_owner_spec_7_3(flow: Flow) -> None:
     schemas.validate("approval", approval)
     assert (approval["kind"], approval["approver"]) == ("mission_final", flow.owner.actor)
     assert receipt["events"][-1]["kind"] == "mission.approved"
-    assert Mission.objects.get(id=flow.mission).status == "completed"
+    assert Mission.objects.get(id=flow.mission).status == "approved"
 
 
 def test_a_failed_parent_workitem_stops_waiting_for_its_child_spec_14(flow: Flow) -> None:

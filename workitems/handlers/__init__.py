@@ -7,7 +7,7 @@ decorators and hooks run on import (``WorkitemsConfig.ready`` imports this).
 re-exported here.
 """
 
-from . import delegation, execution, expiry, offers, outcomes, results
+from . import delegation, execution, expiry, lifecycle, offers, outcomes, results
 from .common import check_lease, item_ref, lease_document, load_item, token_digest
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "expiry",
     "item_ref",
     "lease_document",
+    "lifecycle",
     "load_item",
     "offers",
     "outcomes",

@@ -155,6 +155,15 @@ def accept_result(ctx: HandlerContext) -> Decision:
     item = load_item(ctx)
     sm.check_transition(item.state, "work.accept_result")
     evidence = check_evidence(ctx, item, ctx.payload["evidence"])
+    if str(item.owner_id) == ctx.actor.id and all(e["generatedBy"]["id"] == urn(ctx.actor.id) for e in evidence):
+        # §7.2: the Coordinator may execute work, but never solely reviews its own output.
+        raise refuse(
+            ErrorCode.AUTH_FORBIDDEN,
+            "/payload/evidence: the Coordinator executed this WorkItem; an independent reviewer's Evidence is"
+            " required, the Coordinator is never the sole reviewer of its own output (§7.2)",
+            field="/payload/evidence",
+            reason="sole-reviewer",
+        )
     item.state = sm.VERIFIED
     save(item, ctx.now)
     content().record_evidence(ctx, item, evidence, "coordinator")

@@ -9,6 +9,7 @@ from . import examples as ex
 from .model import (
     ACTOR,
     AGENT_CARD,
+    APPROVAL,
     APPROVAL_POLICY,
     CHILD_FAILURE_POLICY,
     CONTEXT_PACKAGE,
@@ -253,6 +254,16 @@ MISSIONS = (
         example={"leaseSeconds": 300},
     ),
     define(
+        f"{PROJECT}.mission.coordinator_lease_expire",
+        {"coordinatorEpoch": POSITIVE},
+        issuers=("service",),
+        aggregate="mission",
+        events=(f"{PROJECT}.mission.coordinator_lease_expired",),
+        cas=True,
+        summary="The control plane records that the Coordinator lease of an epoch ran out unrenewed (§7.2).",
+        example={"coordinatorEpoch": 1},
+    ),
+    define(
         "mission.submit_for_approval",
         {"artifactHashes": array(HASH, min_items=1, unique=True)},
         {"missionRevision": POSITIVE},
@@ -270,18 +281,21 @@ MISSIONS = (
             "artifactHashes": array(HASH, min_items=1, unique=True),
             "acceptancePolicyVersion": c("semver"),
         },
-        {"comments": text(10000, min_length=None), "conditions": array(text(2000))},
+        # ``approval``: the Approval document (approval.schema.json) the MissionOwner signed over
+        # exactly these members; the Group Authority requires it and verifies its signature (§7.3).
+        {"comments": text(10000, min_length=None), "conditions": array(text(2000)), "approval": APPROVAL},
         issuers=("mission_owner",),
         aggregate="mission",
         events=("mission.approved", "work.result.accepted"),
         cas=True,
         summary="The MissionOwner approves; a child Mission's approval verifies its parent WorkItem (§7.3, §14).",
         example={
-            "approvalId": ex.uid(46),
+            "approvalId": ex.uid(22),
             "missionRevision": 3,
             "artifactHashes": [ex.HASH],
             "acceptancePolicyVersion": "1.0.0",
-            "comments": None,
+            "comments": "",
+            "approval": ex.approval(),
         },
     ),
     define(

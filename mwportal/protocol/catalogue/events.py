@@ -106,7 +106,8 @@ MISSIONS = (
     fact(
         "mission.coordinator.assigned",
         {"coordinatorId": ID, **_COORDINATOR_LEASE},
-        {"previousCoordinatorId": ID, "coordinatorLease": LEASE},
+        # The signed Context Package the replacement receives (§7.2), by ID and document hash.
+        {"previousCoordinatorId": ID, "coordinatorLease": LEASE, "contextPackageId": ID, "contextPackageHash": HASH},
         aggregate="mission",
         example={
             "previousCoordinatorId": ex.COORDINATOR["id"],
@@ -121,6 +122,13 @@ MISSIONS = (
         {"coordinatorLease": LEASE},
         aggregate="mission",
         example={"coordinatorEpoch": 1, "leaseExpiresAt": ex.T2},
+    ),
+    fact(
+        f"{PROJECT}.mission.coordinator_lease_expired",
+        {"coordinatorId": ID, **_COORDINATOR_LEASE},
+        aggregate="mission",
+        summary="The Coordinator lease of this epoch expired; its Commands are refused until a replacement (§7.2).",
+        example={"coordinatorId": ex.COORDINATOR["id"], "coordinatorEpoch": 1, "leaseExpiresAt": ex.T1},
     ),
     fact(
         "mission.submitted_for_approval",

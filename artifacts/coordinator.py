@@ -1,0 +1,95 @@
+"""``mission.assign_coordinator``: a replacement Coordinator with a higher Coordinator Epoch (PROTOCOL §7.2).
+
+Here rather than in the missions app because the replacement receives a signed
+Context Package (§7.2, §13.3): the Group's latest published version, signed by
+the Agent that generated it and verified when it was published. The
+``mission.coordinator.assigned`` Event names it (``contextPackageId``,
+``contextPackageHash``), and the replacement reads it through
+``GET /api/v0.1/groups/{groupId}/context-packages/{contextPackageId}``.
+
+The MissionOwner or the Organization's control plane appoints; the former
+Coordinator loses its coordinator role (its Membership Epoch moves, and with no
+other role its Membership ends), so every later coordination Command of its
+is fenced (``missions.coordinator``). Its Events stay valid history.
+"""
+
+from __future__ import annotations
+
+from missions.authority import AggregateRef, Decision, Emit, HandlerContext, check_revision
+from missions.coordinator import expires_at, lease_seconds
+from missions.delivery import membership_notice
+from missions.guards import refuse
+from missions.handlers.common import actor_doc, membership_doc, stamp
+from missions.handlers.coordinator import live_mission
+from missions.handlers.missions import coordinator_lease_id, coordinator_of
+from missions.models import Membership
+from missions.registry import command
+from mwportal.protocol import ErrorCode
+from mwportal.protocol.ids import urn
+
+from .models import ContextPackage
+from .store import wire_hash
+
+
+@command("mission.assign_coordinator", group_roles=("mission_owner",), actors=("human", "service"))
+def assign_coordinator(ctx: HandlerContext) -> Decision:
+    """Appoint a replacement Coordinator at Coordinator Epoch n+1 with a fresh lease (§7.2)."""
+    check_revision(ctx.command, ctx.group.revision)
+    mission = live_mission(ctx)
+    replacement, card_version = coordinator_of(ctx.group.organization_id, ctx.payload)
+    new_id = str(replacement.id)
+    old_id = str(mission.coordinator_id) if mission.coordinator_id is not None else None
+    if new_id == old_id:
+        raise refuse(
+            ErrorCode.INVALID_COMMAND,
+            "/payload/coordinatorId: the replacement is another Agent; the current one renews its lease",
+            field="/payload/coordinatorId",
+        )
+    package = ContextPackage.objects.filter(group_id=ctx.group.id).order_by("-published_at", "-id").first()
+    if package is None:
+        raise refuse(
+            ErrorCode.INVALID_STATE_TRANSITION,
+            "the replacement receives a signed Context Package (§7.2): none is published in this Group yet",
+            reason="no-context-package",
+        )
+    epoch = mission.coordinator_epoch + 1
+    seconds = lease_seconds(ctx.payload.get("leaseSeconds") or mission.coordinator_lease_seconds)
+    mission.coordinator, mission.coordinator_epoch, mission.coordinator_card_version = replacement, epoch, card_version
+    mission.coordinator_lease_id = coordinator_lease_id(str(mission.id), epoch)
+    mission.coordinator_lease_seconds, mission.coordinator_lease_expires_at = seconds, expires_at(ctx.now, seconds)
+    mission.save()
+    ref = AggregateRef("group", ctx.group.id, ctx.group.revision + 1)
+    events: list[Emit] = []
+    notices = []
+    for agent_id, change in ((old_id, "drop"), (new_id, "add")):
+        if agent_id is None:
+            continue
+        row = Membership.objects.filter(group_id=ctx.group.id, agent_id=agent_id).first()
+        held = set(row.roles) if row is not None and row.active else set()
+        roles = sorted(held - {"coordinator"} if change == "drop" else held | {"coordinator"})
+        epoch_m = (row.epoch + 1) if row is not None else 1
+        active = bool(roles)
+        if row is None:
+            Membership.objects.create(group_id=ctx.group.id, agent_id=agent_id, roles=roles, updated_at=ctx.now)
+        else:
+            Membership.objects.filter(pk=row.pk).update(
+                roles=roles or row.roles, epoch=epoch_m, active=active, updated_at=ctx.now
+            )
+        member = actor_doc("agent", agent_id)
+        state = "ended" if change == "drop" else "active"
+        doc = membership_doc(
+            group_id=ctx.group.id, mission_id=str(mission.id), member=member, role="coordinator", epoch=epoch_m,
+            now=ctx.now, state=state,
+        )  # fmt: skip
+        events.append(Emit("membership.changed", ref, {"membership": doc}))
+        notices.append(membership_notice(ctx.group.id, agent_id, roles, epoch_m, active))
+    assigned = {
+        "coordinatorId": urn(new_id),
+        "coordinatorEpoch": epoch,
+        "leaseExpiresAt": stamp(mission.coordinator_lease_expires_at),
+        "contextPackageId": urn(str(package.package)),
+        "contextPackageHash": wire_hash(package.document_hash),
+    }
+    if old_id is not None:
+        assigned["previousCoordinatorId"] = urn(old_id)
+    return Decision([Emit("mission.coordinator.assigned", ref, assigned), *events], ref, notices=notices)
