@@ -85,6 +85,9 @@ class AgentCard(models.Model):
     capabilities = models.JSONField(default=list)
     max_concurrency = models.PositiveIntegerField()
     published_at = models.DateTimeField()
+    # The Organization-signed card document exactly as registered (agent-card.schema.json), served by
+    # GET /api/v0.1/agents/{agentId}/card; None for a card registered before it was kept.
+    document = models.JSONField(null=True, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["agent", "version"], name="agentcard_version_unique")]

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from .api import commands, directory, groups, policylog, sessions
+from .api import cards, commands, directory, groups, policylog, sessions
 
 urlpatterns = [
     path("sessions/challenge", sessions.SessionChallengeView.as_view(), name="session-challenge"),
@@ -11,6 +11,7 @@ urlpatterns = [
     path("groups/<str:groupId>/events", groups.GroupEventsView.as_view(), name="group-events"),
     path("groups/<str:groupId>/snapshots/<int:sequence>", groups.GroupSnapshotView.as_view(), name="group-snapshot"),
     path("keys/<str:keyId>", directory.KeyView.as_view(), name="key"),
+    path("agents/<str:agentId>/card", cards.AgentCardView.as_view(), name="agent-card"),
     path("memberships", directory.MembershipsView.as_view(), name="memberships"),
     path("catalogue", directory.CatalogueView.as_view(), name="catalogue"),
     path("policy-log", policylog.PolicyLogView.as_view(), name="policy-log"),

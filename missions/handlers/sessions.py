@@ -129,6 +129,7 @@ def register_agent_card(ctx: HandlerContext) -> Decision:
         capabilities=card["capabilities"],
         max_concurrency=card["maxConcurrency"],
         published_at=ctx.now,
+        document=card,
     )
     ref = AggregateRef("agent", agent_id, version)
     return Decision([Emit(AGENT_CARD_REGISTERED, ref, {"agentId": urn(agent_id), "version": version})], ref)

@@ -24,6 +24,7 @@ ROUTES = {
     f"{API}/groups/{{groupId}}/events": "get",
     f"{API}/groups/{{groupId}}/snapshots/{{sequence}}": "get",
     f"{API}/keys/{{keyId}}": "get",
+    f"{API}/agents/{{agentId}}/card": "get",
     f"{API}/memberships": "get",
     f"{API}/catalogue": "get",
 }
