@@ -305,7 +305,8 @@ class Flow:
                 {"criterionId": "done", "description": "the research is complete", "evidenceRequired": ["human_review"]}
             ],
             "deadline": stamp(datetime.now(UTC) + timedelta(days=7)),
-            "budget": {"currency": "EUR", "financialLimit": 10},
+            # §14: within the parent WorkItem's budget, in every dimension.
+            "budget": {k: v if k == "currency" else v // 2 for k, v in self.item(item_id).contract["budget"].items()},
             "failurePolicy": policy,
         }
         self.coordinator.send(
