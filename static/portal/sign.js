@@ -303,5 +303,6 @@
     });
   }
 
+  window.mwpJcs = jcs;  // the canonical form the page signs, for the browser tests to compare with the server's
   document.addEventListener("DOMContentLoaded", start);
 })();

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import random
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -267,3 +268,34 @@ def test_an_admin_revokes_a_browser_key_and_its_next_command_is_refused_design_4
     refused(ErrorCode.AUTH_FORBIDDEN, pat.key.send, "ext.mwportal.registry.principal_key_revoke", admin_group(),
             {"keyId": ada_key.key_id})  # fmt: skip
     assert not SigningKeyValidity.objects.filter(key=ada_key).exists()
+
+
+def tricky_documents() -> list[Any]:
+    """JSON values where a naive canonical form goes wrong (RFC 8785 §3.2): member order by UTF-16
+    code units (an astral character sorts before U+FFFF), escapes, ECMAScript number forms."""
+    rng = random.Random(19)
+    fixed: list[Any] = [
+        {"\U0001f600": 1, "\uffff": 2, "a": 3, "B": 4, "": 5, "\u00e9": 6},
+        {"s": 'line\nbreak "quoted" back\\slash \u0001 \u007f \u2028 é 😀'},
+        {"n": [0, -0.0, 1, -1, 0.1, 1e21, 1e-7, 123456789012345, 2**53 - 1, 1.5e300, 5e-324, 100, 1e20]},
+        {"nested": {"z": [True, False, None, {"b": [], "a": {}}], "a": "x"}},
+    ]
+    alphabet = 'aZ09_-é😀\u00ff\u4e2d"\\/\n\t'
+    for _ in range(40):
+        doc = {"".join(rng.choice(alphabet) for _ in range(rng.randint(0, 4))): rng.choice(
+            [rng.randint(-(2**53) + 1, 2**53 - 1), rng.random() * 10 ** rng.randint(-8, 20), "".join(
+                rng.choice(alphabet) for _ in range(rng.randint(0, 6))), [rng.randint(0, 9)], None, True])
+            for _ in range(rng.randint(1, 6))}  # fmt: skip
+        fixed.append(doc)
+    return fixed
+
+
+def test_the_pages_canonical_form_is_the_servers_byte_for_byte_rfc_8785(server: Daphne, browser: Browser) -> None:
+    """What the page signs (sign.js' JCS) is what the server verifies (``mwportal.protocol.jcs``)."""
+    page = browser.new_page()
+    page.goto(base_url(server) + "/login/")
+    documents = tricky_documents()
+    in_page = page.evaluate("docs => docs.map(d => window.mwpJcs(d))", documents)
+    assert [s.encode() for s in in_page] == [jcs.canonicalize(d) for d in documents]
+    # And the comparison can fail: a member order by code point is not RFC 8785's.
+    assert page.evaluate("() => window.mwpJcs({'\\uffff': 1, '\\ud83d\\ude00': 2})") != '{"\uffff":1,"😀":2}'
