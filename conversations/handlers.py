@@ -20,6 +20,7 @@ authorizes a replacement.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.conf import settings
@@ -29,6 +30,7 @@ from missions.authority import AggregateRef, Decision, Emit, HandlerContext
 from missions.guards import refuse
 from missions.handlers.common import principal_in, stamp
 from missions.models import Mission
+from missions.policylog import Entry
 from missions.registry import command
 from missions.withholding import MESSAGE_REDACTED
 from mwportal.protocol import ErrorCode, jcs
@@ -190,11 +192,15 @@ def _amend(ctx: HandlerContext, kind: str) -> tuple[Message, MessageAmendment]:
     return message, amendment
 
 
-def _amended(ctx: HandlerContext, kind: str, message: Message, payload: dict[str, Any]) -> Decision:
+def _amended(
+    ctx: HandlerContext, kind: str, message: Message, payload: dict[str, Any], event_id: str | None = None
+) -> Decision:
     revision = message.amendments.count() + 1
     ref = AggregateRef("message", str(message.id), revision)
     work_item = str(message.work_item_id) if message.work_item_id else None
-    event = Emit(kind, ref, payload, work_item_id=work_item, conversation_id=str(message.conversation_id))
+    event = Emit(
+        kind, ref, payload, work_item_id=work_item, conversation_id=str(message.conversation_id), event_id=event_id
+    )
     return Decision([event], ref)
 
 
@@ -228,10 +234,21 @@ def redact(ctx: HandlerContext) -> Decision:
     """A policy redaction with an auditable reason (§7.4, §9.1): a tombstone Event naming the
     Message; its content is withheld on every read path from then on, and the log keeps
     every Event, signature and chain link."""
-    message, _ = _amend(ctx, "redaction")
+    message, amendment = _amend(ctx, "redaction")
     message.state = "redacted"
     message.save(update_fields=["state"])
-    return _amended(ctx, MESSAGE_REDACTED, message, _standing(ctx))
+    tombstone = str(uuid.uuid4())
+    # A redaction is a policy decision: the Policy Log keeps it, linked to its tombstone (§7.4, §20).
+    ctx.policy_records.append(
+        Entry(
+            organization_id=ctx.group.organization_id, kind="redaction", group_id=ctx.group.id,
+            mission_id=str(Mission.objects.values_list("id", flat=True).get(group_id=ctx.group.id)),
+            policy_name="message.redact", actor=ctx.actor.id, action_id=ctx.command.action_id,
+            command_kind=ctx.command.kind, event_id=tombstone, reference=urn(message.id),
+            detail={"messageId": urn(message.id), "amendmentId": urn(amendment.id), "reason": amendment.reason},
+        )
+    )  # fmt: skip
+    return _amended(ctx, MESSAGE_REDACTED, message, _standing(ctx), tombstone)
 
 
 def refuse_ambiguous(ctx: HandlerContext, item: WorkItem) -> None:

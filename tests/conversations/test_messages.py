@@ -150,3 +150,20 @@ def test_a_runaway_message_rate_is_rate_limited_20(flow: Flow, org: dict[str, st
     err = refused(ErrorCode.RATE_LIMITED, post, flow, flow.worker, "three")
     assert err.details["policyName"] == "message_rate"
     post(flow, flow.worker2, "another member's own rate")
+
+
+def test_a_redaction_is_kept_in_the_policy_log_for_auditors_7_4_20(flow: Flow) -> None:
+    """The redaction's policy reason is auditable: the Policy Log entry names the Message and the tombstone."""
+    from tests.conftest import make_agent
+
+    auditor = make_agent("acme", "Audrey Auditor", ["auditor"])
+    message_id = post(flow, flow.worker, "the password is hunter2")
+    amend(flow, flow.worker, "message.retract", message_id, "posted too early")  # not a policy decision
+    receipt = amend(flow, flow.owner, "message.redact", message_id, "contained a credential")
+    response = http().get(f"{API}/policy-log", **bearer(auditor.extra["token"]))
+    assert response.status_code == 200, response.content
+    (entry,) = [e for e in response.json()["entries"] if e["groupId"] == urn(flow.group)]
+    assert entry["kind"] == "redaction" and entry["reference"] == message_id
+    assert entry["detail"]["reason"] == "contained a credential" and entry["detail"]["messageId"] == message_id
+    assert entry["eventId"] == receipt["events"][0]["eventId"]
+    assert "hunter2" not in response.content.decode()
