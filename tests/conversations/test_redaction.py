@@ -145,3 +145,27 @@ def stored_log_verifies_once(flow: Flow, secret: str) -> None:
     group = Group.objects.get(id=flow.group)
     assert verify_group_log(group) == (group.last_sequence, None)
     assert sum(secret in row.document for row in GroupEvent.objects.filter(group=group)) == 1
+
+
+def test_a_context_packages_cited_events_withhold_a_redacted_message_7_4_13_3(flow: Flow, secret: str) -> None:
+    """A Context Package published while the Message was readable cites it; read after the redaction,
+    the cited Events are served in their withheld form."""
+    from tests.artifacts.test_context import package_doc, package_url, publish
+
+    item = flow.authorize()
+    message_id = post(flow, flow.worker, f"first: {secret}", conversation_id(flow.item(item)))
+    doc = package_doc(flow, flow.coordinator)  # type: ignore[arg-type]  # it reads .group and .mission
+    publish(flow.coordinator, flow.group, doc)
+    url = package_url(flow.group, doc["contextPackageId"], "/events")
+    before = http().get(url, **bearer(flow.worker.extra["token"]))
+    assert before.status_code == 200 and secret in before.content.decode()
+    amend(flow, flow.owner, "message.redact", message_id, "contained a credential")
+    after = http().get(url, **bearer(flow.worker.extra["token"]))
+    assert after.status_code == 200 and secret not in after.content.decode()
+    events = after.json()["events"]
+    assert [e["eventId"] for e in events] == doc["sourceEventRange"]["eventIds"]
+    posted = next(e for e in events if e["payload"].get("messageId") == message_id)
+    assert "message" not in posted["payload"]
+    registry = DjangoRegistry(Organization.objects.get(id=Group.objects.get(id=flow.group).organization_id))
+    for event in events:
+        verify_event(jcs.canonicalize(event), registry)
