@@ -15,9 +15,10 @@ file in ``MWP_AUDIT_ARCHIVE_DIR``::
 The header (format, Group, Organization, head sequence, seal time, the key's
 fingerprint) is authenticated as associated data, so a moved or edited
 header fails like edited ciphertext. ``open_archive`` decrypts it;
-``mwp export-audit`` and ``mwp verify-log`` of an archived Group read the
-archive, and ``mwportal.protocol.audit.verify_bundle`` checks its hash chain
-and every signature. A wrong key is named as such, never mistaken for tampering.
+``export_archived`` is the audit export of an archived Group (``mwp
+export-audit`` and ``mwp verify-log`` call it): the archive decrypted and
+``mwportal.protocol.audit.verify_bundle`` checking its hash chain and every
+signature. A wrong key is named as such, never mistaken for tampering.
 
 The key (docs/deploy.md): ``MWP_AUDIT_ENCRYPTION_KEY`` (base64url of 32
 random bytes) or the file ``MWP_AUDIT_ENCRYPTION_KEY_FILE`` holding that
@@ -45,6 +46,7 @@ from missions.models import Group
 from missions.registry import group_archived_hooks, snapshot_contributors
 from missions.snapshots import is_archived
 from mwportal.protocol import jcs
+from mwportal.protocol.audit import AuditReport, verify_bundle
 from mwportal.protocol.command import format_timestamp
 from mwportal.protocol.ids import urn
 from mwportal.protocol.values import b64url_decode, b64url_encode
@@ -192,6 +194,20 @@ def open_archive(group_id: str) -> tuple[dict[str, Any], bytes]:
     except InvalidTag:
         raise ArchiveError(f"{path} fails authentication: the archive or its header was altered") from None
     return header, plain
+
+
+def export_archived(group_id: str, out: Path | None = None) -> AuditReport:
+    """The audit export of an archived Group: its sealed archive decrypted, its hash chain and every
+    signature verified (``verify_bundle``), and the plain bundle written to ``out`` only then.
+    ``ArchiveError`` (absent, wrong key, altered) or ``AuditFailure`` (the bundle does not verify)."""
+    _, bundle = open_archive(group_id)
+    with tempfile.TemporaryDirectory() as work:
+        path = Path(work) / "bundle.tar"
+        path.write_bytes(bundle)
+        report = verify_bundle(str(path))
+    if out is not None:
+        out.write_bytes(bundle)
+    return report
 
 
 def artifact_references(group_id: str) -> tuple[str, Any]:

@@ -235,3 +235,17 @@ def test_a_wrong_key_fails_clearly_and_a_changed_byte_fails_authentication_7_4(
     path.write_bytes(bytes(data))
     with pytest.raises(CommandError, match="fails authentication"):
         call_command("mwp", "verify-log", urn(art.group), stdout=io.StringIO())
+
+
+def test_a_missing_archive_fails_clearly_and_the_next_beat_pass_seals_it_again_7_4(
+    art: Artifacts, worked: dict[str, str]
+) -> None:
+    cancel(art)
+    archive_by_cli(art.group)
+    archive_path(art.group).unlink()
+    with pytest.raises(CommandError, match="has no sealed audit archive"):
+        call_command("mwp", "verify-log", urn(art.group), stdout=io.StringIO())
+    out = io.StringIO()
+    call_command("mwp", "archive", "--due", stdout=out)
+    assert out.getvalue().strip() == "0 Groups archived"  # archived once; only the seal is redone
+    call_command("mwp", "verify-log", urn(art.group), stdout=io.StringIO())

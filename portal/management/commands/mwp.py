@@ -29,7 +29,6 @@ lives in the top app because it drives all of them (audit, review, the demo of
 
 from __future__ import annotations
 
-import tempfile
 from argparse import ArgumentParser
 from pathlib import Path
 from typing import Any
@@ -146,24 +145,16 @@ class Command(BaseCommand):
             self.stdout.write(f"encrypted audit archive: {report.events} Events, chain and signatures verified")
 
     def _archived_bundle(self, group_id: str, out: Path | None) -> Any:
-        """Decrypt the archived Group's audit archive, verify its chain and signatures, keep it at ``out``."""
-        from artifacts.archive import ArchiveError, open_archive
-        from mwportal.protocol.audit import AuditFailure, verify_bundle
+        """The archived Group's audit archive decrypted and verified (``artifacts.archive.export_archived``)."""
+        from artifacts.archive import ArchiveError, export_archived
+        from mwportal.protocol.audit import AuditFailure
 
         try:
-            _, bundle = open_archive(group_id)
+            return export_archived(group_id, out)
         except ArchiveError as exc:
             raise CommandError(f"Group {group_id}: audit archive: {exc}") from None
-        with tempfile.TemporaryDirectory() as work:
-            path = Path(work) / "bundle.tar"
-            path.write_bytes(bundle)
-            try:
-                report = verify_bundle(str(path))
-            except AuditFailure as failure:
-                raise CommandError(f"audit archive FAILED at {failure.where}: {failure.message}") from None
-        if out is not None:
-            out.write_bytes(bundle)
-        return report
+        except AuditFailure as failure:
+            raise CommandError(f"audit archive FAILED at {failure.where}: {failure.message}") from None
 
     def do_export_audit(self, options: dict[str, Any]) -> None:
         from artifacts.audit import export_audit
