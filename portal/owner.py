@@ -18,22 +18,12 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
-from missions.models import Agent, AgentCard, SigningKey, SigningKeyValidity
+from missions.models import Agent, SigningKey, SigningKeyValidity
 from mwportal.protocol.ids import bare, urn
 
 from .access import OWNER, person_agent
-from .signing import REVOKE, admin_group_id, command_context
+from .signing import REVOKE, admin_group_id, command_context, coordinators
 from .views import _page
-
-
-def coordinators(agent: Agent) -> list[Agent]:
-    """The Organization's Agents with an Agent Card: who can hold a Coordinator lease (§6.1, §7.2)."""
-    with_card = AgentCard.objects.values_list("agent_id", flat=True)
-    return list(
-        Agent.objects.filter(organization_id=agent.organization_id, kind=Agent.KIND_AGENT, id__in=with_card).order_by(
-            "name"
-        )
-    )
 
 
 @login_required

@@ -1,9 +1,11 @@
-"""The priority policy editor's form: POSTed fields to a policy document, and
-the preview of fair shares per Group (spec 11.1; ``missions/policy.py``).
+"""The priority policy editor: its Groups and the preview of fair shares per Group (spec 11.1;
+``missions/policy.py``).
 
-Validation is ``missions.policy.check_policy`` itself (through the handler
-of ``ext.mwportal.scheduling.priority_policy_set``), so the editor and the Authority cannot
-disagree about what a valid policy is.
+The page builds the policy document from the form and signs
+``ext.mwportal.scheduling.priority_policy_set`` (``static/portal/sign.js``);
+validation is ``missions.policy.check_policy`` itself, in that Command's
+handler, so the editor and the Authority cannot disagree about what a valid
+policy is.
 """
 
 from __future__ import annotations
@@ -11,10 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.http import QueryDict
-
 from missions.models import Agent, Organization
-from mwportal.protocol import malformed
 
 from .access import member_groups
 
@@ -45,43 +44,6 @@ def group_rows(agent: Agent, policy: dict[str, Any]) -> list[GroupRow]:
         if gid not in mine:
             rows.append(GroupRow(gid, "", entry.get("class", ""), entry.get("quota")))
     return rows
-
-
-def policy_from_form(data: QueryDict, group_ids: list[str]) -> dict[str, Any]:
-    """The policy document the form describes; SCHEMA_VALIDATION_FAILED naming the field for
-    what cannot even be read (numbers that are not numbers)."""
-    classes: dict[str, float] = {}
-    for i in range(int(data.get("class_count") or 0) + 1):
-        name = (data.get(f"class_name_{i}") or "").strip()
-        weight = (data.get(f"class_weight_{i}") or "").strip()
-        if not name and not weight:
-            continue
-        classes[name] = _number(weight, f"class_weight_{i}")
-    groups: dict[str, dict[str, Any]] = {}
-    for gid in group_ids:
-        entry: dict[str, Any] = {}
-        klass = (data.get(f"group_class_{gid}") or "").strip()
-        quota = (data.get(f"group_quota_{gid}") or "").strip()
-        if klass:
-            entry["class"] = klass
-        if quota:
-            entry["quota"] = int(_number(quota, f"group_quota_{gid}"))
-        if entry:
-            groups[gid] = entry
-    return {
-        "classes": classes,
-        "default_class": (data.get("default_class") or "").strip(),
-        "groups": groups,
-        "aging_seconds": _number((data.get("aging_seconds") or "").strip(), "aging_seconds"),
-    }
-
-
-def _number(text: str, field: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise malformed(field, f"{text!r} is not a number") from None
-    return int(value) if value.is_integer() else value
 
 
 @dataclass(slots=True)

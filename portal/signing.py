@@ -37,7 +37,7 @@ from django.views.decorators.http import require_POST
 
 from missions.authority import accept
 from missions.commands import membership_epoch, service_command
-from missions.models import Agent, Group, SigningKey, SigningKeyValidity
+from missions.models import Agent, AgentCard, Group, SigningKey, SigningKeyValidity
 from mwportal.protocol import ErrorCode, ProtocolError, malformed
 from mwportal.protocol.command import format_timestamp
 from mwportal.protocol.ids import new_urn, urn
@@ -99,6 +99,16 @@ def command_context(
     if work_item_id is not None:
         spec["workItemId"] = urn(work_item_id)
     return spec
+
+
+def coordinators(agent: Agent) -> list[Agent]:
+    """The Organization's Agents with an Agent Card: who can hold a Coordinator lease (§6.1, §7.2)."""
+    with_card = AgentCard.objects.values_list("agent_id", flat=True)
+    return list(
+        Agent.objects.filter(organization_id=agent.organization_id, kind=Agent.KIND_AGENT, id__in=with_card).order_by(
+            "name"
+        )
+    )
 
 
 def keys_of(agent: Agent) -> tuple[list[str], list[str]]:

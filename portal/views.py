@@ -58,7 +58,7 @@ from .access import (
 from .errors import explain
 from .policy import current_policy, group_rows, shares
 from .review import review_summary
-from .signing import command_context, signer
+from .signing import command_context, coordinators, signer
 
 TIMELINE_LENGTH = 60
 
@@ -205,8 +205,6 @@ def mission(request: HttpRequest, group_id: str) -> HttpResponse:
 def _owner_commands(agent: Agent, access: MissionAccess) -> dict[str, Any]:
     """The MissionOwner's Mission-wide Commands: ``mission.cancel`` (§7.1, propagated to
     unfinished WorkItems) and ``mission.assign_coordinator`` (§7.2, a higher Coordinator Epoch)."""
-    from .owner import coordinators
-
     group = str(access.group.id)
     return {
         "coordinators": coordinators(agent),
