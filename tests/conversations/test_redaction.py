@@ -169,3 +169,23 @@ def test_a_context_packages_cited_events_withhold_a_redacted_message_7_4_13_3(fl
     registry = DjangoRegistry(Organization.objects.get(id=Group.objects.get(id=flow.group).organization_id))
     for event in events:
         verify_event(jcs.canonicalize(event), registry)
+
+
+def test_a_snapshot_and_the_events_read_on_after_it_withhold_a_redacted_message_7_4_16(
+    flow: Flow, secret: str, settings: Any
+) -> None:
+    """Outside the online window a reader restores the signed snapshot and reads on (§16): neither
+    the snapshot artifact nor the Events after it carry the redacted content."""
+    message_id, _ = redacted(flow, secret)
+    settings.MWP_ONLINE_REPLAY_EVENTS = 3
+    token = bearer(flow.worker.extra["token"])
+    gone = http().get(events_url(flow.group, "afterSequence=0"), **token)
+    assert gone.status_code == 410 and gone.json()["code"] == "CURSOR_TOO_OLD"
+    reference = gone.json()["details"]["snapshot"]
+    snapshot = http().get(reference["href"], **token)
+    assert snapshot.status_code == 200 and secret not in snapshot.content.decode()
+    after = reference["throughSequence"] - 4  # the snapshot is at the head: read the window before it
+    settings.MWP_ONLINE_REPLAY_EVENTS = 10_000
+    tail = http().get(events_url(flow.group, f"afterSequence={max(after, 0)}&limit=1000"), **token)
+    assert tail.status_code == 200 and secret not in tail.content.decode()
+    assert any(e["payload"].get("messageId") == message_id for e in tail.json()["events"])
