@@ -275,3 +275,13 @@ def test_a_finished_target_invalidates_the_grant_spec_9_1(flow: Flow, delegate: 
     assert flow.item(target).state == end
     refused(forbidden("grant-target-ended"), delegated_offer, flow, delegate, grant_id, child)
 
+
+def test_a_replaced_coordinator_invalidates_the_grant_spec_9_1(flow: Flow, delegate: AgentKey, owner: AgentKey) -> None:
+    from tests.core.test_coordinator_lease import assign, publish_package
+    from tests.workitems.flow import give_card
+
+    target = flow.authorize()
+    grant_id = grant(flow, delegate, target)
+    publish_package(flow)  # §7.2: the replacement receives a signed Context Package
+    assign(owner, flow.group, give_card(make_agent("acme", "Cleo Coordinator", ["coordinator"])))
+    refused(forbidden("grant-coordinator-replaced"), delegated_authorize, flow, delegate, grant_id, target)
