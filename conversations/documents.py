@@ -33,9 +33,11 @@ def find(group_id: str, conversation_id: str) -> Where | None:
     """The Conversation ``conversation_id`` (bare) of ``group_id``; None when the Group has no such Conversation."""
     if conversation_id == main_conversation_id(group_id):
         return Where(conversation_id, None)
-    for item in WorkItem.objects.filter(group_id=group_id).order_by("id"):
-        if work_item_conversation(item) == urn(conversation_id):
-            return Where(conversation_id, item)
+    wanted = urn(conversation_id)
+    # One indexed read of the Group's WorkItem IDs; each Conversation ID is derived from its WorkItem's.
+    for item_id in WorkItem.objects.filter(group_id=group_id).values_list("id", flat=True):
+        if work_item_conversation(WorkItem(id=item_id)) == wanted:
+            return Where(conversation_id, WorkItem.objects.get(id=item_id))
     return None
 
 
