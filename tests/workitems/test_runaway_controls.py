@@ -176,3 +176,22 @@ def test_a_workitem_cannot_be_its_own_parent_spec_20(flow: Flow) -> None:
     payload = {"contract": contract(goal="itself"), "parentWorkItemId": urn(item)}
     refused(Because(ErrorCode.INVALID_COMMAND, "cyclic-decomposition"), flow.send, flow.coordinator,
             "work.authorize", item, payload)  # fmt: skip
+
+
+# --- clarification rounds -----------------------------------------------------------------------
+
+
+def test_unresolved_clarification_rounds_on_a_workitem_spec_20(flow: Flow, org: dict[str, str]) -> None:
+    """An essential ambiguity (§10.1) opens a clarification round; beyond the hard limit of rounds
+    still open on one WorkItem, another is RATE_LIMITED and the Policy Log keeps the decision."""
+    from tests.workitems.test_ambiguity import raise_ambiguity
+
+    set_policy(flow.owner, org, {"clarification_rounds": {"hard": 1}})
+    item = flow.authorize()
+    flow.offer(item, agents=[flow.worker, flow.worker2])
+    raise_ambiguity(flow, item, flow.worker)
+    refused(LIMITED, raise_ambiguity, flow, item, flow.worker2)
+    assert [e.policy_name for e in log("limit_hit")] == ["clarification_rounds"]
+    other = flow.authorize(contract(goal="another part"))
+    flow.offer(other, agents=[flow.worker2])
+    raise_ambiguity(flow, other, flow.worker2)  # the rounds are each WorkItem's
