@@ -10,19 +10,23 @@ the Agent that generated it and verified when it was published. The
 The MissionOwner or the Organization's control plane appoints; the former
 Coordinator loses its coordinator role (its Membership Epoch moves, and with no
 other role its Membership ends), so every later coordination Command of its
-is fenced (``missions.coordinator``). Its Events stay valid history.
+is fenced (``missions.coordinator``). Its Events stay valid history. The
+replacement also becomes the MissionOwner of the unfinished child Missions the
+former Coordinator owned (§14).
 """
 
 from __future__ import annotations
 
-from missions.authority import AggregateRef, Decision, Emit, HandlerContext, check_revision
+from typing import Any
+
+from missions.authority import AggregateRef, Decision, Emit, GroupHead, HandlerContext, check_revision
 from missions.coordinator import expires_at, lease_seconds
 from missions.delivery import membership_notice
 from missions.guards import refuse
 from missions.handlers.common import actor_doc, membership_doc, stamp
-from missions.handlers.coordinator import live_mission
+from missions.handlers.coordinator import NON_TERMINAL, live_mission
 from missions.handlers.missions import coordinator_lease_id, coordinator_of
-from missions.models import Membership
+from missions.models import Membership, Mission
 from missions.registry import command
 from mwportal.protocol import ErrorCode
 from mwportal.protocol.ids import urn
@@ -59,30 +63,7 @@ def assign_coordinator(ctx: HandlerContext) -> Decision:
     mission.coordinator_lease_seconds, mission.coordinator_lease_expires_at = seconds, expires_at(ctx.now, seconds)
     mission.save()
     ref = AggregateRef("group", ctx.group.id, ctx.group.revision + 1)
-    events: list[Emit] = []
-    notices = []
-    for agent_id, change in ((old_id, "drop"), (new_id, "add")):
-        if agent_id is None:
-            continue
-        row = Membership.objects.filter(group_id=ctx.group.id, agent_id=agent_id).first()
-        held = set(row.roles) if row is not None and row.active else set()
-        roles = sorted(held - {"coordinator"} if change == "drop" else held | {"coordinator"})
-        epoch_m = (row.epoch + 1) if row is not None else 1
-        active = bool(roles)
-        if row is None:
-            Membership.objects.create(group_id=ctx.group.id, agent_id=agent_id, roles=roles, updated_at=ctx.now)
-        else:
-            Membership.objects.filter(pk=row.pk).update(
-                roles=roles or row.roles, epoch=epoch_m, active=active, updated_at=ctx.now
-            )
-        member = actor_doc("agent", agent_id)
-        state = "ended" if change == "drop" else "active"
-        doc = membership_doc(
-            group_id=ctx.group.id, mission_id=str(mission.id), member=member, role="coordinator", epoch=epoch_m,
-            now=ctx.now, state=state,
-        )  # fmt: skip
-        events.append(Emit("membership.changed", ref, {"membership": doc}))
-        notices.append(membership_notice(ctx.group.id, agent_id, roles, epoch_m, active))
+    events, notices = _move_role(ctx.group.id, str(mission.id), "coordinator", old_id, new_id, ref, ctx)
     assigned = {
         "coordinatorId": urn(new_id),
         "coordinatorEpoch": epoch,
@@ -92,4 +73,54 @@ def assign_coordinator(ctx: HandlerContext) -> Decision:
     }
     if old_id is not None:
         assigned["previousCoordinatorId"] = urn(old_id)
-    return Decision([Emit("mission.coordinator.assigned", ref, assigned), *events], ref, notices=notices)
+    also = _hand_over_children(ctx, old_id, new_id) if old_id is not None else []
+    return Decision([Emit("mission.coordinator.assigned", ref, assigned), *events], ref, also=also, notices=notices)
+
+
+Notice = tuple[str, dict[str, Any]]
+
+
+def _move_role(
+    group_id: str, mission_id: str, role: str, old_id: str | None, new_id: str, ref: AggregateRef, ctx: HandlerContext
+) -> tuple[list[Emit], list[Notice]]:
+    """``role`` leaves ``old_id`` (its Membership Epoch moves; with no role left it ends) and joins
+    ``new_id``'s Membership in ``group_id``: one ``membership.changed`` each."""
+    events: list[Emit] = []
+    notices: list[Notice] = []
+    for agent_id, change in ((old_id, "drop"), (new_id, "add")):
+        if agent_id is None:
+            continue
+        row = Membership.objects.filter(group_id=group_id, agent_id=agent_id).first()
+        held = set(row.roles) if row is not None and row.active else set()
+        roles = sorted(held - {role} if change == "drop" else held | {role})
+        epoch = (row.epoch + 1) if row is not None else 1
+        if row is None:
+            Membership.objects.create(group_id=group_id, agent_id=agent_id, roles=roles, updated_at=ctx.now)
+        else:
+            Membership.objects.filter(pk=row.pk).update(
+                roles=roles or row.roles, epoch=epoch, active=bool(roles), updated_at=ctx.now
+            )
+        doc = membership_doc(
+            group_id=group_id, mission_id=mission_id, member=actor_doc("agent", agent_id), role=role, epoch=epoch,
+            now=ctx.now, state="ended" if change == "drop" else "active",
+        )  # fmt: skip
+        events.append(Emit("membership.changed", ref, {"membership": doc}))
+        notices.append(membership_notice(group_id, agent_id, roles, epoch, bool(roles)))
+    return events, notices
+
+
+def _hand_over_children(ctx: HandlerContext, old_id: str, new_id: str) -> list[tuple[GroupHead, list[Emit]]]:
+    """§14: the Parent Coordinator is its children's MissionOwner, so the replacement becomes the
+    MissionOwner of every unfinished child Mission the former Coordinator owned (their Groups locked
+    in ascending id order after this one)."""
+    out: list[tuple[GroupHead, list[Emit]]] = []
+    children = Mission.objects.filter(parent_group_id=ctx.group.id, status__in=NON_TERMINAL).order_by("group_id")
+    for child in children:
+        owner = Membership.objects.filter(group_id=child.group_id, agent_id=old_id, active=True).first()
+        if owner is None or "mission_owner" not in owner.roles:
+            continue
+        head = ctx.lock_other_group(str(child.group_id))
+        ref = AggregateRef("group", head.id, head.revision + 1)
+        events, _ = _move_role(head.id, str(child.id), "mission_owner", old_id, new_id, ref, ctx)
+        out.append((head, events))
+    return out

@@ -246,8 +246,8 @@ def mission_document(group_id: str) -> dict[str, Any] | None:
 
     Its terms are those its first Event (``mission.created`` or
     ``mission.follow_up.created``) carried; its state, revision and current
-    Coordinator lease are the current ones (the Group revision moves with
-    every Mission and Membership change).
+    Coordinator lease and MissionOwner are the current ones (the Group
+    revision moves with every Mission and Membership change).
     """
     row = Mission.objects.filter(group_id=group_id).first()
     if row is None:
@@ -260,6 +260,10 @@ def mission_document(group_id: str) -> dict[str, Any] | None:
     if row.status in MISSION_STATES:
         mission["state"] = row.status
     mission["revision"] = Group.objects.values_list("revision", flat=True).get(id=group_id)
+    owners = Membership.objects.filter(group_id=group_id, active=True).select_related("agent")
+    owner = next((m.agent for m in owners if "mission_owner" in m.roles), None)
+    if owner is not None:  # a child's MissionOwner follows the parent's Coordinator lease (§14)
+        mission["missionOwner"] = actor_doc(owner.kind, str(owner.id))
     if row.coordinator_id is not None:
         mission["coordinator"] = {
             "agentId": urn(str(row.coordinator_id)),

@@ -268,3 +268,24 @@ def test_the_coordinator_is_never_the_sole_reviewer_of_its_own_output_7_2(flow: 
     independent = flow.evidence(item, flow.worker2, type_="human_review")
     flow.send(flow.coordinator, "work.accept_result", item, {"evidence": own + independent})
     assert flow.item(item).state == "verified"
+
+
+def test_the_replacement_becomes_the_mission_owner_of_the_former_coordinators_children_7_2_14(
+    flow: Flow, cora: AgentKey
+) -> None:
+    item = flow.authorize()
+    child_mission, child_group = flow.create_child(item)
+    publish_package(flow)
+    assign(flow.owner, flow.group, cora)
+    owners = Membership.objects.filter(group_id=child_group, active=True)
+    assert [str(m.agent_id) for m in owners if "mission_owner" in m.roles] == [cora.id]
+    document = mission_document(child_group)
+    assert document is not None and document["missionOwner"] == cora.actor
+    schemas.validate("mission", document)
+    # The former Coordinator no longer owns the child; the replacement does (§14).
+    cancel = {"reason": "replanned"}
+    refused(ErrorCode.GROUP_NOT_FOUND, flow.coordinator.send, "mission.cancel", child_group, cancel,
+            expected_revision=group_revision(child_group), membership_epoch=1)  # fmt: skip
+    cora.send("mission.cancel", child_group, cancel, expected_revision=group_revision(child_group))
+    assert status(child_group) == "cancelled"
+    assert Mission.objects.get(id=child_mission).status == "cancelled"
