@@ -22,7 +22,7 @@ from django.apps import apps
 from django.conf import settings
 from playwright.sync_api import Browser, Page, Request
 
-from missions.models import GroupEvent, Mission, SigningKey, SigningKeyValidity
+from missions.models import GroupEvent, Mission, Organization, SigningKey, SigningKeyValidity
 from missions.service_keys import GROUP_AUTHORITY, principal_id
 from mwportal.protocol import ErrorCode, ed25519, jcs
 from mwportal.protocol.ids import urn
@@ -71,6 +71,11 @@ class Browsing:
 
     def commands(self) -> list[dict[str, Any]]:
         return [json.loads(r.post_data or "{}") for r in self.sent if r.method == "POST" and r.url.endswith(COMMANDS)]
+
+    def press(self, selector: str) -> None:
+        """Press a form's button, the page's earlier answer cleared first."""
+        self.page.evaluate("() => document.querySelectorAll('.signed-outcome, .messages').forEach(e => e.remove())")
+        self.page.click(selector)
 
     def outcome(self) -> str:
         """The page's answer to the last Command: the accepted flash after reload, or the refusal in the form."""
@@ -299,3 +304,35 @@ def test_the_pages_canonical_form_is_the_servers_byte_for_byte_rfc_8785(server: 
     assert [s.encode() for s in in_page] == [jcs.canonicalize(d) for d in documents]
     # And the comparison can fail: a member order by code point is not RFC 8785's.
     assert page.evaluate("() => window.mwpJcs({'\\uffff': 1, '\\ud83d\\ude00': 2})") != '{"\uffff":1,"😀":2}'
+
+
+def test_the_policy_editor_and_an_override_grant_are_built_and_signed_in_the_page_spec_11_1_20(
+    server: Daphne, browser: Browser, root: str, flow: Flow, pat: Person, org: dict[str, str]
+) -> None:
+    you = Browsing(browser, root, "pat", "pw-pat")
+    you.page.goto(f"{root}/policy/")
+    new_class = you.page.locator("#classes tbody tr").last
+    new_class.locator(".class-name").fill("gold")
+    weight = new_class.locator(".class-weight").get_attribute("name")
+    you.page.click("#save-policy")  # a class without a weight
+    assert you.outcome() == f'{weight}: "" is not a number'  # refused in the page: nothing sent
+    assert you.commands() == []
+    new_class.locator(".class-weight").fill("6")
+    you.page.fill(f"input[name=group_class_{flow.group}]", "gold")
+    you.page.fill(f"input[name=group_quota_{flow.group}]", "2")
+    you.press("#save-policy")
+    assert "Accepted: ext.mwportal.scheduling.priority_policy_changed" in you.outcome()
+    policy = Organization.objects.get(id=org["id"]).priority_policy
+    assert policy["classes"]["gold"] == 6 and policy["groups"] == {flow.group: {"class": "gold", "quota": 2}}
+
+    you.page.goto(f"{root}/missions/{flow.group}/")
+    form = you.page.locator("#override-form")
+    form.locator("select[name=policy_name]").select_option("message_rate")
+    form.locator("select[name=beneficiary]").select_option(label="Wanda Worker")
+    form.locator("input[name=target_kind]").fill("message.post")
+    form.locator("input[name=target_action]").fill(urn("00000000-0000-4000-8000-0000000000aa"))
+    form.locator("input[name=reason]").fill("the incident needs it")
+    form.locator("#grant-override").click()
+    assert "Accepted: policy.cooperation_override.granted" in you.outcome()
+    grant = you.commands()[-1]["payload"]
+    assert grant["beneficiary"] == flow.worker.actor and grant["grantId"].startswith("urn:uuid:")
