@@ -226,6 +226,7 @@ _T_MEMBERSHIP = Membership._meta.db_table
 _T_EVENT = GroupEvent._meta.db_table
 _T_ORG_EVENT = OrganizationEvent._meta.db_table
 _T_RECEIPT = ActionReceipt._meta.db_table
+_T_SNAPSHOT = GroupSnapshot._meta.db_table
 
 
 # --- step 1: the six stages -----------------------------------------------------------------
@@ -394,7 +395,7 @@ def _accept_once(command: Command, spec: CommandSpec, now: datetime) -> Receipt:
             fence(doc, actor.id, actor.type, actor.membership_roles, group.id, now)  # §7.2, before roles
         _check_actor(command, spec, actor, group)
         _check_scope(spec, group)
-        _check_not_archived(group)
+        _check_not_archived(cur, group)
         organization_id = group.organization_id or actor.organization_id
         if command.auth is Auth.SIGNED:
             admit(command, organization_id, now)
@@ -489,10 +490,13 @@ def _lock_group(cur: Any, group_id: str, spec: CommandSpec) -> GroupHead:
     return _head(group_id, row)
 
 
-def _check_not_archived(group: GroupHead) -> None:
+def _check_not_archived(cur: Any, group: GroupHead) -> None:
     """An archived Group accepts no further Command of any kind, archival included (§7.4). Checked after
     the actor, so only someone who may see the Group learns that it is archived."""
-    if group.exists and group.id and GroupSnapshot.objects.filter(group_id=group.id, final=True).exists():
+    if not (group.exists and group.id):
+        return
+    cur.execute(f"SELECT 1 FROM {_T_SNAPSHOT} WHERE group_id = %s AND final LIMIT 1", [db_uuid(group.id)])
+    if cur.fetchone() is not None:
         raise ProtocolError(
             ErrorCode.INVALID_STATE_TRANSITION,
             "the Group is archived (§7.4): it accepts no further Command",
