@@ -89,9 +89,9 @@ def root(server: Daphne) -> str:
     return base_url(server)
 
 
-def seeds_of(public_key: bytes, blobs: Iterable[bytes]) -> list[bytes]:
-    """Every Ed25519 seed of ``public_key`` written in ``blobs``: base64url, base64 or hex text, or raw
-    32-byte windows of a short binary value."""
+def seeds_of(public_keys: set[bytes], blobs: Iterable[bytes]) -> list[bytes]:
+    """Every Ed25519 seed of one of ``public_keys`` written in ``blobs``: base64url, base64 or hex text,
+    or raw 32-byte windows of a short binary value."""
     found = []
     for blob in blobs:
         candidates: set[bytes] = set()
@@ -106,8 +106,12 @@ def seeds_of(public_key: bytes, blobs: Iterable[bytes]) -> list[bytes]:
         candidates.update(bytes.fromhex(t.decode()) for t in re.findall(rb"[0-9a-fA-F]{64}", blob))
         if len(blob) <= 4096:
             candidates.update(blob[i : i + 32] for i in range(max(0, len(blob) - 31)))
-        found += [c for c in candidates if len(c) == 32 and ed25519.public_key(c) == public_key]
+        found += [c for c in candidates if len(c) == 32 and ed25519.public_key(c) in public_keys]
     return found
+
+
+def raw_key(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=")
 
 
 def stored_blobs() -> Iterator[bytes]:
@@ -142,13 +146,17 @@ def test_first_sign_in_enrols_a_non_extractable_key_and_no_private_key_is_stored
     other = Browsing(browser, root, "pat", "pw-pat").key()
     assert other["keyId"] != key["keyId"] and other["publicKey"] != key["publicKey"]
 
-    public = base64.urlsafe_b64decode(key["publicKey"] + "=")
+    # No seed of the browser's key in anything the browser sent; no seed of any person's key
+    # (the browser's, the other browser's, the fixtures' software keys) in any table or service file.
     sent = [r.post_data_buffer or b"" for r in you.sent]
-    assert seeds_of(public, sent) == []
-    assert seeds_of(public, stored_blobs()) == []
+    assert seeds_of({raw_key(key["publicKey"])}, sent) == []
+    humans = SigningKey.objects.filter(principal_type="human").values_list("public_key", flat=True)
+    people = {raw_key(k) for k in humans}
+    assert raw_key(key["publicKey"]) in people and len(people) >= 3
+    assert seeds_of(people, stored_blobs()) == []
     # The same search does find a seed where one is kept: the Group Authority's, in MWP_SERVICE_KEY_DIR.
     authority = SigningKey.objects.get(principal_id=urn(_service_id(flow, GROUP_AUTHORITY)))
-    assert seeds_of(base64.urlsafe_b64decode(authority.public_key + "="), stored_blobs())
+    assert seeds_of({raw_key(authority.public_key)}, stored_blobs())
 
 
 def _service_id(flow: Flow, role: str) -> str:
