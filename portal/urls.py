@@ -4,7 +4,7 @@ not a member gets 404 there."""
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import owner, signing, views
+from . import audit, owner, signing, views
 
 app_name = "portal"
 
@@ -15,6 +15,7 @@ urlpatterns = [
     path("approvals/", views.approvals, name="approvals"),
     path("policy/", views.policy, name="policy"),
     path("keys/", owner.keys, name="keys"),
+    path("policy-log/", audit.policy_log, name="policy-log"),
     path("keys/enrol", signing.enrol, name="enrol"),
     path("missions/new/", owner.new_mission, name="new-mission"),
     path("missions/<str:group_id>/", views.mission, name="mission"),
