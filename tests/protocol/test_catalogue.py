@@ -80,6 +80,7 @@ PROJECT_COMMANDS = {
     "ext.mwportal.admin.organization_create",
     "ext.mwportal.registry.principal_register",
     "ext.mwportal.registry.principal_key_enroll",
+    "ext.mwportal.registry.principal_key_revoke",
     "ext.mwportal.scheduling.priority_policy_set",
     "ext.mwportal.audit.event_redact",
     "ext.mwportal.context.package_publish",
@@ -260,6 +261,7 @@ def command_examples() -> dict[str, dict[str, Any]]:
         "ext.mwportal.registry.principal_key_enroll": {
             "publicKey": {"keyId": uid(25), "algorithm": "Ed25519", "publicKey": "AAAA", "validFrom": T}
         },
+        "ext.mwportal.registry.principal_key_revoke": {"keyId": uid(25), "reason": "The laptop was lost."},
         "ext.mwportal.scheduling.priority_policy_set": {"policy": {"weights": {}}},
         "ext.mwportal.governance.cooperation_policy_set": {"policy": {"queued_work_items": {"hard": 10}}},
         "ext.mwportal.audit.event_redact": {"sequence": 3, "reason": "legal request"},
