@@ -26,7 +26,7 @@ from missions.authority import AggregateRef, Decision, Emit, HandlerContext
 from missions.guards import refuse
 from missions.keyregistry import DjangoRegistry
 from missions.models import Organization
-from missions.registry import command, extension_profile_checks
+from missions.registry import command, extension_profile_checks, snapshot_contributors
 from mwportal.protocol import ErrorCode, jcs
 from mwportal.protocol.values import parse_timestamp
 from mwportal.protocol.verification import VerificationFailed, verify_document
@@ -132,4 +132,12 @@ def understands(ctx: HandlerContext, name: str, value: dict[str, Any]) -> bool:
     )
 
 
+def pinned_profiles(group_id: str) -> tuple[str, Any]:
+    """The Group's pinned profile majors for its snapshot state, so a Worker restored from a snapshot knows
+    which critical extensions the Group understands (§16, §18)."""
+    pins = GroupProfilePin.objects.filter(group_id=group_id).order_by("profile_uri")
+    return "extensionProfiles", [{"profileUri": p.profile_uri, "major": p.major} for p in pins]
+
+
 extension_profile_checks.append(understands)
+snapshot_contributors.append(pinned_profiles)

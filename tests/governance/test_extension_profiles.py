@@ -16,6 +16,7 @@ import pytest
 
 from governance.models import ExtensionProfile, GroupProfilePin
 from missions.service_keys import control_plane
+from missions.snapshots import group_state
 from mwportal.protocol import jcs
 from mwportal.protocol.command import format_timestamp
 from mwportal.protocol.ids import urn
@@ -139,9 +140,11 @@ def test_a_group_pins_the_major_version_of_a_registered_profile_18(
     assert register(admin, org, profile_document(org["id"])).status_code == 201
     error_of(pin(owner, g, 2), 400, "INVALID_COMMAND")  # no 2.x registered
     error_of(pin(worker, g, 1), 403, "AUTH_FORBIDDEN")
+    assert group_state(g)["extensionProfiles"] == []
     response = pin(owner, g, 1)
     assert response.status_code == 201, show(response)
     assert list(GroupProfilePin.objects.filter(group_id=g).values_list("profile_uri", "major")) == [(PROFILE_URI, 1)]
+    assert group_state(g)["extensionProfiles"] == [{"profileUri": PROFILE_URI, "major": 1}]  # a restored Worker knows
     error_of(pin(owner, g, 1), 422, "INVALID_STATE_TRANSITION")
 
 
