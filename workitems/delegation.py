@@ -38,17 +38,8 @@ def acts_as_delegate(ctx: HandlerContext) -> bool:
 
 
 def current_coordinator(mission: Mission) -> tuple[str | None, int]:
-    """The Mission's current Coordinator (bare UUID) and Coordinator Epoch (§7.2)."""
-    agent_id = getattr(mission, "coordinator_id", None)
-    epoch = getattr(mission, "coordinator_epoch", None)
-    if epoch is not None:
-        return (str(agent_id) if agent_id else None), int(epoch)
-    from missions.handlers.missions import mission_document
-
-    document = mission_document(str(mission.group_id)) or {}
-    coordinator = document.get("coordinator") or {}
-    found = coordinator.get("agentId")
-    return (bare(found, "coordinator.agentId") if found else None), int(coordinator.get("coordinatorEpoch", 1))
+    """The Mission's current Coordinator (bare UUID) and Coordinator Epoch: its lease (§7.2)."""
+    return (str(mission.coordinator_id) if mission.coordinator_id else None), mission.coordinator_epoch
 
 
 def _forbidden(message: str, reason: str) -> Exception:

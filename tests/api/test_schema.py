@@ -27,6 +27,7 @@ ROUTES = {
     f"{API}/agents/{{agentId}}/card": "get",
     f"{API}/memberships": "get",
     f"{API}/catalogue": "get",
+    f"{API}/policy-log": "get",
 }
 
 
