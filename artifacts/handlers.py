@@ -216,8 +216,25 @@ def artifact_hashes(group_id: str, artifact_ids: list[str]) -> list[str]:
     return list(dict.fromkeys(found[a] for a in wanted if a in found))
 
 
+def adopt_artifacts(ctx: HandlerContext, group_id: str, hashes: list[str]) -> None:
+    """A child Mission's approved Artifacts become the parent Group's too (§14): its members may read
+    them and its Coordinator may submit them. Recorded by the approving Command's actor."""
+    wanted = [hex_of(h, "artifactHashes") for h in hashes]
+    held = set(BlobGroup.objects.filter(group_id=group_id, blob_id__in=wanted).values_list("blob_id", flat=True))
+    BlobGroup.objects.bulk_create(
+        [
+            BlobGroup(blob_id=h, group_id=group_id, uploaded_by_id=ctx.actor.id, created_at=ctx.now)
+            for h in dict.fromkeys(wanted)
+            if h not in held and Blob.objects.filter(pk=h).exists()
+        ]
+    )
+
+
 install(
     Content(
-        record_evidence=record_evidence, absent_from_group=absent_from_group, review_after_commit=review_after_commit
-    )
+        record_evidence=record_evidence,
+        absent_from_group=absent_from_group,
+        review_after_commit=review_after_commit,
+        adopt_artifacts=adopt_artifacts,
+    )  # fmt: skip
 )

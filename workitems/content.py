@@ -44,6 +44,11 @@ class ReviewAfterCommit(Protocol):
         """Schedule the review pipeline of the WorkItem's submission for after commit."""
 
 
+class AdoptArtifacts(Protocol):
+    def __call__(self, ctx: HandlerContext, group_id: str, hashes: list[str]) -> None:
+        """Make the Group hold the ``sha256:`` Artifacts another Group of the Mission tree approved (§14)."""
+
+
 class ArtifactHashes(Protocol):
     def __call__(self, group_id: str, artifact_ids: list[str]) -> list[str]:
         """The content hashes (hex) of the Artifacts published in the Group, by their ``urn:uuid:`` IDs."""
@@ -58,6 +63,7 @@ class Content:
     record_evidence: RecordEvidence
     absent_from_group: AbsentFromGroup
     review_after_commit: ReviewAfterCommit
+    adopt_artifacts: AdoptArtifacts
     # For a snapshot's ``submission.artifactHashes``; without it, the hashes the Evidence cites.
     artifact_hashes: ArtifactHashes = _no_hashes
 

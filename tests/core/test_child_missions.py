@@ -179,6 +179,22 @@ def test_the_childs_approved_result_becomes_evidence_and_artifacts_of_the_parent
     assert evidence["result"] == "passed" and evidence["artifactHashes"] == hashes
     approval = GroupEvent.objects.get(group_id=group, type="mission.approved").body["approval"]
     assert approval["kind"] == "child_mission" and approval["approver"] == flow.coordinator.actor
+    # The child's approved Artifacts are the parent Group's: its Coordinator submits them (§14, §7.3).
+    submit(flow.coordinator, flow.group, hashes)
+    assert status(flow.group) == "awaiting_approval"
+
+
+def test_only_an_approved_childs_artifacts_reach_the_parent_14(flow: Flow) -> None:
+    item = flow.authorize()
+    walt = give_card(flow.worker2)
+    payload = child_payload(flow, item, walt)
+    create_child(flow, item, payload)
+    group = payload["groupId"].removeprefix("urn:uuid:")
+    hashes = [held(group, flow.worker)]
+    submit(walt, group, hashes)
+    flow.cancel(item)  # the parent WorkItem is given up; the child is not approved
+    err = refused(ErrorCode.INVALID_COMMAND, submit, flow.coordinator, flow.group, hashes)
+    assert err.details["field"] == "/payload/artifactHashes"
 
 
 def verified_in_child(child: Flow, terms: dict[str, Any]) -> str:

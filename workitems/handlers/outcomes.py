@@ -199,6 +199,7 @@ def to_parent(
         method = f"child Mission {urn(mission.id)} received its final Approval"
         evidence = [authority_evidence(parent_ctx, item, method, passed=True, artifact_hashes=artifact_hashes)]
         content().record_evidence(parent_ctx, item, evidence, "coordinator")
+        content().adopt_artifacts(parent_ctx, head.id, list(artifact_hashes or []))
         accepted = {"workItemId": urn(item.id), "evidence": evidence}
         return [(head, [emit("work.result.accepted", item, accepted)])]
     policy = item.child_failure_policy
