@@ -341,11 +341,11 @@ else:
         "store_processed": False,
     }
 CELERY_TASK_IGNORE_RESULT = True
-# Expiry sweeps (workitems/tasks.py); each is idempotent, so overlap is harmless.
+# Expiry and retry sweeps (workitems/tasks.py); each is idempotent, so overlap is harmless.
 MWP_EXPIRY_INTERVAL_SECONDS = float(os.environ.get("MWP_EXPIRY_INTERVAL_SECONDS", "10"))
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     name: {"task": f"workitems.{name}", "schedule": MWP_EXPIRY_INTERVAL_SECONDS}
-    for name in ("expire_leases", "expire_start_by", "expire_blocked_leases")
+    for name in ("expire_leases", "expire_start_by", "expire_blocked_leases", "retry_failed")
 }
 # The Coordinator lease (PROTOCOL §7.2): its default renewal period, and how often the beat
 # records leases that ran out unrenewed.

@@ -43,8 +43,8 @@ from .store import Store
 # The catalogue Event kinds that put a WorkItem (back) into its owner's queue.
 _QUEUEING = frozenset(
     {
-        "work.offer.accepted", "work.checkpointed", "work.unblocked", f"{PROJECT}.work.attempt_failed",
-        f"{PROJECT}.work.lease_expired", "ext.missionweaveprotocol.core.work_execution_lease_revoked",
+        "work.offer.accepted", "work.checkpointed", "work.unblocked", f"{PROJECT}.work.lease_expired",
+        "ext.missionweaveprotocol.core.work_execution_lease_revoked",
     }
 )  # fmt: skip
 

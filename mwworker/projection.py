@@ -24,8 +24,7 @@ Worker does not fold, still advances the Cursor (and a WorkItem's revision).
 
 Every timer an Event sets travels in its payload (docs/protocol-choices.md:
 ``startBy`` on ``work.offer.accepted``'s ownership lease, ``work.checkpointed``,
-``work.unblocked``, ``ext.mwportal.work.lease_expired`` and
-``ext.mwportal.work.attempt_failed``), so ``start_by`` is what the Group
+``work.unblocked`` and ``ext.mwportal.work.lease_expired``), so ``start_by`` is what the Group
 Authority set, never a guess. A snapshot carries neither Lease IDs nor open
 offers, so rows restored from one have ``lease_id`` and ``offered_to``
 unknown until the next Event that sets them.
@@ -505,20 +504,13 @@ def _ended(state: str) -> dict[str, Any]:
 
 
 def _failed(row: WorkRow, event: Event) -> dict[str, Any]:
-    return _ended("failed")
+    # A failed attempt: a later start, after a retry policy's or the Coordinator's
+    # new work.offer (failed -> offered, §10.2, §11.4), is a new attempt.
+    return {**_ended("failed"), "needs_new_attempt": True}
 
 
 def _cancelled(row: WorkRow, event: Event) -> dict[str, Any]:
     return _ended("cancelled")
-
-
-def _attempt_failed(row: WorkRow, event: Event) -> dict[str, Any]:
-    payload = event["payload"]
-    return {
-        "state": "queued", "lease_id": None, "lease_expires_at": None, "needs_new_attempt": True,
-        "attempt": payload["attempt"], "retry_not_before": payload.get("retryNotBefore"),
-        "start_by": payload.get("startBy"),
-    }  # fmt: skip
 
 
 def _fenced(row: WorkRow, event: Event) -> dict[str, Any]:
@@ -591,7 +583,6 @@ _ITEM_FOLDERS: dict[str, _Folder] = {
     "work.failed": _failed,
     "work.cancelled": _cancelled,
     "work.contract.revised": _contract_revised,
-    f"{PROJECT}.work.attempt_failed": _attempt_failed,
     f"{PROJECT}.work.ownership_fenced": _fenced,
     f"{PROJECT}.work.lease_expired": _lease_expired,
     f"{PROJECT}.work.late_result_recorded": _late_result,

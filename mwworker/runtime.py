@@ -38,8 +38,10 @@ again at once under a new lease; with one, it pauses there: the five steps
 of §11.3 (MWP-WRK-015). Blocking is the same safe sequence ending in
 ``work.blocked`` (MWP-WRK-017). Failures: a handler's exception becomes
 ``work.fail`` with failure Evidence, marked retryable while the Work
-Contract's retry policy allows (``retry_decision``); the Group Authority then
-queues the next attempt (MWP-WRK-018).
+Contract's retry policy allows (``retry_decision``). The WorkItem is then
+``failed`` (§10.2); the Organization's retry policy re-offers it to this Worker
+after the backoff (``work.offer`` from ``failed``), and the Worker accepts and
+runs the next attempt (MWP-WRK-018).
 
 Reconnection follows websockets' habit: a retry rule (``should_retry``) and a
 capped, jittered backoff generator (``backoff``). Commands unanswered when a

@@ -215,9 +215,10 @@ class Slots(Admission, Leases, Offline):
         return str(manifest["artifactId"])
 
     async def _fail(self, slot: _Slot, ctx: SlotContext, summary: str, *, retryable: bool) -> None:
-        """``work.fail`` with failure Evidence under the current lease (§10.2); the
-        Group Authority turns a retryable failure within the retry policy into
-        another attempt (§11.4)."""
+        """``work.fail`` with failure Evidence under the current lease (§10.2: ``active``
+        -> ``failed``). A retryable failure within the retry policy is re-offered to
+        this Worker after the backoff (``work.offer`` from ``failed``, §11.4), and
+        admission accepts that offer as any other."""
         if slot.lease_id is None or slot.stopped is not None:
             return
         criteria = [str(c["criterionId"]) for c in ctx.contract.get("acceptanceCriteria") or []]

@@ -51,31 +51,36 @@ _ROWS: list[tuple[tuple[str, ...], str, tuple[str, ...]]] = [
     ((QUEUED,), "work.start", (ACTIVE,)),
     ((ACTIVE,), RENEW, (ACTIVE,)),
     ((ACTIVE,), USAGE, (ACTIVE,)),
-    # A new edge revises the contract (§10.4) before execution begins; an owner
-    # must accept the revised contract again (§10.1).
-    ((OPEN, OFFERED, QUEUED, BLOCKED, FAILED), DEPENDENCY_ADD, (OPEN, OFFERED, QUEUED, BLOCKED, FAILED)),
+    # A new edge revises the contract (§10.4) before execution begins, in
+    # place: an owner must accept the revised contract again (§10.1).
+    *(((state,), DEPENDENCY_ADD, (state,)) for state in (OPEN, OFFERED, QUEUED, BLOCKED, FAILED)),
     ((ACTIVE,), "work.checkpoint", (QUEUED,)),
     ((ACTIVE,), "work.block", (BLOCKED,)),
     ((BLOCKED,), "work.unblock", (QUEUED, OPEN)),  # open once ownership expired
     ((ACTIVE,), "work.submit", (SUBMITTED,)),
     ((SUBMITTED,), "work.accept_result", (VERIFIED,)),
+    # Every failed attempt, a Worker's retryable one too, is this row; an
+    # automatic retry (§11.4) is then a ``work.offer`` from ``failed`` by the
+    # Organization's retry policy (docs/protocol-choices.md).
     (_ENDABLE, "work.fail", (FAILED,)),
-    # A Worker-reported retryable failure with attempts left (§11.4):
-    # the execution ends, the WorkItem waits in its queue for the next attempt.
-    ((ACTIVE,), "work.retry", (QUEUED,)),
     (_ENDABLE, "work.cancel", (CANCELLED,)),
     (_CHILDABLE, "mission.create_child", (BLOCKED,)),
     ((BLOCKED,), "child.approved", (VERIFIED,)),
     ((BLOCKED,), "child.failed", (BLOCKED, FAILED)),  # by the declared child-failure policy
     (_ENDABLE, "parent.failed", (FAILED,)),
     (_ENDABLE, "parent.cancelled", (CANCELLED,)),
-    # Expiry (§11.3, §11.5): the lease times out, the start-by deadline or
-    # the bounded blocked lease passes. The owner is fenced; state keeps its
-    # place in the table (an expired active item returns to its queue).
-    ((ACTIVE,), "expire.lease", (QUEUED, FAILED)),
+    # Expiry (§11.3, §11.5) keeps the state where it is, like offer expiry:
+    # a timed-out Execution Lease leaves an active WorkItem with no lease (its
+    # owner may still reconcile buffered progress within the grace window,
+    # then checkpoint); a missed start-by deadline or the end of the bounded
+    # blocked lease fences the owner. The work.offer row ("with no live owner")
+    # then applies; a spent retry policy ends in the work.fail row.
+    ((ACTIVE,), "expire.lease", (ACTIVE,)),
     ((QUEUED,), "expire.start_by", (QUEUED,)),
     ((BLOCKED,), "expire.blocked_lease", (BLOCKED,)),
-    # Session replacement revokes the Agent's leases (§11.3).
+    # Session replacement revokes the Agent's leases and returns the WorkItems
+    # to queued (§11.3 says so in as many words): the active -> queued edge of
+    # the table, as work.checkpoint, with the ownership kept.
     ((ACTIVE,), "lease.revoke", (QUEUED,)),
 ]
 

@@ -293,7 +293,11 @@ class World:
             self.emit(g, "mission.child.created", payload(
                 "mission.child.created", parentMissionId=g.mission, parentWorkItemId=wid,
                 childMissionId=self.uuid(), childGroupId=self.uuid()))  # fmt: skip
-        elif (item.state == "open" and rng.random() < 0.7) or (item.state == "offered" and rng.random() < 0.1):
+        elif (
+            (item.state == "open" and rng.random() < 0.7)
+            or (item.state == "offered" and rng.random() < 0.1)
+            or (item.state == "failed" and rng.random() < 0.3)  # a retry (§11.4) or the Coordinator's re-offer
+        ):
             pool = [ME, *OTHERS]
             item.candidates = sorted(rng.sample(pool, rng.randint(1, 3)))
             item.state, item.offer_expires_at = "offered", self.time(timedelta(minutes=10))
@@ -427,17 +431,20 @@ class World:
             item.state, item.lease = "submitted", None
             self.emit(g, "work.submitted", payload("work.submitted", workItemId=wid), actor=owner, item=item)
         elif roll < 0.82:
-            kind = f"{PROJECT}.work.attempt_failed"
-            item.state, item.lease, item.start_by = "queued", None, self.time(START_BY + LEASE)
-            self.emit(g, kind, payload(kind, workItemId=wid, reason="timeout", attempt=1,
-                                       retryNotBefore=self.time(LEASE), startBy=item.start_by), item=item)  # fmt: skip
+            # A retryable failed attempt is the table's work.fail row (§10.2, §11.4): failed,
+            # then (step_item) the retry policy's work.offer from failed.
+            item.state, item.lease, item.owner, item.start_by = "failed", None, None, None
+            self.emit(g, "work.failed", payload("work.failed", workItemId=wid, reason="timeout", attempt=1),
+                      actor=owner, item=item)  # fmt: skip
         elif roll < 0.88:
+            # A timed-out Execution Lease is a failed attempt too.
             kind = f"{PROJECT}.work.lease_expired"
-            item.state, item.start_by = "queued", self.time(START_BY)
             self.emit(g, kind, payload(kind, workItemId=wid, ownershipEpoch=item.ownership_epoch,
-                                       leaseType="execution", leaseId=item.lease["leaseId"], status="queued",
-                                       startBy=item.start_by), item=item)  # fmt: skip
-            item.lease = None
+                                       leaseType="execution", leaseId=item.lease["leaseId"], status=DROP,
+                                       attempt=1, retryNotBefore=self.time(LEASE)), item=item)  # fmt: skip
+            item.state, item.lease, item.owner, item.start_by = "failed", None, None, None
+            self.emit(g, "work.failed", payload("work.failed", workItemId=wid, reason="lease timeout", attempt=1),
+                      item=item)  # fmt: skip
         elif roll < 0.94:
             kind = "ext.missionweaveprotocol.core.work_execution_lease_revoked"
             self.emit(g, kind, payload(kind, workItemId=wid, executionLeaseId=item.lease["leaseId"],

@@ -379,10 +379,13 @@ def test_a_failed_attempt_is_retried_within_the_contracts_retry_policy_MWP_WRK_0
     portal: Portal, mission: dict[str, str], owner: AgentKey, coordinator: AgentKey, worker: AgentKey,
     worker2: AgentKey, tmp_path: Path,
 ) -> None:  # fmt: skip
-    """§11.4: a handler's exception is ``work.fail`` with failure Evidence, marked
-    retryable while the retry policy allows; the Group Authority queues the next
-    attempt (``ext.mwportal.work.attempt_failed``) and the Worker runs it."""
+    """§11.4 mapped onto §10.2's rows: a handler's exception is ``work.fail`` with failure
+    Evidence, marked retryable while the retry policy allows (active -> failed); after the
+    contract's backoff the Organization's retry policy re-offers it to this Worker
+    (``work.offer`` from failed, by the control plane's sweep, which beat runs and this
+    test runs in its place); the Worker accepts the offer and runs the next attempt."""
     from missions.models import GroupEvent
+    from workitems.tasks import retry_failed
 
     give_card(worker)
     flow = Flow(mission, owner, coordinator, worker, worker2)
@@ -398,17 +401,39 @@ def test_a_failed_attempt_is_retried_within_the_contracts_retry_policy_MWP_WRK_0
 
     retry = {"maxAttempts": 2, "backoff": "fixed", "maxDelay": "PT1S", "retryableFailures": []}
 
+    async def beat() -> None:  # the retry sweep, as Celery beat runs it
+        while True:
+            await in_db_thread(retry_failed)
+            await asyncio.sleep(0.2)
+
     async def body() -> None:
         item = await in_db_thread(lambda: flow.authorize(contract(retryPolicy=retry)))
         await in_db_thread(flow.offer, item)
-        await w.until(lambda: state_of(w, flow.group, item) == "submitted", timeout=30)
-        assert len(attempts) == 2
-        kinds = await in_db_thread(
-            lambda: [e.type for e in GroupEvent.objects.filter(group_id=flow.group).order_by("sequence")]
+        sweep = asyncio.create_task(beat())
+        try:
+            await w.until(lambda: state_of(w, flow.group, item) == "submitted", timeout=30)
+        finally:
+            sweep.cancel()
+        assert attempts == [1, 2]
+        events = await in_db_thread(
+            lambda: [(e.type, e.as_wire()) for e in GroupEvent.objects.filter(group_id=flow.group).order_by("sequence")]
         )
-        assert kinds.count("work.started") == 2 and "ext.mwportal.work.attempt_failed" in kinds
+        kinds = [kind for kind, _ in events]
+        assert kinds.count("work.started") == 2 and kinds.count("work.offer.accepted") == 2
+        failed = kinds.index("work.failed")
+        assert kinds[failed + 1] == "work.offer.created"  # the retry is a §10.2 row: failed -> offered
+        retried = events[failed + 1][1]
+        assert retried["actor"]["type"] == "service" and retried["payload"]["candidateAgentIds"] == [worker.urn]
+        waited = _moment(retried["occurredAt"]) - _moment(events[failed][1]["occurredAt"])
+        assert waited.total_seconds() >= 1  # after the contract's backoff (fixed, PT1S)
 
     asyncio.run(running(w, body, timeout=60))
+
+
+def _moment(text: str) -> Any:
+    from datetime import datetime
+
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 @pytest.mark.parametrize("portal_env", [{"MWP_ONLINE_REPLAY_EVENTS": "3"}])

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import time_machine
+from django.conf import settings
 from django.utils import timezone
 
 from missions import service_keys
@@ -26,20 +27,31 @@ def kinds_of(item: str) -> list[str]:
 
 
 def test_expire_leases_twice_appends_once_spec_11_3(flow: Flow) -> None:
+    """A timed-out Execution Lease changes no state (§10.2 has no row for it): the WorkItem
+    stays active with no lease; once the owner's offline grace (§11.5) and the backoff have
+    passed, the retry policy re-offers it to the same Worker (work.offer from active with no
+    live owner, the expired owner fenced first; §11.4, §11.5)."""
     item = flow.drive_to("active")
-    with time_machine.travel(timezone.now() + timedelta(hours=1)):
+    lease = ExecutionLease.objects.get(id=flow.leases[item])
+    with time_machine.travel(lease.expires_at + timedelta(seconds=5)):
         assert tasks.expire_leases() == 1
         assert tasks.expire_leases() == 0
-    assert kinds_of(item).count(LEASE_EXPIRED) == 1
-    assert ExecutionLease.objects.get(id=flow.leases[item]).status == "expired"
-    assert flow.item(item).state == "queued"
-    expired = GroupEvent.objects.get(aggregate_id=item, type=LEASE_EXPIRED)
-    assert (expired.body["leaseType"], expired.body["leaseId"], expired.body["status"]) == (
-        "execution",
-        urn(flow.leases[item]),
-        "queued",
-    )
-    assert expired.body["startBy"] and expired.body["retryNotBefore"]
+        assert kinds_of(item).count(LEASE_EXPIRED) == 1 and kinds_of(item)[-1] == LEASE_EXPIRED
+        assert ExecutionLease.objects.get(id=lease.id).status == "expired"
+        it = flow.item(item)
+        assert (it.state, str(it.owner_id), it.needs_new_attempt) == ("active", flow.worker.id, True)
+        expired = GroupEvent.objects.get(aggregate_id=item, type=LEASE_EXPIRED)
+        assert (expired.body["leaseType"], expired.body["leaseId"]) == ("execution", urn(lease.id))
+        assert expired.body["retryNotBefore"] and "status" not in expired.body
+        assert tasks.retry_failed() == 0  # the owner may still reconcile buffered progress (§11.5)
+    grace = timedelta(seconds=settings.MWP_OFFLINE_GRACE_SECONDS)
+    with time_machine.travel(lease.expires_at + grace + timedelta(seconds=1)):
+        assert tasks.retry_failed() == 1
+        assert kinds_of(item)[-2:] == [FENCED, "work.offer.created"]
+        assert flow.item(item).state == "offered"
+        flow.accept(item)
+        flow.start(item)
+        assert flow.item(item).attempt == 2
 
 
 def test_the_expiry_command_is_the_control_planes_signed_command_spec_15_1(flow: Flow) -> None:

@@ -23,7 +23,6 @@ EMBEDDED: dict[str, list[tuple[str, str, bool]]] = {
     "work.submitted": [("evidence", "evidence", True)],
     "work.result.accepted": [("evidence", "evidence", True)],
     "work.failed": [("evidence", "evidence", True)],
-    "ext.mwportal.work.attempt_failed": [("evidence", "evidence", True)],
     "approval.execution.granted": [("approval", "approval", False)],
     "mission.approved": [("approval", "approval", False)],
 }

@@ -15,7 +15,8 @@ from missions.models import Approval, GroupEvent, Mission
 from mwportal.protocol import ErrorCode, schemas
 from mwportal.protocol.ids import bare, urn
 from tests.conftest import Because, refused
-from tests.workitems.flow import PROGRESS, Flow, checkpoint, contract
+from tests.workitems.flow import BASIS, PROGRESS, Flow, checkpoint, contract
+from workitems import tasks
 from workitems.models import WorkItem
 
 USAGE = "ext.missionweaveprotocol.core.resource_usage_record"
@@ -177,30 +178,72 @@ def test_the_mission_budget_caps_all_its_workitems_spec_12(flow: Flow) -> None:
 # --- retries (§11.4) --------------------------------------------------------------
 
 
-def test_a_retryable_failure_requeues_with_backoff_until_attempts_run_out_spec_11_4(flow: Flow) -> None:
+def _fail_attempt(flow: Flow, item: str) -> dict[str, object]:
+    """The lease holder's retryable ``work.fail`` (§11.3: it cites its lease)."""
+    evidence = flow.evidence(item, flow.worker, result="failed")
+    payload = {"reason": "the source timed out", "retryable": True, "evidence": evidence}
+    return flow.lease_command("work.fail", item, payload)
+
+
+def _retry_offer(flow: Flow, item: str, agents: list[str] | None = None) -> dict[str, object]:
+    """A ``work.offer`` by the Organization's control plane (its retry policy, §11.4)."""
+    payload = {
+        "workItemId": urn(item),
+        "candidateAgentIds": agents or [flow.worker.urn],
+        "selectionBasis": flow.item(item).selection_basis or BASIS,
+        "offerExpiresInSeconds": 600,
+    }
+    command = group_service_command("work.offer", flow.group, payload, expected_revision=flow.revision(item))
+    return accept(command)
+
+
+def test_a_retryable_failure_fails_and_the_retry_policy_reoffers_after_the_backoff_spec_11_4(flow: Flow) -> None:
+    """§10.2 has no failed-attempt row: the attempt is ``work.fail`` (active -> failed), the
+    next one the retry policy's ``work.offer`` (failed -> offered) after the backoff."""
     retry = {"maxAttempts": 2, "backoff": "fixed", "maxDelay": "PT30S", "retryableFailures": []}
     item = flow.authorize(contract(retryPolicy=retry))
     flow.offer(item)
     flow.accept(item)
     flow.start(item)
-    failure = {"reason": "the source timed out", "retryable": True}
-    receipt = flow.lease_command(
-        "work.fail", item, {**failure, "evidence": flow.evidence(item, flow.worker, result="failed")}
-    )
-    assert receipt["events"][0]["kind"] == "ext.mwportal.work.attempt_failed"
+    receipt = _fail_attempt(flow, item)
+    assert [e["kind"] for e in receipt["events"]] == ["work.failed"]  # type: ignore[index]
     it = flow.item(item)
-    assert (it.state, it.attempt, it.needs_new_attempt) == ("queued", 1, True)
-    err = refused(ErrorCode.INVALID_STATE_TRANSITION, flow.start, item)  # still backing off
-    assert "retryNotBefore" in err.details
+    assert (it.state, it.attempt, it.owner_id, it.needs_new_attempt) == ("failed", 1, None, True)
+    assert tasks.retry_failed() == 0  # still backing off
+    refused(ErrorCode.INVALID_STATE_TRANSITION, _retry_offer, flow, item)
     with time_machine.travel(timezone.now() + timedelta(seconds=31)):
+        assert (tasks.retry_failed(), tasks.retry_failed()) == (1, 0)  # once per failed attempt
+        offered = GroupEvent.objects.filter(aggregate_id=item, type="work.offer.created").order_by("-sequence")[0]
+        assert offered.as_wire()["actor"]["type"] == "service"
+        assert offered.body["candidateAgentIds"] == [flow.worker.urn]
+        assert "retryPolicy" in offered.body["selectionBasis"]["policyRulesApplied"]
+        assert flow.item(item).state == "offered"
+        flow.accept(item)
         flow.start(item)
         assert flow.item(item).attempt == 2
-        evidence = flow.evidence(item, flow.worker, result="failed")
-        flow.lease_command("work.fail", item, {**failure, "evidence": evidence})
-    assert flow.item(item).state == "failed"
-    failed = GroupEvent.objects.get(aggregate_id=item, type="work.failed")
-    assert failed.body["reason"].startswith("retries exhausted")
-    assert failed.body["evidence"] == evidence
+        _fail_attempt(flow, item)
+    it = flow.item(item)
+    assert (it.state, it.retry_not_before) == ("failed", None)  # the policy is spent: the failure stands
+    failed = GroupEvent.objects.filter(aggregate_id=item, type="work.failed").order_by("-sequence")[0]
+    assert failed.body["reason"].startswith("retries exhausted") and failed.body["attempt"] == 2
+    with time_machine.travel(timezone.now() + timedelta(hours=1)):
+        assert tasks.retry_failed() == 0
+        refused(ErrorCode.AUTH_FORBIDDEN, _retry_offer, flow, item)
+    flow.offer(item)  # the Coordinator keeps control of a failed WorkItem (§10.2)
+    assert flow.item(item).state == "offered"
+
+
+def test_the_control_plane_offers_only_what_its_retry_policy_retries_spec_11_4(flow: Flow) -> None:
+    item = flow.drive_to("active")
+    flow.fail(item)  # the Coordinator's failure: no retry
+    assert tasks.retry_failed() == 0
+    refused(ErrorCode.AUTH_FORBIDDEN, _retry_offer, flow, item)
+    other = flow.drive_to("active")
+    _fail_attempt(flow, other)  # the flow's contract: no backoff, three attempts
+    refused(ErrorCode.AUTH_FORBIDDEN, _retry_offer, flow, other, [flow.worker2.urn])  # to another Worker
+    _retry_offer(flow, other)
+    assert flow.item(other).state == "offered"
+    refused(ErrorCode.AUTH_FORBIDDEN, _retry_offer, flow, flow.drive_to("open"))
 
 
 def test_a_failure_needs_evidence_spec_10_2(flow: Flow) -> None:

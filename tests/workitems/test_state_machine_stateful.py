@@ -1,13 +1,17 @@
-"""A hypothesis stateful test of the WorkItem lifecycle against a model of
-the transition table (PROTOCOL §10.2): random Command sequences through
-``accept()``; every step is accepted exactly when the model says so, and the
-stored state always equals the model's."""
+"""A hypothesis stateful test of the WorkItem lifecycle against a model whose
+table is the specification's rows (PROTOCOL §10.2, ``tests.workitems.spec_10_2``,
+never the code's table): random sequences of signed Commands through the REST
+binding; every step is accepted exactly when the model says so, and the stored
+state always equals the model's. Automatic retries (§11.4) are in the model as
+the rows they map onto: a retryable ``work.fail`` (active -> failed), then the
+retry policy's ``work.offer`` (failed -> offered) by the control plane's sweep."""
 
 from __future__ import annotations
 
 import uuid
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -20,13 +24,21 @@ from hypothesis.stateful import (
 )
 
 from mwportal.protocol import ErrorCode, ProtocolError
-from tests.workitems.flow import DECLINE, Flow
-from tests.workitems.test_transition_table import ROWS
+from tests.conftest import AgentKey
+from tests.workitems.flow import DECLINE, Flow, survey_mission
+from tests.workitems.spec_10_2 import COMMAND_ROWS
 from workitems import state_machine as sm
+from workitems import tasks
 from workitems.models import ExecutionLease
+
+# The specification's rows, and the project's decline (§15.1: outside the core table, keeping the state).
+ROWS = {**COMMAND_ROWS, DECLINE: (("offered",), ("offered",))}
+ATTEMPTS = 3  # the flow contract's retryPolicy.maxAttempts (backoff none)
 
 
 class Lifecycle(RuleBasedStateMachine):
+    base: Flow  # the test's fixtures: its Principals
+    people: tuple[AgentKey, AgentKey, AgentKey, AgentKey]
     flow: Flow
 
     def __init__(self) -> None:
@@ -37,9 +49,15 @@ class Lifecycle(RuleBasedStateMachine):
         self.offered = False  # an open offer to Wanda exists
         self.child = False  # a linked child Mission runs
         self.steps = 0
+        self.attempts = 0  # attempts started (§11.4)
+        self.new_attempt = True  # the next start is a new attempt
+        self.retry = False  # the retry policy will re-offer the failed WorkItem
 
     @initialize()
     def authorize(self) -> None:
+        # A Mission per run, so that the runs' WorkItems stay within its §20 limits.
+        f = Lifecycle.base
+        self.flow = Flow(survey_mission(f.owner, f.coordinator, [f.worker, f.worker2]), *Lifecycle.people)
         self.item = self.flow.authorize()
 
     def attempt(self, transition: str, expected: bool, command: Any) -> bool:
@@ -61,7 +79,7 @@ class Lifecycle(RuleBasedStateMachine):
         f = self.flow
         ok = self.state in ROWS["work.offer"][0] and not self.owner_live
         if self.attempt("work.offer", ok, lambda: f.offer(self.item, agents=[f.worker, f.worker2])):
-            self.state, self.offered, self.owner_live = sm.OFFERED, True, False
+            self.state, self.offered, self.owner_live, self.retry = sm.OFFERED, True, False, False
 
     @rule()
     def accept_offer(self) -> None:
@@ -91,6 +109,8 @@ class Lifecycle(RuleBasedStateMachine):
             return
         if started:
             self.state = sm.ACTIVE
+            if self.new_attempt:
+                self.attempts, self.new_attempt = self.attempts + 1, False
 
     def lease_id(self) -> str:
         return self.flow.leases.get(self.item, str(uuid.uuid4()))
@@ -140,6 +160,40 @@ class Lifecycle(RuleBasedStateMachine):
     def fail(self) -> None:
         if self.attempt("work.fail", self.state in ROWS["work.fail"][0], lambda: self.flow.fail(self.item)):
             self.state, self.owner_live, self.offered, self.child = sm.FAILED, False, False, False
+            self.retry = False
+
+    @precondition(lambda self: self.steps >= 4)
+    @rule()
+    def fail_attempt(self) -> None:
+        """The lease holder's retryable failure: the work.fail row, active -> failed (§11.4)."""
+        f = self.flow
+
+        def fail() -> dict[str, Any]:
+            evidence = f.evidence(self.item, f.worker, result="failed")
+            payload = {"reason": "timed out", "retryable": True, "evidence": evidence}
+            return f.lease_command("work.fail", self.item, payload, lease_id=self.lease_id())
+
+        self.steps += 1
+        try:
+            fail()
+        except ProtocolError as exc:
+            # Not active: the table refuses it, or the lease it cites is no current one (§11.3).
+            fenced = (ErrorCode.INVALID_STATE_TRANSITION, ErrorCode.WORK_LEASE_EXPIRED, ErrorCode.WORK_STALE_OWNERSHIP)
+            assert exc.code in fenced and self.state != sm.ACTIVE, exc
+            return
+        assert self.state == sm.ACTIVE, f"a lease holder's work.fail from {self.state} was accepted"
+        self.state, self.owner_live, self.offered = sm.FAILED, False, False
+        self.retry = self.attempts < ATTEMPTS
+        self.new_attempt = self.retry
+
+    @rule()
+    def retry_sweep(self) -> None:
+        """The control plane's retry sweep (Celery beat): the work.offer row, failed -> offered."""
+        self.steps += 1
+        due = self.state == sm.FAILED and self.retry
+        assert tasks.retry_failed() == int(due)
+        if due:
+            self.state, self.offered, self.retry = sm.OFFERED, True, False
 
     @precondition(lambda self: self.steps >= 8)
     @rule()
@@ -159,8 +213,10 @@ class Lifecycle(RuleBasedStateMachine):
     @precondition(lambda self: self.state in (sm.VERIFIED, sm.CANCELLED))
     @rule()
     def next_item(self) -> None:
-        """A terminal WorkItem: carry on with a fresh one in the same run."""
+        """A terminal WorkItem: carry on with a fresh one in the same run (and Mission)."""
+        flow = self.flow
         self.__init__()  # type: ignore[misc]
+        self.flow = flow
         self.item = self.flow.authorize()
 
     # Legal moves, as the model sees them, drawn more often than random probes
@@ -207,12 +263,14 @@ class Lifecycle(RuleBasedStateMachine):
         )
 
 
-def test_random_command_sequences_follow_the_table(flow: Flow) -> None:
-    Lifecycle.flow = flow
+@pytest.mark.usefixtures("rest")
+def test_random_command_sequences_follow_the_table_spec_10_2(flow: Flow) -> None:
+    Lifecycle.base = flow
+    Lifecycle.people = (flow.owner, flow.coordinator, flow.worker, flow.worker2)
     run_state_machine_as_test(
         Lifecycle,
         settings=settings(
-            max_examples=40,
+            max_examples=30,
             stateful_step_count=40,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],

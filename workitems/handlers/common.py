@@ -27,7 +27,7 @@ from django.conf import settings
 
 from missions.authority import AggregateRef, Emit, HandlerContext, check_revision
 from missions.models import Mission
-from mwportal.protocol import ErrorCode
+from mwportal.protocol import ErrorCode, ProtocolError
 from mwportal.protocol.ids import bare, urn
 
 from .. import state_machine as sm
@@ -403,6 +403,8 @@ def end_item(item: WorkItem, state: str, now: datetime, reason: str) -> None:
     # A failed or cancelled WorkItem no longer waits for a child Mission; a
     # later outcome of that child finds no link and changes nothing here.
     item.child_mission = None
+    # Nor for a retry the policy scheduled (``schedule_retry`` sets it anew).
+    item.retry_not_before = None
 
 
 def _duration(text: str) -> timedelta:
@@ -443,3 +445,59 @@ def check_retry_allowed(item: WorkItem, now: datetime) -> None:
     for dim, limit in _limits(item.contract["budget"]).items():
         if item.usage.get(dim, 0) >= limit:
             raise refuse(ErrorCode.BUDGET_EXCEEDED, f"the WorkItem's {dim} budget is spent", dimension=dim)
+
+
+# --- automatic retries (§11.4): failed -> work.offer by the retry policy ---------------
+#
+# The table has no failed-attempt row of its own: a failed attempt is the
+# ``work.fail`` row (-> ``failed``), or a timed-out Execution Lease that leaves
+# the WorkItem ``active`` without a lease; the next attempt is the ``work.offer``
+# row from there, issued by the Organization's control plane for its retry
+# policy once the contract's backoff has passed (``workitems.tasks.retry_failed``),
+# to the Worker whose attempt failed; that Worker accepts and starts again.
+
+
+def schedule_retry(item: WorkItem, now: datetime) -> str | None:
+    """After a retryable failed attempt (the item is already ``failed``): schedule the
+    policy's re-offer after the backoff; or, when the contract allows no further
+    attempt, why not (the failure stands: §11.4 exhaustion)."""
+    try:
+        check_retry_allowed(item, now)
+    except ProtocolError as exhausted:
+        return exhausted.message
+    item.needs_new_attempt = True
+    item.retry_not_before = now + backoff(item)
+    return None
+
+
+def last_holder(item: WorkItem) -> str | None:
+    """The Agent whose Execution Lease was the WorkItem's latest (bare UUID)."""
+    lease = ExecutionLease.objects.filter(workitem=item).order_by("-started_at").values_list("agent_id", flat=True)
+    holder = lease.first()
+    return None if holder is None else str(holder)
+
+
+def check_retry_offer(ctx: HandlerContext, item: WorkItem) -> None:
+    """A ``work.offer`` by the Organization's control plane is its retry policy's
+    re-offer (§11.4): of a WorkItem with a scheduled retry (``failed``, or ``active``
+    after its Execution Lease timed out and the owner's grace ran out), after the
+    backoff, within the contract's attempts, deadline and budget, to the Worker
+    whose attempt failed, under the contract it accepted. Nothing else."""
+    retried = item.state == sm.FAILED or (item.state == sm.ACTIVE and active_lease(item) is None)
+    if not retried or item.retry_not_before is None or not item.needs_new_attempt:
+        raise refuse(ErrorCode.AUTH_FORBIDDEN, "the control plane offers only a WorkItem its retry policy retries")
+    if item.retry_not_before > ctx.now:
+        raise refuse(
+            ErrorCode.INVALID_STATE_TRANSITION,
+            f"backing off until {when(item.retry_not_before)} before the next attempt",
+            retryNotBefore=when(item.retry_not_before),
+        )
+    check_retry_allowed(item, ctx.now)
+    holder = last_holder(item)
+    named = [bare(a, f"/payload/candidateAgentIds/{i}") for i, a in enumerate(ctx.payload["candidateAgentIds"])]
+    if holder is None or named != [holder] or ctx.payload.get("contract") is not None:
+        raise refuse(
+            ErrorCode.AUTH_FORBIDDEN,
+            "a retry re-offers the same contract to the Worker whose attempt failed",
+            field="/payload/candidateAgentIds",
+        )

@@ -234,7 +234,10 @@ def _reconcile_offline_checkpoint(ctx: HandlerContext, item: WorkItem, binding: 
             "/payload/usageDelta: offline usage travels in the binding's resourceUsageDelta",
             field="/payload/usageDelta",
         )
-    if lease.status == "active":
+    # The current lease, or one that timed out while the WorkItem stayed active
+    # (§11.3: a timeout changes no state): the work.checkpoint row, active -> queued.
+    resumes = lease.status == "active" or item.state == sm.ACTIVE
+    if resumes:
         sm.check_transition(item.state, "work.checkpoint")
     elif item.state != sm.QUEUED:
         raise refuse(ErrorCode.INVALID_STATE_TRANSITION, f"a {item.state} WorkItem takes no buffered progress")
@@ -256,12 +259,10 @@ def _reconcile_offline_checkpoint(ctx: HandlerContext, item: WorkItem, binding: 
         # Still the current lease (the disconnection was short): an ordinary
         # checkpoint that releases it.
         end_lease(lease, "released", "checkpoint", ctx.now)
-        events.append(_checkpointed(ctx, item, requeue=True))
-    else:
-        # The lease ended after the progress was buffered (expired, or revoked
-        # by the new session): the checkpoint is recorded for whoever resumes;
-        # the WorkItem stays queued under its current deadlines.
-        events.append(_checkpointed(ctx, item, requeue=False))
+    # A lease that timed out left the WorkItem active: the checkpoint queues it
+    # for its owner. One revoked by the new session already queued it: the
+    # checkpoint is recorded for whoever resumes, under the current deadlines.
+    events.append(_checkpointed(ctx, item, requeue=resumes))
     return Decision(events, item_ref(item))
 
 

@@ -74,45 +74,45 @@ def expire(ctx: HandlerContext) -> Decision:
 
 
 def _expire_execution(ctx: HandlerContext, item: WorkItem) -> Decision:
-    """The Execution Lease timed out: the WorkItem returns to its queue for another
-    attempt within the retry policy, or fails with Evidence once it is spent (§11.4)."""
+    """The Execution Lease timed out (§11.3). §10.2 gives a lease timeout no state of its own:
+    the WorkItem stays ``active`` with no lease, and its owner keeps ownership through
+    the offline grace window (§11.5: buffered progress may still be reconciled, which
+    checkpoints it to ``queued``). After that and the contract's backoff the retry
+    policy re-offers it (``work.offer`` from ``active`` with no live owner, the expired
+    owner fenced first: §11.5's reassignment). Once the policy is spent the attempt
+    fails (§11.4: ``work.failed`` with Evidence, the table's ``work.fail`` row)."""
     lease = active_lease(item)
     named = ctx.payload.get("leaseId")
     if lease is None or named is None or bare(named, "/payload/leaseId") != str(lease.id) or lease.expires_at > ctx.now:
         raise refuse(ErrorCode.INVALID_STATE_TRANSITION, "the lease is no longer active and past its expiry")
-    sm.check_transition(item.state, "expire.lease")
-    end_lease(lease, "expired", "lease timeout", ctx.now)
-    try:
-        check_retry_allowed(item, ctx.now)
-    except ProtocolError as exhausted:
-        end_item(item, sm.FAILED, ctx.now, "lease timeout")
-        save(item, ctx.now)
-        evidence = [authority_evidence(ctx, item, f"The Execution Lease expired; {exhausted.message}.", passed=False)]
-        content().record_evidence(ctx, item, evidence, "failure")
-        failed = {
-            "workItemId": urn(item.id),
-            "reason": f"retries exhausted: {exhausted.message}",
-            "evidence": evidence,
-            "attempt": max(item.attempt, 1),
-        }
-        return Decision([emit("work.failed", item, failed)], item_ref(item))
-    item.state = sm.QUEUED
-    item.needs_new_attempt = True
-    item.retry_not_before = ctx.now + backoff(item)
-    item.start_by = item.retry_not_before + seconds("MWP_START_BY_SECONDS")
-    item.owner_expires_at = item.start_by
-    save(item, ctx.now)
-    payload = {
+    expired: dict[str, Any] = {
         "workItemId": urn(item.id),
         "ownershipEpoch": item.ownership_epoch,
         "leaseType": "execution",
         "leaseId": urn(lease.id),
-        "status": item.state,
         "attempt": max(item.attempt, 1),
-        "retryNotBefore": when(item.retry_not_before),
-        "startBy": when(item.start_by),
     }
-    return Decision([emit(LEASE_EXPIRED, item, payload)], item_ref(item))
+    try:
+        check_retry_allowed(item, ctx.now)
+    except ProtocolError as exhausted:
+        sm.check_transition(item.state, "work.fail")
+        end_lease(lease, "expired", "lease timeout", ctx.now)
+        end_item(item, sm.FAILED, ctx.now, "lease timeout")
+        save(item, ctx.now)
+        reason = f"the Execution Lease expired; retries exhausted: {exhausted.message}"
+        evidence = [authority_evidence(ctx, item, f"{reason}.", passed=False)]
+        content().record_evidence(ctx, item, evidence, "failure")
+        failed = {"workItemId": urn(item.id), "reason": reason, "evidence": evidence, "attempt": max(item.attempt, 1)}
+        return Decision([emit(LEASE_EXPIRED, item, expired), emit("work.failed", item, failed)], item_ref(item))
+    sm.check_transition(item.state, "expire.lease", sm.ACTIVE)
+    end_lease(lease, "expired", "lease timeout", ctx.now)
+    item.needs_new_attempt = True
+    item.retry_not_before = ctx.now + backoff(item)
+    item.owner_expires_at = lease.expires_at + seconds("MWP_OFFLINE_GRACE_SECONDS")
+    item.start_by = None
+    save(item, ctx.now)
+    expired["retryNotBefore"] = when(max(item.retry_not_before, item.owner_expires_at))
+    return Decision([emit(LEASE_EXPIRED, item, expired)], item_ref(item))
 
 
 def _fence_owner(item: WorkItem, reason: str) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from .common import (
     COORDINATING,
     EXECUTING,
     active_lease,
+    check_retry_offer,
     emit,
     end_lease,
     item_ref,
@@ -294,7 +295,7 @@ def _candidates(ctx: HandlerContext) -> list[str]:
     return agents
 
 
-@command("work.offer", group_roles=AUTHORS, actors=PEOPLE)
+@command("work.offer", group_roles=AUTHORS, actors=(*PEOPLE, "service"))
 def offer(ctx: HandlerContext) -> Decision:
     """Create or replace durable offers; they reserve nothing until accepted (§10.3).
 
@@ -313,7 +314,9 @@ def offer(ctx: HandlerContext) -> Decision:
             "the WorkItem has a live owner; it cannot be offered",
             ownerId=urn(str(item.owner_id)),
         )
-    if acts_as_delegate(ctx):
+    if ctx.actor.is_service:
+        check_retry_offer(ctx, item)  # the Organization's retry policy (§11.4)
+    elif acts_as_delegate(ctx):
         grant = check_grant(ctx, contract=p.get("contract") or item.contract, within=item, now=ctx.now, offered=True)
         WorkItem.objects.filter(id=item.id).update(offered_under_grant=grant)
     handed_out = WorkItem.objects.filter(mission_id=item.mission_id, state__in=_HANDED_OUT).exclude(id=item.id)

@@ -1,5 +1,5 @@
 """Results and their review (PROTOCOL §10.2, §11.4, §11.5, §13.2): submission, late
-results, acceptance, failure, retry, cancellation."""
+results, acceptance, failure (a retryable one schedules the retry policy's re-offer), cancellation."""
 
 from __future__ import annotations
 
@@ -15,23 +15,20 @@ from .. import state_machine as sm
 from ..content import content
 from ..evidence import check_evidence
 from ..models import ExecutionLease, Submission, WorkItem
-from ..wire import refuse, when
+from ..wire import refuse
 from .common import (
     AUTHORS_OF_RESULTS,
     COORDINATING,
     EXECUTING,
-    active_lease,
-    backoff,
     charge_usage,
     check_lease,
-    check_retry_allowed,
     emit,
     end_item,
     end_lease,
     item_ref,
     load_item,
     save,
-    seconds,
+    schedule_retry,
     usage_recorded,
     work_item_id,
 )
@@ -176,11 +173,12 @@ def fail(ctx: HandlerContext) -> Decision:
     """Failure with Evidence (§10.2): by the Coordinator, or by the lease holder.
 
     A lease holder's failure cites its Ownership Epoch and Execution Lease
-    (§11.3); it may say ``retryable``, and while the contract's attempts,
-    deadline and budget allow (§11.4) the execution ends and the WorkItem waits
-    in its queue for the next attempt after the backoff. Exhaustion ends in
-    ``work.failed`` with the Evidence. The Coordinator's failure is
-    compare-and-set (§15.3).
+    (§11.3). Every failure is the table's ``work.fail`` row: the WorkItem is
+    ``failed`` and control returns to the Coordinator. A lease holder may say
+    ``retryable``: while the contract's attempts, deadline and budget allow
+    (§11.4) the retry policy then re-offers it after the backoff, with a
+    ``work.offer`` from ``failed`` (``schedule_retry``, ``workitems.tasks``).
+    The Coordinator's failure is compare-and-set (§15.3).
     """
     item = load_item(ctx)
     worker = ctx.payload.get("executionLeaseId") is not None
@@ -206,41 +204,18 @@ def fail(ctx: HandlerContext) -> Decision:
         )
     evidence = check_evidence(ctx, item, records, generated_by_actor=worker)
     reason = ctx.payload["reason"]
-    if worker and ctx.payload.get("retryable"):
-        try:
-            check_retry_allowed(item, ctx.now)
-        except ProtocolError as exhausted:
-            reason = f"retries exhausted: {exhausted.message}"
-        else:
-            return _schedule_retry(ctx, item, evidence, reason)
+    retry = worker and bool(ctx.payload.get("retryable"))
     end_item(item, sm.FAILED, ctx.now, "failure")
+    if retry:
+        exhausted = schedule_retry(item, ctx.now)
+        if exhausted is not None:
+            reason = f"retries exhausted: {exhausted}"
     save(item, ctx.now)
     content().record_evidence(ctx, item, evidence, "failure")
     payload: dict[str, Any] = {"workItemId": urn(item.id), "reason": reason, "evidence": evidence}
     if item.attempt:
         payload["attempt"] = item.attempt
     return Decision([emit("work.failed", item, payload)], item_ref(item))
-
-
-def _schedule_retry(ctx: HandlerContext, item: WorkItem, evidence: list[Any], reason: str) -> Decision:
-    sm.check_transition(item.state, "work.retry")
-    end_lease(active_lease(item), "revoked", "failure reported", ctx.now)
-    item.state = sm.QUEUED
-    item.needs_new_attempt = True
-    item.retry_not_before = ctx.now + backoff(item)
-    item.start_by = item.retry_not_before + seconds("MWP_START_BY_SECONDS")
-    item.owner_expires_at = item.start_by
-    save(item, ctx.now)
-    content().record_evidence(ctx, item, evidence, "failure")
-    payload = {
-        "workItemId": urn(item.id),
-        "reason": reason,
-        "attempt": max(item.attempt, 1),
-        "evidence": evidence,
-        "retryNotBefore": when(item.retry_not_before),
-        "startBy": when(item.start_by),
-    }
-    return Decision([emit("ext.mwportal.work.attempt_failed", item, payload)], item_ref(item))
 
 
 @command("work.cancel", group_roles=("mission_owner", "coordinator"))

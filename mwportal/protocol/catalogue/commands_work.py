@@ -79,7 +79,8 @@ PLANNING = (
             "contract": WORK_CONTRACT,
             "contextPackageId": ID,
         },
-        issuers=_AUTHORS,
+        # "service": the Organization's retry policy re-offers a failed attempt (§11.4).
+        issuers=(*_AUTHORS, "service"),
         aggregate="work_item",
         events=(
             "work.offer.created",
@@ -87,7 +88,10 @@ PLANNING = (
             f"{PROJECT}.governance.soft_threshold_reached",
         ),
         cas=True,
-        summary="A durable, expiring offer to ranked candidates; an expired owner is fenced first (§10.3).",
+        summary=(
+            "A durable, expiring offer to ranked candidates; an expired owner is fenced first (§10.3). "
+            "The control plane's is the retry policy's re-offer of a failed attempt (§11.4)."
+        ),
         example={
             "workItemId": ex.WORK_ITEM,
             "candidateAgentIds": [ex.WORKER["id"]],
@@ -308,8 +312,8 @@ RESULTS = (
         issuers=("coordinator", "work_owner"),
         leased=True,
         aggregate="work_item",
-        events=("work.failed", f"{PROJECT}.work.attempt_failed"),
-        summary="Failure with Evidence; a retryable attempt within the retry policy re-queues instead (§11.4).",
+        events=("work.failed",),
+        summary="Failure with Evidence; a retryable attempt within the retry policy is re-offered later (§11.4).",
         example={"workItemId": ex.WORK_ITEM, "reason": "source unreadable", **_LEASED_EXAMPLE},
         # A Worker's failure cites both its Ownership Epoch and its lease, or neither (the Coordinator's).
         dependentRequired={"ownershipEpoch": ["executionLeaseId"], "executionLeaseId": ["ownershipEpoch"]},

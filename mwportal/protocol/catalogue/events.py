@@ -571,7 +571,7 @@ EXTENSIONS = (
             **_START_BY,
         },
         aggregate="work_item",
-        example={"workItemId": ex.WORK_ITEM, "ownershipEpoch": 1, "leaseType": "execution", "status": "queued"},
+        example={"workItemId": ex.WORK_ITEM, "ownershipEpoch": 1, "leaseType": "ownership", "status": "queued"},
     ),
     fact(
         f"{PROJECT}.work.ownership_fenced",
@@ -580,13 +580,6 @@ EXTENSIONS = (
         aggregate="work_item",
         summary="The owner loses its Ownership Epoch; its later Commands are stale (§11.5).",
         example={"workItemId": ex.WORK_ITEM, "ownershipEpoch": 1, "reason": "start_by_missed"},
-    ),
-    fact(
-        f"{PROJECT}.work.attempt_failed",
-        {"workItemId": ID, "reason": REASON, "attempt": POSITIVE},
-        {"evidence": EVIDENCE_LIST, "retryNotBefore": TIME, **_START_BY},
-        aggregate="work_item",
-        example={"workItemId": ex.WORK_ITEM, "reason": "timeout", "attempt": 1, "retryNotBefore": ex.T2},
     ),
     fact(
         f"{PROJECT}.work.late_result_recorded",
