@@ -213,3 +213,22 @@ def test_a_child_needs_an_active_parent_mission_14(flow: Flow) -> None:
     payload = child_payload(flow, item, give_card(flow.worker2))
     err = refused(ErrorCode.INVALID_STATE_TRANSITION, create_child, flow, item, payload)
     assert "awaiting_approval" in err.message
+
+
+def test_a_childs_work_needs_only_the_parents_capabilities_and_data_access_14(flow: Flow) -> None:
+    item = flow.authorize()
+    walt = give_card(flow.worker2)
+    payload = child_payload(flow, item, walt)
+    create_child(flow, item, payload)
+    child = Flow({"group": payload["groupId"].removeprefix("urn:uuid:"),
+                  "mission": payload["missionId"].removeprefix("urn:uuid:")},
+                 flow.coordinator, walt, flow.worker, flow.worker)  # fmt: skip
+    small = {k: v if k == "currency" else 1 for k, v in flow.item(item).contract["budget"].items()}
+    terms = {"budget": small, "deadline": stamp(datetime.now(UTC) + timedelta(hours=6))}
+    other = contract(goal="Translate", requiredCapabilities=[{"id": "text.translate", "version": "1.0.0"}], **terms)
+    err = refused(ErrorCode.INVALID_COMMAND, child.authorize, other)
+    assert err.details["field"] == "/payload/contract/requiredCapabilities/0"
+    wider = [{"resource": "urn:example:survey-2026", "operations": ["read", "write"]}]
+    err = refused(ErrorCode.INVALID_COMMAND, child.authorize, contract(goal="Edit", allowedResources=wider, **terms))
+    assert err.details["field"] == "/payload/contract/allowedResources/0"
+    child.authorize(contract(goal="Read", **terms))  # the parent's capability and read access

@@ -40,6 +40,7 @@ from .common import (
     withdraw_offers,
     work_item_id,
 )
+from .outcomes import check_within_parent
 
 AUTHORS = ("coordinator", "work_delegate", "mission_owner")
 PEOPLE = ("agent", "human")
@@ -160,6 +161,7 @@ def authorize(ctx: HandlerContext) -> Decision:
     item_id = work_item_id(ctx)
     mission = _mission(ctx)
     contract = check_contract(p["contract"], now=ctx.now, mission_budget=mission.budgets)
+    check_within_parent(contract, mission)  # a child Mission's work stays within its parent WorkItem (§14)
     _first_version(contract)
     parent = _parent(ctx, item_id)
     grant = None

@@ -64,6 +64,25 @@ def check_subset(terms: dict[str, Any], item: WorkItem, parent: Mission) -> None
         raise _not_subset("permissions", f"not granted to the parent Mission: {', '.join(extra)}")
 
 
+def check_within_parent(contract: dict[str, Any], mission: Mission) -> None:
+    """§14: a child Mission's capabilities and data access are subsets of its parent WorkItem's, so
+    every WorkItem authorized in it requires only capabilities the parent WorkItem's contract names
+    and uses only resource operations the parent's contract allows."""
+    if mission.parent_workitem_id is None:
+        return
+    parent = WorkItem.objects.filter(id=mission.parent_workitem_id).values_list("contract", flat=True).first()
+    if parent is None:
+        return
+    capabilities = {(c["id"], c["version"]) for c in parent.get("requiredCapabilities") or []}
+    for i, capability in enumerate(contract.get("requiredCapabilities") or []):
+        if (capability["id"], capability["version"]) not in capabilities:
+            raise _not_subset(f"contract/requiredCapabilities/{i}", "the parent WorkItem requires no such capability")
+    allowed = {(r["resource"], op) for r in parent.get("allowedResources") or [] for op in r.get("operations") or []}
+    for i, resource in enumerate(contract.get("allowedResources") or []):
+        if any((resource["resource"], op) not in allowed for op in resource.get("operations") or []):
+            raise _not_subset(f"contract/allowedResources/{i}", "the parent WorkItem's contract allows no such access")
+
+
 def _not_subset(member: str, why: str) -> ProtocolError:
     field = f"/payload/{member}"
     message = f"{field}: a child Mission's terms are a subset of its parent's: {why} (§14)"
