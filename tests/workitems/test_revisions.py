@@ -130,3 +130,25 @@ def test_every_workitem_command_kind_is_covered_spec_15_3() -> None:
         and kind != "work.authorize"  # creates the WorkItem: there is no revision yet
     }
     assert clients <= {case.split(" ")[0] for case in CASES}, clients - {c.split(" ")[0] for c in CASES}
+
+
+def test_the_retry_policys_offer_with_a_stale_revision_is_a_revision_conflict_spec_15_3(flow: Flow) -> None:
+    """The control plane's Command too (§11.4's re-offer): compare-and-set, nothing written."""
+    from missions.authority import accept
+    from missions.commands import group_service_command
+
+    item = flow.drive_to("active")
+    evidence = flow.evidence(item, flow.worker, result="failed")
+    flow.lease_command("work.fail", item, {"reason": "timed out", "retryable": True, "evidence": evidence})
+    payload = {
+        "workItemId": urn(item),
+        "candidateAgentIds": [flow.worker.urn],
+        "selectionBasis": flow.item(item).selection_basis,
+        "offerExpiresInSeconds": 600,
+    }
+    current = flow.revision(item)
+    with nothing_written(), pytest.raises(ProtocolError) as info:
+        accept(group_service_command("work.offer", flow.group, payload, expected_revision=current - 1))
+    assert info.value.code == ErrorCode.REVISION_CONFLICT
+    accept(group_service_command("work.offer", flow.group, payload, expected_revision=current))
+    assert flow.item(item).state == "offered"
