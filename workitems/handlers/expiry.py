@@ -111,6 +111,7 @@ def _expire_execution(ctx: HandlerContext, item: WorkItem) -> Decision:
     item.owner_expires_at = lease.expires_at + seconds("MWP_OFFLINE_GRACE_SECONDS")
     item.start_by = None
     save(item, ctx.now)
+    expired["status"] = item.state  # active: no state change
     expired["retryNotBefore"] = when(max(item.retry_not_before, item.owner_expires_at))
     return Decision([emit(LEASE_EXPIRED, item, expired)], item_ref(item))
 

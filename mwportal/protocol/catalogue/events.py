@@ -565,7 +565,8 @@ EXTENSIONS = (
         {"workItemId": ID, "ownershipEpoch": POSITIVE, "leaseType": enum("ownership", "execution", "blocked")},
         {
             "leaseId": ID,
-            "status": enum("open", "offered", "queued", "blocked"),
+            # Where the WorkItem is after the expiry; a lapsed Execution Lease leaves it active (§10.2).
+            "status": enum("open", "offered", "queued", "active", "blocked"),
             "attempt": POSITIVE,
             "retryNotBefore": TIME,
             **_START_BY,
