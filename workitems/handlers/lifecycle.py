@@ -220,6 +220,10 @@ def cancel_mission(ctx: HandlerContext) -> Decision:
     check_revision(ctx.command, ctx.group.revision)
     mission = live_mission(ctx)
     reason = ctx.payload["reason"]
+    # Every other Group this cancellation writes to, locked up front in ascending id order.
+    others = [str(m.group_id) for m in _descendants(ctx.group.id)] + [str(g) for g in [mission.parent_group_id] if g]
+    for group_id in sorted(others):
+        ctx.lock_other_group(group_id)
     children = _cancel_children(ctx, reason)
     items = propagate(ctx, "parent.cancelled", sm.CANCELLED, f"mission cancelled: {reason}"[:4000])
     Mission.objects.filter(pk=mission.pk).update(status="cancelled")
