@@ -5,20 +5,30 @@ has something to show on first start.
 Every change is a normative Command document (PROTOCOL §15.1) signed by its
 Principal's own key and accepted through ``accept_document``, the six
 verification stages included, exactly as a client on the wire would send it.
-Each demo Principal has a DESIGN §4 key file in the keys directory (``--keys
-DIR``, default ``VAR_DIR/demo/``, mode 0600): the MissionOwner's (``owner.json``,
-a software key for scripts), the Coordinator Agent's (``demo-coordinator.json``;
-§7.2: the Coordinator is an Agent) and the Workers' (``demo-worker-N.json``),
-for which ``./mw serve`` starts ``mwworker demo`` on ``/mwp/0.1``, and the
-reviewer Agent's (``demo-reviewer.json``), a ``reviewer`` member of every demo
-Mission whose ``mwworker demo`` answers the review WorkItems the review
-pipeline offers (§13.2), so a qualitative criterion is reviewed by an Agent
-other than its submitter. The Website refresh Mission needs no execution
-Approval: the demo Agents alone take it to ``awaiting_approval`` and its
-owner approves it in the browser; the report's mailing waits for the owner's
-execution Approval (§12) first. Running it
+Each demo Agent has a DESIGN §4 key file in the keys directory (``--keys
+DIR``, default ``VAR_DIR/demo/``, mode 0600): the Coordinator Agent's
+(``demo-coordinator.json``; §7.2: the Coordinator is an Agent) and the
+Workers' (``demo-worker-N.json``), for which ``./mw serve`` starts ``mwworker
+demo`` on ``/mwp/0.1``, and the reviewer Agent's (``demo-reviewer.json``), a
+``reviewer`` member of every demo Mission whose ``mwworker demo`` answers the
+review WorkItems the review pipeline offers (§13.2), so a qualitative
+criterion is reviewed by an Agent other than its submitter. The Website
+refresh Mission needs no execution Approval: the demo Agents alone take it to
+``awaiting_approval`` and its owner approves it in the browser; the report's
+mailing waits for the owner's execution Approval (§12) first. Running it
 again changes nothing: the Missions have fixed ids, and the key files of
 registered Principals are reused.
+
+The demo people (owner, observer) have no key file: the service's files hold
+no person's private key (DESIGN §4, issue 19 item 2). They sign in the
+browser, which enrols a non-extractable key of its own on their first
+sign-in (``portal/signing.py``). The MissionOwner's seeding Commands (the
+Missions' ``mission.create`` and ``membership.change``, §7.1: a human
+creates a Mission) are signed with a one-shot key made in this process's
+memory, enrolled for the owner only while ``seed`` runs and revoked before it
+returns; its private half is never written anywhere. A key file an older
+``mwp demo`` wrote for a person (``owner.json``, ``observer.json``) is
+revoked and deleted.
 
 Each demo person's password is generated on the first run and kept in
 ``var/demo-logins.json`` (mode 0600; issue 16 item 4: no installation shares
@@ -39,17 +49,18 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 
 from artifacts.review_handlers import REVIEW_CAPABILITY
-from missions.authority import accept_document
-from missions.commands import membership_epoch, open_session
+from missions.authority import accept, accept_document
+from missions.commands import membership_epoch, open_session, register_principal, service_command
 from missions.handlers.sessions import capability, issue_agent_card
-from missions.models import AgentCard, Group, Mission
+from missions.models import Agent, AgentCard, Group, Mission, SigningKey, SigningKeyValidity
 from mwportal.protocol import canonicalize
-from mwportal.protocol.command import build_command, format_timestamp
-from mwportal.protocol.ids import urn
+from mwportal.protocol.command import Key, build_command, format_timestamp
+from mwportal.protocol.ids import new_urn, urn
 from mwportal.security import private_file, write_private_json
 from workitems.models import WorkItem
 
 from .keys import enrol_key, reuse_key
+from .signing import ENROLL, REVOKE, admin_group_id
 
 ORG = "demo"
 PEOPLE: tuple[tuple[str, str, list[str], str], ...] = (
@@ -107,23 +118,31 @@ def demo_passwords() -> tuple[dict[str, str], set[str]]:
 
 
 class Principal:
-    """A demo Principal with its key file; it signs and sends its own Commands."""
+    """A demo Principal; it signs and sends its own Commands."""
 
-    def __init__(self, path: Path, name: str, kind: str, roles: list[str], user: str | None = None):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        key = reuse_key(path)
-        if key is None:
-            key = enrol_key(ORG, name, kind, roles, user)
-            key.write(path)
+    def __init__(self, key: Key, kind: str):
         assert key.principal is not None
-        self.key, self.kind = key, kind
+        self._key, self.kind = key, kind
         self.id = key.principal[1]
         self.session_epoch: int | None = None
 
+    @classmethod
+    def with_key_file(cls, path: Path, name: str, roles: list[str]) -> Principal:
+        """A demo Agent and its DESIGN §4 key file (reused while its Principal is registered here)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        key = reuse_key(path)
+        if key is None:
+            key = enrol_key(ORG, name, "agent", roles)
+            key.write(path)
+        return cls(key, "agent")
+
+    @property
+    def key(self) -> Key:
+        return self._key
+
     @property
     def actor(self) -> dict[str, str]:
-        assert self.key.principal is not None
-        return {"type": self.key.principal[0], "id": urn(self.id)}
+        return {"type": Agent.ACTOR_TYPES[self.kind], "id": urn(self.id)}
 
     def open_session(self) -> None:
         """A new Session Epoch (§6.3) for the Agent's Commands below; its Worker process opens its own."""
@@ -134,13 +153,71 @@ class Principal:
             kw["session_epoch"] = self.session_epoch
         if not creates:
             kw["membership_epoch"] = membership_epoch(self.id, group)
-        assert self.key.principal is not None
-        document = build_command(kind, actor=self.key.principal, key=self.key, payload=payload, group=group, **kw)
+        key = self.key
+        assert key.principal is not None
+        document = build_command(kind, actor=key.principal, key=key, payload=payload, group=group, **kw)
         return accept_document(canonicalize(document))
 
 
-def ensure_people(keys: Path) -> tuple[dict[str, Principal], dict[str, str]]:
-    """The demo logins and their human Principals (created once), and their passwords."""
+class Person(Principal):
+    """A demo person: a human Principal with no key file (DESIGN §4).
+
+    What they sign while the demo is seeded is signed with a one-shot key,
+    made in memory on first use and enrolled for them by the control plane;
+    ``retire`` revokes it, and the private half goes with this object.
+    """
+
+    def __init__(self, agent: Agent):
+        self.agent = agent
+        self.kind, self.id, self.session_epoch = "person", str(agent.id), None
+        self._one_shot: Key | None = None
+
+    @property
+    def key(self) -> Key:
+        if self._one_shot is None:
+            unbound = Key.generate()
+            key_id = new_urn()
+            public_key = {"keyId": key_id, "algorithm": "Ed25519", "publicKey": unbound.public_key,
+                          "validFrom": format_timestamp(datetime.now(UTC))}  # fmt: skip
+            self._control(ENROLL, {"principal": self.actor, "publicKey": public_key})
+            self._one_shot = Key(key_id, unbound.seed, ("human", self.id), str(self.agent.organization_id))
+        return self._one_shot
+
+    def retire(self) -> None:
+        """Revoke the one-shot key, if one was made: nobody holds its private half any more."""
+        if self._one_shot is not None:
+            revoke_person_key(self.agent, self._one_shot.key_id, "the demo's one-shot seeding key")
+            self._one_shot = None
+
+    def _control(self, kind: str, payload: dict[str, Any]) -> None:
+        org = str(self.agent.organization_id)
+        accept(service_command(kind, admin_group_id(self.agent), payload, organization_id=org))
+
+
+def revoke_person_key(agent: Agent, key_id: str, reason: str) -> None:
+    """The control plane revokes a person's key (DESIGN §4), unless it is revoked already."""
+    row = SigningKey.objects.filter(key_id=key_id, principal_type="human", principal_id=urn(agent.id)).first()
+    if row is None or SigningKeyValidity.objects.filter(key=row, revoked_at__isnull=False).exists():
+        return
+    payload = {"keyId": key_id, "reason": reason}
+    accept(service_command(REVOKE, admin_group_id(agent), payload, organization_id=str(agent.organization_id)))
+
+
+def forget_key_file(path: Path, agent: Agent) -> None:
+    """A person's key file an older ``mwp demo`` wrote: its key is revoked and the file deleted."""
+    if not path.exists():
+        return
+    try:
+        key = Key.from_file(path)
+    except (ValueError, KeyError, TypeError):
+        key = None
+    if key is not None:
+        revoke_person_key(agent, key.key_id, "a key file in the service's directory; people sign in the browser")
+    path.unlink()
+
+
+def ensure_people(keys: Path) -> tuple[dict[str, Person], dict[str, str]]:
+    """The demo logins and their human Principals (created once, without a key), and their passwords."""
     passwords, fresh = demo_passwords()
     users = get_user_model().objects
     people = {}
@@ -152,7 +229,12 @@ def ensure_people(keys: Path) -> tuple[dict[str, Principal], dict[str, str]]:
             # An installation seeded before demo-logins.json: the user gets the new password now.
             user.set_password(passwords[username])
             user.save(update_fields=["password"])
-        people[username] = Principal(keys / f"{username}.json", name, "person", roles, username)
+        agent = Agent.objects.filter(user=user, kind=Agent.KIND_PERSON, organization__slug=ORG).first()
+        if agent is None:
+            principal_id, _ = register_principal(ORG, name, "person", roles, None, username)
+            agent = Agent.objects.get(id=principal_id)
+        forget_key_file(keys / f"{username}.json", agent)
+        people[username] = Person(agent)
     return people, passwords
 
 
@@ -279,30 +361,9 @@ class DemoMission:
                     expected_revision=self.revision(item), work_item_id=item)  # fmt: skip
 
 
-def seed(keys: Path | None = None) -> list[str]:
-    """Create (once) the demo people, Agents and Missions; the login lines to print."""
-    from missions.commands import create_organization
-
-    directory = keys_dir(keys)
-    create_organization(ORG, "Demo Organization")
-    people, passwords = ensure_people(directory)
-    owner = people["owner"]
-    coordinator = Principal(directory / f"{COORDINATOR}.json", "Demo Coordinator", "agent", ["coordinator"])
-    workers = [Principal(directory / f"{name}.json", name, "agent", ["worker"]) for name in WORKERS]
-    # It executes review WorkItems under offers and leases (§13.2): a worker of the Organization.
-    reviewer = Principal(directory / f"{REVIEWER}.json", "Demo Reviewer", "agent", ["worker"])
-    publish_card(coordinator, [COORDINATION])
-    for worker in workers:
-        publish_card(worker, [ANALYSIS, MAILING])
-    publish_card(reviewer, [REVIEW_CAPABILITY])
+def seed_missions(report: DemoMission, web: DemoMission, workers: list[Principal], reviewer: Principal) -> None:
+    """The demo Missions not created yet, with their WorkItems in varied states."""
     w1, w2 = workers
-    everyone = [people[username] for username, *_ in PEOPLE]
-    report = DemoMission("report", owner, coordinator, everyone)
-    web = DemoMission("web", owner, coordinator, everyone)
-    if Mission.objects.filter(id__in=[report.mission, web.mission]).count() < 2:
-        # A new Session Epoch revokes the Agent's leases (§11.3): only when there is something to seed.
-        for agent in (coordinator, *workers, reviewer):
-            agent.open_session()
     if not Mission.objects.filter(id=report.mission).exists():
         report.create("Quarterly market report", "Publish the Q3 market report to customers, with every figure "
                       "traced to its source.", workers, reviewer)  # fmt: skip
@@ -333,6 +394,36 @@ def seed(keys: Path | None = None) -> list[str]:
         web.queue(copy, w2)
         web.authorize("images", contract("Compress hero images", [
             ("size", "every image under 200 KB", "deterministic_test")]))  # fmt: skip
+
+
+def seed(keys: Path | None = None) -> list[str]:
+    """Create (once) the demo people, Agents and Missions; the login lines to print."""
+    from missions.commands import create_organization
+
+    directory = keys_dir(keys)
+    create_organization(ORG, "Demo Organization")
+    people, passwords = ensure_people(directory)
+    owner = people["owner"]
+    coordinator = Principal.with_key_file(directory / f"{COORDINATOR}.json", "Demo Coordinator", ["coordinator"])
+    workers = [Principal.with_key_file(directory / f"{name}.json", name, ["worker"]) for name in WORKERS]
+    # It executes review WorkItems under offers and leases (§13.2): a worker of the Organization.
+    reviewer = Principal.with_key_file(directory / f"{REVIEWER}.json", "Demo Reviewer", ["worker"])
+    publish_card(coordinator, [COORDINATION])
+    for worker in workers:
+        publish_card(worker, [ANALYSIS, MAILING])
+    publish_card(reviewer, [REVIEW_CAPABILITY])
+    everyone: list[Principal] = [people[username] for username, *_ in PEOPLE]
+    report = DemoMission("report", owner, coordinator, everyone)
+    web = DemoMission("web", owner, coordinator, everyone)
+    if Mission.objects.filter(id__in=[report.mission, web.mission]).count() < 2:
+        # A new Session Epoch revokes the Agent's leases (§11.3): only when there is something to seed.
+        for agent in (coordinator, *workers, reviewer):
+            agent.open_session()
+    try:
+        seed_missions(report, web, workers, reviewer)
+    finally:
+        for person in people.values():
+            person.retire()  # the one-shot key of what the owner signed above, revoked
     return [
         f"login: owner / {passwords['owner']} (MissionOwner and admin of the demo Organization)",
         f"login: observer / {passwords['observer']} (observer of the demo Missions; the Coordinator is an Agent)",

@@ -12,6 +12,7 @@ import json
 import stat
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -44,7 +45,7 @@ def test_create_org_prints_its_urn_last_and_makes_its_admin_group_design_4(capsy
 
 def _key_file(path: Path) -> dict[str, object]:
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    data = json.loads(path.read_text())
+    data: dict[str, object] = json.loads(path.read_text())
     assert set(data) == KEY_MEMBERS
     assert len(b64url_decode(str(data["privateKey"]))) == 32 and len(b64url_decode(str(data["publicKey"]))) == 32
     return data
@@ -122,3 +123,29 @@ def test_verify_log_refuses_a_bad_group_id() -> None:
         call_command("mwp", "verify-log", str(uuid.uuid4()))  # a bare UUID: the wire form is urn:uuid:
     with pytest.raises(CommandError, match="no Group"):
         call_command("mwp", "verify-log", f"urn:uuid:{uuid.uuid4()}")
+
+
+@pytest.mark.django_db
+def test_create_human_refuses_a_key_file_in_the_services_directories_design_4(
+    tmp_path: Path, settings: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The service's files hold no person's private key (DESIGN §4, issue 19 item 2): ``--out``
+    inside the var dir or MWP_SERVICE_KEY_DIR is refused before anyone is registered."""
+    var, service_keys = tmp_path / "var", tmp_path / "service-keys"
+    for directory in (var / "demo", service_keys):
+        directory.mkdir(parents=True)
+    settings.VAR_DIR, settings.MWP_SERVICE_KEY_DIR = var, str(service_keys)
+    call_command("mwp", "create-org", "initech")
+    for name, target in (("var dir", var / "demo" / "dana.json"), ("MWP_SERVICE_KEY_DIR", service_keys / "d.json"),
+                         ("var dir", var / "demo" / ".." / "dana.json")):  # fmt: skip
+        with pytest.raises(CommandError, match=f"inside the service's {name}"):
+            call_command("mwp", "create-human", "--org", "initech", "--username", "dana", "--roles", "mission_owner",
+                         "--out", str(target))  # fmt: skip
+        assert not target.exists()
+    assert not Agent.objects.filter(kind="person").exists()
+    assert not get_user_model().objects.filter(username="dana").exists()
+    # Beside the service's directories, where the operator keeps it, the same command writes it.
+    out = tmp_path / "dana.json"
+    call_command("mwp", "create-human", "--org", "initech", "--username", "dana", "--roles", "mission_owner",
+                 "--out", str(out))  # fmt: skip
+    assert _key_file(out)["principal"] == {"type": "human", "id": last_line(capsys)}

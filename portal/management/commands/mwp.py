@@ -6,7 +6,10 @@
     mwp create-human --org SLUG --username NAME --roles mission_owner[,admin] --out FILE [--name NAME]
                                           a human Principal linked to the Django user NAME (created
                                           without a password when absent), with a software key for
-                                          scripts and tests; in the browser a person's key is their own
+                                          scripts and tests; in the browser a person's key is their own.
+                                          FILE is the operator's to keep: never inside the service's
+                                          var dir or MWP_SERVICE_KEY_DIR (refused), which hold no
+                                          person's private key
     mwp verify-log GROUP_ID       the log's sequences and hash chain; of an archived Group also its
                                   encrypted audit archive, decrypted and verified (artifacts/archive.py)
     mwp export-audit GROUP_ID --out FILE [--no-bytes]   a Group's audit bundle (artifacts/audit.py);
@@ -15,9 +18,10 @@
                                   its Organization's retention delay (what Celery beat runs)
     mwp verify-audit FILE [--server-key KEY]            check a bundle offline, no database
     mwp review WORKITEM_ID        run the review pipeline of a WorkItem's latest submission
-    mwp demo [--keys DIR]         the demo Organization: a key file per demo Principal in DIR
-                                  (default ``var/demo/``), the MissionOwner's login (a password
-                                  generated once, kept in var/demo-logins.json, mode 0600), Missions
+    mwp demo [--keys DIR]         the demo Organization: a key file per demo Agent in DIR
+                                  (default ``var/demo/``), the people's logins (a password
+                                  generated once, kept in var/demo-logins.json, mode 0600; they
+                                  sign in the browser with its own key), Missions
 
 A key file (DESIGN §4, mode 0600) is ``{"principal": {"type", "id"},
 "organizationId", "keyId", "privateKey", "publicKey"}``: base64url of the raw
@@ -33,6 +37,7 @@ from argparse import ArgumentParser
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -86,8 +91,8 @@ class Command(BaseCommand):
         which.add_argument("--due", action="store_true", help="every Group past its retention delay")
         review = sub.add_parser("review", help="run the review pipeline of a WorkItem's latest submission")
         review.add_argument("workitem_id")
-        demo = sub.add_parser("demo", help="create the demo Organization, its key files, logins and Missions")
-        demo.add_argument("--keys", type=Path, default=None, help="where to write the demo key files")
+        demo = sub.add_parser("demo", help="create the demo Organization, its Agents' key files, logins and Missions")
+        demo.add_argument("--keys", type=Path, default=None, help="where to write the demo Agents' key files")
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -119,6 +124,12 @@ class Command(BaseCommand):
 
     def do_create_human(self, options: dict[str, Any]) -> None:
         out = self._target(options)
+        for name, directory in (("var dir", settings.VAR_DIR), ("MWP_SERVICE_KEY_DIR", settings.MWP_SERVICE_KEY_DIR)):
+            if out.resolve().is_relative_to(Path(directory).resolve()):
+                raise CommandError(
+                    f"{out} is inside the service's {name} ({directory}): the service's files hold no person's"
+                    " private key (DESIGN §4); write the key file where you keep it, outside the service"
+                )
         username = options["username"]
         users = get_user_model().objects
         if not users.filter(username=username).exists():
