@@ -281,7 +281,8 @@ class Flow:
         if publish is None:
             publish = self.item(item_id).state == "active" and lease_id in (None, self.leases.get(item_id))
         # Nothing is stored for a submission that cannot be accepted: it writes nothing but its late result.
-        sha = self.blob() if publish else "00" * 32
+        # Fresh bytes each time: a WorkItem publishes given content once (a resubmission after a retry, say).
+        sha = self.blob(f"# summary {uuid.uuid4()}\n".encode()) if publish else "00" * 32
         artifact = self.publish(item_id, sha, agent, lease_id) if publish else urn(uuid.uuid4())
         payload = {"artifactIds": [artifact], "evidence": self.evidence(item_id, agent, artifacts=[sha])}
         return self.lease_command("work.submit", item_id, payload, agent=agent, lease_id=lease_id, **kw)
