@@ -35,3 +35,17 @@ def access_group(agent: Agent, group_id: str) -> Group:
     if group is None:
         raise group_not_found()
     return group
+
+
+def visible_from(agent: Agent, group: Group) -> int:
+    """The first sequence of ``group``'s history that ``agent`` reads (§8): its Membership's
+    ``visibilityStartSequence`` (0: all of it; the administrative Group is read whole). Every
+    read path starts there: REST Event pages, WebSocket replay, snapshots."""
+    if group.kind == Group.KIND_ADMIN:
+        return 0
+    start = (
+        Membership.objects.filter(group_id=group.id, agent=agent, active=True)
+        .values_list("visibility_start", flat=True)
+        .first()
+    )
+    return int(start or 0)

@@ -202,6 +202,13 @@ class Membership(models.Model):
     epoch = models.PositiveIntegerField(default=1)
     active = models.BooleanField(default=True)
     updated_at = models.DateTimeField()
+    # §8: the first sequence of the Group's history this member reads (0: all of it).
+    visibility_start = models.BigIntegerField(default=0)
+    # §8 just-in-time Membership: granted provisionally with an offer and a
+    # Context Package; accepting the offer activates it.
+    provisional = models.BooleanField(default=False)
+    context_package_id = models.CharField(max_length=64, blank=True, default="")
+    provisional_expires_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["group", "agent"], name="membership_unique")]

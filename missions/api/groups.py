@@ -31,7 +31,7 @@ from mwportal.protocol import ErrorCode, ProtocolError, jcs
 from mwportal.protocol.ids import bare, urn
 
 from .. import serializers as s
-from ..access import access_group
+from ..access import access_group, visible_from
 from ..auth import request_agent
 from ..models import Group, GroupEvent, GroupSnapshot
 from ..snapshots import snapshot_for_cursor
@@ -140,6 +140,8 @@ class GroupEventsView(APIView):
     def get(self, request: Request, groupId: str) -> HttpResponse:  # noqa: N803 (the path's protocol name)
         after, limit = read_query(request)
         group = visible_group(request, groupId)
+        # §8: a late joiner's page starts at its visibility start, whatever it asked for.
+        after = max(after, visible_from(request_agent(request), group) - 1)
         snapshot = snapshot_for_cursor(group, after)
         if snapshot is not None:
             raise cursor_too_old(snapshot, after)
@@ -169,6 +171,13 @@ class GroupSnapshotView(APIView):
     def get(self, request: Request, groupId: str, sequence: int) -> Response:  # noqa: N803
         group = visible_group(request, groupId)
         snapshot = GroupSnapshot.objects.filter(group=group, sequence=sequence).first()
+        if snapshot is not None and visible_from(request_agent(request), group) > 0:
+            # §8: a snapshot cites the whole history; a member whose visibility starts later does not read it.
+            raise ProtocolError(
+                ErrorCode.AUTH_FORBIDDEN,
+                "a snapshot covers the Group's history before your visibility start (§8)",
+                details={"reason": "before_visibility"},
+            )
         if snapshot is None:
             # errors.py: an absent thing read through a visible Group is the same 404.
             raise ProtocolError(ErrorCode.GROUP_NOT_FOUND, f"no snapshot of this Group through sequence {sequence}")

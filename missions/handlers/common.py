@@ -94,6 +94,7 @@ def membership_doc(
     state: str = "active",
     visibility_start: int = 0,
     context_package_id: str | None = None,
+    provisional_expires: datetime | None = None,
 ) -> dict[str, Any]:
     """One normative Membership (membership.schema.json): one Principal's one role in one Group.
 
@@ -114,6 +115,8 @@ def membership_doc(
         "visibilityStartSequence": visibility_start,
         "grantedAt": when,
     }
+    if state == "provisional" and provisional_expires is not None:
+        doc["provisionalExpiresAt"] = stamp(provisional_expires)
     if state == "active":
         doc["activatedAt"] = when
     elif state == "ended":

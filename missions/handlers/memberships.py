@@ -15,16 +15,19 @@ Group's Memberships holds that Group's row lock.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from mwportal.protocol import ErrorCode
+from mwportal.protocol.fields import parse_time
+from mwportal.protocol.ids import urn
 
 from ..authority import AggregateRef, Decision, Emit, HandlerContext, check_revision
 from ..delivery import membership_notice
 from ..guards import refuse
-from ..models import Agent, Membership, Mission
-from ..registry import command, membership_removed_hooks
-from .common import actor_doc, membership_doc, principal_in
+from ..models import Agent, Group, GroupEvent, Membership, Mission
+from ..registry import before_handler_hooks, command, membership_removed_hooks
+from .common import actor_doc, membership_doc, payload_id, principal_in
 
 # Roles that are the Mission's, not a Membership change's to give or take.
 MISSION_ROLES = ("mission_owner", "coordinator")
@@ -44,39 +47,110 @@ def _member(ctx: HandlerContext) -> Agent:
     return member
 
 
-def _unsupported(payload: dict[str, Any]) -> None:
-    """Provisional, just-in-time Memberships and restricted visibility (§8) are not offered yet:
-    every member here is active and sees the Group's whole history. Asking for them is refused
-    rather than granting more than was asked."""
-    if payload.get("provisional"):
+# Roles that always see the whole Group history (§8).
+COMPLETE_VISIBILITY = frozenset(MISSION_ROLES)
+# Roles a just-in-time (provisional) Membership may carry: the Agents that take offers (§8 step 1).
+PROVISIONAL_ROLES = frozenset({"worker", "reviewer", "work_delegate"})
+# What a provisional member may do until an offer's acceptance activates it (§8 step 3).
+PROVISIONAL_COMMANDS = frozenset({"work.accept_offer", "ext.mwportal.work.offer_decline"})
+# A provisional Membership lasts this long unless the change names ``provisionalExpiresAt``.
+PROVISIONAL_DEFAULT = timedelta(hours=1)
+# The Event that publishes a Context Package in a Group (artifacts.context, above this layer).
+CONTEXT_PUBLISHED = "ext.mwportal.context.package_published"
+
+
+def _published_package(group_id: str, package_id: str) -> bool:
+    """Whether the Context Package was published in this Group (its signed
+    ``package_published`` Event is in the Group's log)."""
+    return GroupEvent.objects.filter(
+        group_id=group_id, type=CONTEXT_PUBLISHED, body__contextPackage__contextPackageId=urn(package_id)
+    ).exists()
+
+
+def _visibility(ctx: HandlerContext, roles: list[str], existing: Membership | None) -> int:
+    """The first sequence the member reads (§8): 0 (everything) for the Mission's roles; else
+    ``visibilityAfterSequence`` + 1 when given; else what it had; else, for a just-in-time
+    (provisional) member, the sequence of its own grant; else the whole history."""
+    after = ctx.payload.get("visibilityAfterSequence")
+    if COMPLETE_VISIBILITY & set(roles):
+        if after:
+            raise refuse(
+                ErrorCode.INVALID_COMMAND,
+                "/payload/visibilityAfterSequence: MissionOwner and Coordinator Memberships see the whole history (§8)",
+                field="/payload/visibilityAfterSequence",
+            )
+        return 0
+    if after is not None:
+        if after > ctx.group.last_sequence:
+            raise refuse(
+                ErrorCode.INVALID_COMMAND,
+                f"/payload/visibilityAfterSequence: beyond the Group's head {ctx.group.last_sequence}",
+                field="/payload/visibilityAfterSequence",
+            )
+        return int(after) + 1 if after else 0
+    if existing is not None and existing.active:
+        return existing.visibility_start
+    return ctx.group.last_sequence + 1 if ctx.payload.get("provisional") else 0
+
+
+def _provisional(ctx: HandlerContext, member: Agent, roles: list[str], existing: Membership | None) -> tuple[str, Any]:
+    """The Context Package and expiry of a just-in-time Membership (§8 steps 1-2), or ("", None)."""
+    payload = ctx.payload
+    package = payload.get("contextPackageId")
+    if not payload.get("provisional"):
+        if package is not None or payload.get("provisionalExpiresAt") is not None:
+            raise refuse(
+                ErrorCode.INVALID_COMMAND,
+                "/payload/contextPackageId: only a provisional Membership names a Context Package and an expiry",
+                field="/payload/contextPackageId",
+            )
+        return "", None
+    if member.kind != Agent.KIND_AGENT or not set(roles) <= PROVISIONAL_ROLES:
         raise refuse(
             ErrorCode.INVALID_COMMAND,
-            "/payload/provisional: this Organization grants active Memberships only",
+            f"/payload/roles: a provisional Membership is an Agent's {', '.join(sorted(PROVISIONAL_ROLES))} (§8)",
+            field="/payload/roles",
+        )
+    if existing is not None and existing.active:
+        raise refuse(
+            ErrorCode.INVALID_STATE_TRANSITION,
+            "/payload/provisional: the Principal is already a member; only a candidate joins provisionally",
             field="/payload/provisional",
-            reason="provisional-unsupported",
         )
-    if payload.get("contextPackageId") is not None:
+    if package is None:
         raise refuse(
             ErrorCode.INVALID_COMMAND,
-            "/payload/contextPackageId: only a provisional Membership names a Context Package",
+            "/payload/contextPackageId: a provisional Membership comes with a signed Context Package (§8 step 2)",
             field="/payload/contextPackageId",
-            reason="provisional-unsupported",
         )
-    if payload.get("visibilityAfterSequence"):
+    package_id = payload_id(payload, "contextPackageId")
+    if not _published_package(ctx.group.id, package_id):
         raise refuse(
             ErrorCode.INVALID_COMMAND,
-            "/payload/visibilityAfterSequence: members here see the Group's whole history (0)",
-            field="/payload/visibilityAfterSequence",
-            reason="restricted-visibility-unsupported",
+            "/payload/contextPackageId: no Context Package of this Group",
+            field="/payload/contextPackageId",
+            reason="not_found",
         )
+    sent = payload.get("provisionalExpiresAt")
+    expires = parse_time(sent, "/payload/provisionalExpiresAt") if sent is not None else ctx.now + PROVISIONAL_DEFAULT
+    if expires <= ctx.now:
+        raise refuse(
+            ErrorCode.INVALID_COMMAND,
+            "/payload/provisionalExpiresAt: already past",
+            field="/payload/provisionalExpiresAt",
+        )
+    return package_id, expires
 
 
 @command("membership.change", group_roles=MANAGING)
 def change_membership(ctx: HandlerContext) -> Decision:
-    """Grant a Principal a Membership, or change its roles (§8); compare-and-set on the Group revision."""
+    """Grant a Principal a Membership, or change its roles (§8); compare-and-set on the Group revision.
+
+    Every change moves the Membership Epoch. A provisional grant (§8 steps 1-2) names the
+    candidate's Context Package; the member can then only take or decline its offer.
+    """
     payload = ctx.payload
     check_revision(ctx.command, ctx.group.revision)
-    _unsupported(payload)
     member = _member(ctx)
     roles = sorted(set(payload["roles"]))
     member_id = str(member.id)
@@ -101,26 +175,106 @@ def change_membership(ctx: HandlerContext) -> Decision:
                 f"/payload/roles: the Mission keeps its {role}; this change would take the role away",
                 field="/payload/roles",
             )
-    if held == set(roles):
+    package_id, expires = _provisional(ctx, member, roles, existing)
+    visibility = _visibility(ctx, roles, existing)
+    if held == set(roles) and (existing is None or visibility == existing.visibility_start):
         raise refuse(ErrorCode.INVALID_STATE_TRANSITION, "the Principal already holds exactly these roles")
+    state = "provisional" if package_id else "active"
+    fields = {
+        "roles": roles, "active": True, "updated_at": ctx.now, "visibility_start": visibility,
+        "provisional": bool(package_id), "context_package_id": package_id, "provisional_expires_at": expires,
+    }  # fmt: skip
     if existing is None:
         epoch = 1
-        Membership.objects.create(group_id=ctx.group.id, agent_id=member_id, roles=roles, epoch=1, updated_at=ctx.now)
+        Membership.objects.create(group_id=ctx.group.id, agent_id=member_id, epoch=1, **fields)
     else:
         epoch = existing.epoch + 1
-        Membership.objects.filter(pk=existing.pk).update(roles=roles, epoch=epoch, active=True, updated_at=ctx.now)
+        Membership.objects.filter(pk=existing.pk).update(epoch=epoch, **fields)
     ref = AggregateRef("group", ctx.group.id, ctx.group.revision + 1)
     mission_id = str(Mission.objects.values_list("id", flat=True).get(group_id=ctx.group.id))
     actor = actor_doc(member.kind, member_id)
-    changes = [(role, "active") for role in roles] + [(role, "ended") for role in sorted(held - set(roles))]
+    changes = [(role, state) for role in roles] + [(role, "ended") for role in sorted(held - set(roles))]
     docs = [
         membership_doc(
-            group_id=ctx.group.id, mission_id=mission_id, member=actor, role=role, epoch=epoch, now=ctx.now, state=state
+            group_id=ctx.group.id,
+            mission_id=mission_id,
+            member=actor,
+            role=role,
+            epoch=epoch,
+            now=ctx.now,
+            state=state,
+            visibility_start=visibility,
+            context_package_id=package_id or None,
+            provisional_expires=expires,
         )  # fmt: skip
         for role, state in changes
     ]
     events = [Emit("membership.changed", ref, {"membership": doc}) for doc in docs]
     return Decision(events, ref, notices=[membership_notice(ctx.group.id, member_id, roles, epoch, True)])
+
+
+def activate_provisional(ctx: HandlerContext) -> tuple[list[Emit], list[Any]]:
+    """Accepting an offer activates the acceptor's provisional Membership (§8 step 3): its epoch
+    moves and a ``membership.changed`` (state ``active``) per role says so; with the notice for
+    the member's connections. Nothing for an active member."""
+    row = Membership.objects.filter(group_id=ctx.group.id, agent_id=ctx.actor.id, active=True, provisional=True).first()
+    if row is None:
+        return [], []
+    epoch = row.epoch + 1
+    Membership.objects.filter(pk=row.pk).update(
+        epoch=epoch, provisional=False, provisional_expires_at=None, updated_at=ctx.now
+    )
+    ref = AggregateRef("group", ctx.group.id, ctx.group.revision + 1)
+    mission_id = str(Mission.objects.values_list("id", flat=True).get(group_id=ctx.group.id))
+    actor = actor_doc(Agent.KIND_AGENT, ctx.actor.id)
+    emits = [
+        Emit(
+            "membership.changed",
+            ref,
+            {
+                "membership": membership_doc(
+                    group_id=ctx.group.id,
+                    mission_id=mission_id,
+                    member=actor,
+                    role=role,
+                    epoch=epoch,
+                    now=ctx.now,
+                    visibility_start=row.visibility_start,
+                    context_package_id=row.context_package_id or None,
+                )
+            },
+        )  # fmt: skip
+        for role in row.roles
+    ]
+    return emits, [membership_notice(ctx.group.id, ctx.actor.id, list(row.roles), epoch, True)]
+
+
+def provisional_gate(ctx: HandlerContext) -> None:
+    """A provisional member may only take or decline its offer (§8 steps 2-3); once its
+    ``provisionalExpiresAt`` has passed, not even that."""
+    if ctx.actor.is_service or ctx.group.kind != Group.KIND_MISSION:
+        return
+    found = list(
+        Membership.objects.filter(
+            group_id=ctx.group.id, agent_id=ctx.actor.id, active=True, provisional=True
+        ).values_list("provisional_expires_at", flat=True)[:1]
+    )
+    if not found:
+        return
+    row = found[0]
+    if row is not None and row <= ctx.now:
+        raise refuse(
+            ErrorCode.MEMBERSHIP_REQUIRED, "the provisional Membership has expired (§8)", reason="provisional_expired"
+        )
+    if ctx.spec.kind not in PROVISIONAL_COMMANDS:
+        raise refuse(
+            ErrorCode.AUTH_FORBIDDEN,
+            f"a provisional member may only {' or '.join(sorted(PROVISIONAL_COMMANDS))} until it accepts (§8)",
+            reason="membership_provisional",
+        )
+
+
+before_handler_hooks.append(provisional_gate)
 
 
 @command("membership.end", group_roles=MANAGING)

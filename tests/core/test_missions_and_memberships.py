@@ -201,14 +201,14 @@ def test_the_missions_owner_and_coordinator_roles_are_not_a_membership_changes_P
     refused(ErrorCode.INVALID_STATE_TRANSITION, change, carl, g, reviewer, ["reviewer"])
 
 
-def test_provisional_memberships_and_restricted_visibility_are_refused_not_widened_PROTOCOL_8(
+def test_a_provisional_membership_needs_its_context_package_and_visibility_stays_within_the_log_PROTOCOL_8(
     founded: dict[str, str], owner: AgentKey, worker2: AgentKey
 ) -> None:
+    """Just-in-time Membership and restricted visibility are granted (tests/artifacts/test_membership_8.py),
+    never without the Context Package a provisional member receives nor beyond the Group's head."""
     g = founded["group"]
-    refused(Because(ErrorCode.INVALID_COMMAND, "provisional-unsupported"),
-            change, owner, g, worker2, ["worker"], provisional=True)  # fmt: skip
-    refused(Because(ErrorCode.INVALID_COMMAND, "restricted-visibility-unsupported"),
-            change, owner, g, worker2, ["worker"], visibilityAfterSequence=3)  # fmt: skip
+    refused(ErrorCode.INVALID_COMMAND, change, owner, g, worker2, ["worker"], provisional=True)
+    refused(ErrorCode.INVALID_COMMAND, change, owner, g, worker2, ["worker"], visibilityAfterSequence=10**6)
     change(owner, g, worker2, ["worker"], provisional=False, visibilityAfterSequence=None)
 
 

@@ -10,6 +10,7 @@ from django.conf import settings
 
 from governance import limits
 from missions.authority import AggregateRef, Decision, Emit, HandlerContext
+from missions.handlers.memberships import activate_provisional
 from missions.models import AgentCard, Approval, Membership, Mission
 from missions.registry import command
 from mwportal.protocol import ErrorCode
@@ -452,7 +453,9 @@ def accept_offer(ctx: HandlerContext) -> Decision:
         "selectionBasis": mine.selection_basis,
         "withdrawnAgentIds": withdrawn,
     }
-    return Decision([emit("work.offer.accepted", item, payload)], item_ref(item))
+    # §8 step 3: a just-in-time member's acceptance activates its Membership.
+    activated, notices = activate_provisional(ctx)
+    return Decision([emit("work.offer.accepted", item, payload), *activated], item_ref(item), notices=notices)
 
 
 def _card_version(agent_id: str) -> int:

@@ -334,7 +334,12 @@ MEMBERSHIPS = (
     define(
         "membership.change",
         {"principal": ACTOR, "roles": array(ROLE, min_items=1, unique=True)},
-        {"provisional": boolean(), "visibilityAfterSequence": COUNT, "contextPackageId": ID},
+        {
+            "provisional": boolean(),
+            "visibilityAfterSequence": COUNT,
+            "contextPackageId": ID,
+            "provisionalExpiresAt": TIME,
+        },
         issuers=("mission_owner", "coordinator"),
         aggregate="membership",
         events=("membership.changed",),

@@ -106,9 +106,10 @@ PLANNING = (
         {"ownershipLeaseSeconds": SECONDS},
         issuers=("worker",),
         aggregate="work_item",
-        events=("work.offer.accepted",),
+        events=("work.offer.accepted", "membership.changed"),
         cas=True,
-        summary="The first valid acceptance wins a new Ownership Epoch and start-by deadline (§10.3, §11.3).",
+        summary="The first valid acceptance wins a new Ownership Epoch and start-by deadline (§10.3, §11.3);"
+        " it activates the acceptor's provisional Membership (§8).",
         example={"workItemId": ex.WORK_ITEM, "ownershipLeaseSeconds": 900},
     ),
     define(
