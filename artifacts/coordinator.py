@@ -1,11 +1,17 @@
-"""``mission.assign_coordinator``: a replacement Coordinator with a higher Coordinator Epoch (PROTOCOL §7.2).
+"""``mission.assign_coordinator`` and the replacement's reconciliation (PROTOCOL §7.2).
 
 Here rather than in the missions app because the replacement receives a signed
-Context Package (§7.2, §13.3): the Group's latest published version, signed by
-the Agent that generated it and verified when it was published. The
-``mission.coordinator.assigned`` Event names it (``contextPackageId``,
-``contextPackageHash``), and the replacement reads it through
-``GET /api/v0.1/groups/{groupId}/context-packages/{contextPackageId}``.
+Context Package (§7.2, §13.3). In the same transaction as the appointment, the
+Group Authority generates it from authoritative state (``artifacts.packager``:
+the Mission, its WorkItems with states and owners, the decisions in the
+Group's Events, constraints, open questions, the Artifacts held, the source
+Event range ``1..head``), the Organization's context packager Agent signs it,
+and it is verified and published like a Coordinator's (``package_published``,
+appended before the appointment's own Events). A Coordinator that dies before
+publishing anything can therefore always be replaced. The
+``mission.coordinator.assigned`` Event names the package
+(``contextPackageId``, ``contextPackageHash``), and the replacement reads it
+through ``GET /api/v0.1/groups/{groupId}/context-packages/{contextPackageId}``.
 
 The MissionOwner or the Organization's control plane appoints; the former
 Coordinator loses its coordinator role (its Membership Epoch moves, and with no
@@ -13,6 +19,13 @@ other role its Membership ends), so every later coordination Command of its
 is fenced (``missions.coordinator``). Its Events stay valid history. The
 replacement also becomes the MissionOwner of the unfinished child Missions the
 former Coordinator owned (§14).
+
+Before new assignments the replacement reconciles (§7.2):
+``ext.mwportal.mission.coordinator_reconcile`` cites the package its
+appointment named (ID and hash) and the Group sequence it has processed
+through, at or past the appointment's Event and at most the head. Until then
+``missions.coordinator.fence`` refuses its ``work.authorize``, ``work.offer``
+and ``mission.create_child``.
 """
 
 from __future__ import annotations
@@ -20,19 +33,20 @@ from __future__ import annotations
 from typing import Any
 
 from missions.authority import AggregateRef, Decision, Emit, GroupHead, HandlerContext, check_revision
-from missions.coordinator import expires_at, lease_seconds
+from missions.coordinator import ASSIGNED, RECONCILE, RECONCILED, expires_at, lease_seconds
 from missions.delivery import membership_notice
 from missions.guards import refuse
 from missions.handlers.common import actor_doc, membership_doc, stamp
 from missions.handlers.coordinator import NON_TERMINAL, live_mission
 from missions.handlers.missions import coordinator_lease_id, coordinator_of
-from missions.models import Membership, Mission
+from missions.models import GroupEvent, Membership, Mission
 from missions.registry import command
 from mwportal.protocol import ErrorCode
 from mwportal.protocol.ids import urn
 
-from .models import ContextPackage
-from .store import wire_hash
+from .context import publish_generated
+from .packager import replacement_package
+from .store import hex_of, wire_hash
 
 
 @command("mission.assign_coordinator", group_roles=("mission_owner",), actors=("human", "service"))
@@ -49,13 +63,7 @@ def assign_coordinator(ctx: HandlerContext) -> Decision:
             "/payload/coordinatorId: the replacement is another Agent; the current one renews its lease",
             field="/payload/coordinatorId",
         )
-    package = ContextPackage.objects.filter(group_id=ctx.group.id).order_by("-published_at", "-id").first()
-    if package is None:
-        raise refuse(
-            ErrorCode.INVALID_STATE_TRANSITION,
-            "the replacement receives a signed Context Package (§7.2): none is published in this Group yet",
-            reason="no-context-package",
-        )
+    package, published = publish_generated(ctx, replacement_package(ctx, mission, new_id))
     epoch = mission.coordinator_epoch + 1
     seconds = lease_seconds(ctx.payload.get("leaseSeconds") or mission.coordinator_lease_seconds)
     mission.coordinator, mission.coordinator_epoch, mission.coordinator_card_version = replacement, epoch, card_version
@@ -74,7 +82,52 @@ def assign_coordinator(ctx: HandlerContext) -> Decision:
     if old_id is not None:
         assigned["previousCoordinatorId"] = urn(old_id)
     also = _hand_over_children(ctx, old_id, new_id) if old_id is not None else []
-    return Decision([Emit("mission.coordinator.assigned", ref, assigned), *events], ref, also=also, notices=notices)
+    emits = [published, Emit(ASSIGNED, ref, assigned), *events]
+    return Decision(emits, ref, also=also, notices=notices)
+
+
+@command(RECONCILE, group_roles=("coordinator",), actors=("agent",))
+def reconcile(ctx: HandlerContext) -> Decision:
+    """The replacement Coordinator reconciled: it cites the signed Context Package its appointment named
+    and the sequence it processed the Group's Events through, so it may issue new assignments (§7.2).
+    ``accept()`` fenced it already (the current Coordinator, its epoch, an unexpired lease)."""
+    mission = live_mission(ctx)
+    epoch = mission.coordinator_epoch
+    events = GroupEvent.objects.filter(group_id=ctx.group.id)
+    appointed = events.filter(type=ASSIGNED, body__coordinatorEpoch=epoch).values_list("sequence", "body").first()
+    if appointed is None:
+        raise refuse(
+            ErrorCode.INVALID_STATE_TRANSITION,
+            f"the Coordinator of epoch {epoch} was not appointed as a replacement: it has nothing to reconcile",
+            reason="not-a-replacement",
+        )
+    if events.filter(type=RECONCILED, body__coordinatorEpoch=epoch).exists():
+        raise refuse(ErrorCode.INVALID_STATE_TRANSITION, f"epoch {epoch} has reconciled already", reason="reconciled")
+    sequence, body = appointed
+    payload = ctx.payload
+    cited = (
+        payload["contextPackageId"],
+        wire_hash(hex_of(payload["contextPackageHash"], "/payload/contextPackageHash")),
+    )
+    if cited != (body["contextPackageId"], body["contextPackageHash"]):
+        raise refuse(
+            ErrorCode.INVALID_COMMAND,
+            f"/payload/contextPackageId: the appointment of epoch {epoch} named Context Package "
+            f"{body['contextPackageId']} ({body['contextPackageHash']})",
+            field="/payload/contextPackageId",
+        )
+    through = payload["throughSequence"]
+    if not sequence <= through <= ctx.group.last_sequence:
+        raise refuse(
+            ErrorCode.INVALID_COMMAND,
+            f"/payload/throughSequence: at or past the appointment's Event ({sequence}) and at most the Group "
+            f"head ({ctx.group.last_sequence})",
+            field="/payload/throughSequence",
+        )
+    ref = AggregateRef("group", ctx.group.id, ctx.group.revision)
+    reconciled = {"coordinatorId": urn(ctx.actor.id), "coordinatorEpoch": epoch,
+                  "contextPackageId": body["contextPackageId"], "throughSequence": through}  # fmt: skip
+    return Decision([Emit(RECONCILED, ref, reconciled)], ref)
 
 
 Notice = tuple[str, dict[str, Any]]

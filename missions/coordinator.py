@@ -22,6 +22,17 @@ has moved, yet what it is told is that its Coordinator Epoch is fenced):
 
 Such a Command from anyone but the current Coordinator, or with another epoch,
 is AUTH_STALE_COORDINATOR; under an expired lease it is WORK_LEASE_EXPIRED.
+
+§7.2 also says a replacement "MUST reconcile current WorkItem state before
+issuing new assignments". A Coordinator appointed by
+``mission.assign_coordinator`` (whose ``mission.coordinator.assigned`` names
+the signed Context Package it receives) issues ``work.authorize``,
+``work.offer`` and ``mission.create_child`` only once its
+``ext.mwportal.mission.coordinator_reconcile`` is accepted: that Command cites
+the package (ID and hash) and the Group sequence it processed through, at or
+past its appointment (``artifacts.coordinator``). Before that, they are
+INVALID_STATE_TRANSITION with reason ``coordinator-not-reconciled``. The
+Coordinator of epoch 1 made the plan and reconciles nothing.
 """
 
 from __future__ import annotations
@@ -49,6 +60,12 @@ LEASE_KINDS = frozenset(
 )
 # §7.2: authorizing and assigning WorkItems, when the Coordinator does it.
 AS_COORDINATOR_KINDS = frozenset({"work.authorize", "work.offer"})
+# §7.2: a replacement's reconciliation (the project's kind): fenced like the lease's own Commands.
+RECONCILE = "ext.mwportal.mission.coordinator_reconcile"
+RECONCILED = "ext.mwportal.mission.coordinator_reconciled"
+ASSIGNED = "mission.coordinator.assigned"
+# §7.2: the new assignments a replacement issues only once it has reconciled.
+ASSIGNING_KINDS = frozenset({"work.authorize", "work.offer", "mission.create_child"})
 
 
 def lease_seconds(requested: int | None) -> int:
@@ -62,14 +79,14 @@ def expires_at(now: datetime, seconds: int) -> datetime:
 
 def fenced(doc: CommandDoc, membership_roles: frozenset[str] | None) -> bool:
     """Whether ``doc`` is a Command whose authority derives from the Coordinator lease."""
-    if doc.kind in LEASE_KINDS or doc.coordinator_epoch is not None:
+    if doc.kind in LEASE_KINDS or doc.kind == RECONCILE or doc.coordinator_epoch is not None:
         return True
     return doc.kind in AS_COORDINATOR_KINDS and "coordinator" in (membership_roles or ())
 
 
 def _former(group_id: str, actor_id: str) -> bool:
     """Whether ``actor_id`` held an earlier Coordinator lease of the Group's Mission (§7.2)."""
-    replaced = GroupEvent.objects.filter(group_id=group_id, type="mission.coordinator.assigned")
+    replaced = GroupEvent.objects.filter(group_id=group_id, type=ASSIGNED)
     return replaced.filter(body__previousCoordinatorId=urn(actor_id)).exists()
 
 
@@ -96,7 +113,8 @@ def fence(
     if row is None or not Membership.objects.filter(group_id=group_id, agent_id=actor_id).exists():
         return
     coordinator, epoch, expiry = row
-    if doc.kind not in LEASE_KINDS and str(coordinator) != actor_id and not _former(group_id, actor_id):
+    leased = doc.kind in LEASE_KINDS or doc.kind == RECONCILE
+    if not leased and str(coordinator) != actor_id and not _former(group_id, actor_id):
         return  # an epoch presented by someone who never held the lease: the role checks answer
     if str(coordinator) != actor_id or doc.coordinator_epoch != epoch:
         raise ProtocolError(
@@ -110,3 +128,19 @@ def fence(
             f"the Coordinator lease of epoch {epoch} has expired; the MissionOwner appoints a replacement (§7.2)",
             details={"coordinatorEpoch": epoch, "reason": "coordinator-lease-expired"},
         )
+    if doc.kind in ASSIGNING_KINDS and not reconciled(group_id, epoch):
+        raise ProtocolError(
+            ErrorCode.INVALID_STATE_TRANSITION,
+            f"the replacement Coordinator of epoch {epoch} reconciles the Group's WorkItem state before new "
+            f"assignments (§7.2): {RECONCILE} first, citing its Context Package",
+            details={"coordinatorEpoch": epoch, "reason": "coordinator-not-reconciled"},
+        )
+
+
+def reconciled(group_id: str, epoch: int) -> bool:
+    """Whether the Coordinator of ``epoch`` may issue new assignments: one appointed as a replacement
+    once its reconciliation is accepted; the first Coordinator, which planned from the start, always."""
+    events = GroupEvent.objects.filter(group_id=group_id)
+    if not events.filter(type=ASSIGNED, body__coordinatorEpoch=epoch).exists():
+        return True
+    return events.filter(type=RECONCILED, body__coordinatorEpoch=epoch).exists()

@@ -10,6 +10,7 @@ verifier resolves keys there and nowhere else.
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Any
 
 from mwportal.protocol import GENESIS_HASH, ErrorCode
@@ -23,7 +24,7 @@ from ..keyregistry import record_validity, register_key
 from ..models import ORG_ROLES, Agent, Group, Organization, SigningKey, SigningKeyValidity
 from ..policy import DEFAULT_POLICY, check_policy
 from ..registry import command
-from ..service_keys import CONTROL_PLANE, ROLES, principal_id, service_key
+from ..service_keys import AGENTS, CONTEXT_PACKAGER, CONTROL_PLANE, ROLES, principal_id, service_key
 from .common import MODEL_KIND, WIRE_TYPE, payload_id, stamp
 
 ORGANIZATION_CREATE = "ext.mwportal.admin.organization_create"
@@ -41,7 +42,8 @@ def create_organization(ctx: HandlerContext) -> Decision:
 
     The Group Authority (which signs Events and snapshots) and the control
     plane come into being with the Organization, each with its key bound in
-    the Registry, so that the first Event can be verified by anyone.
+    the Registry, so that the first Event can be verified by anyone; so does
+    its context packager Agent (``organization_agent``).
     """
     payload = ctx.payload
     org_id = payload_id(payload, "organizationId")
@@ -78,9 +80,32 @@ def create_organization(ctx: HandlerContext) -> Decision:
         )
         bind_key(org, principal=Principal("service", urn(service_id)), key_id=key.key_id,
                  public_key=key.public_key, valid_from=stamp(ctx.now), field="service")  # fmt: skip
+    for role in AGENTS:
+        organization_agent(org, role, ctx.now)
     ref = AggregateRef("organization", org_id, 1)
     event = {"organizationId": urn(org_id), "slug": slug, "name": name}
     return Decision([Emit("ext.mwportal.admin.organization_created", ref, event)], ref)
+
+
+def organization_agent(org: Organization, role: str, now: datetime) -> Agent:
+    """The Organization-owned Agent Principal of ``role`` (``service_keys.AGENTS``), registered with its
+    key bound in the Registry the first time it is needed: with the Organization, or on first use in an
+    Organization created before the role existed (idempotent; called only inside ``accept()``)."""
+    agent_id = principal_id(str(org.id), role)
+    agent = Agent.objects.filter(id=agent_id).first()
+    if agent is not None:
+        return agent
+    key = service_key(str(org.id), role)
+    agent = Agent.objects.create(id=agent_id, organization=org, name=AGENTS[role], kind=Agent.KIND_AGENT,
+                                 org_roles=[], public_key=key.public_key, created_at=now)  # fmt: skip
+    bind_key(org, principal=Principal("agent", urn(agent_id)), key_id=key.key_id, public_key=key.public_key,
+             valid_from=stamp(now), field=role)  # fmt: skip
+    return agent
+
+
+def context_packager_agent(org: Organization, now: datetime) -> Agent:
+    """The Agent that generates and signs the Context Package a replacement Coordinator receives (§7.2)."""
+    return organization_agent(org, CONTEXT_PACKAGER, now)
 
 
 def bind_key(

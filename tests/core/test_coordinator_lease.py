@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from artifacts.models import ContextPackage
 from missions.authority import accept
@@ -24,12 +25,12 @@ from missions.commands import group_service_command, service_command
 from missions.handlers.missions import mission_document
 from missions.models import Group, GroupEvent, Membership, Mission
 from missions.tasks import expire_coordinator_leases
-from mwportal.protocol import ErrorCode, catalogue, schemas
+from mwportal.protocol import ErrorCode, catalogue, jcs, schemas
 from mwportal.protocol.ids import urn
-from mwportal.protocol.values import parse_timestamp
+from mwportal.protocol.values import b64url_decode, parse_timestamp
 from mwportal.protocol.verification import sign_document
 from tests.api.support import API, bearer, http
-from tests.conftest import AgentKey, group_revision, make_agent, refused
+from tests.conftest import AgentKey, Because, group_revision, make_agent, refused
 from tests.core.mission_support import (
     epoch_of,
     flow_fixture,  # noqa: F401  (the flow fixture)
@@ -41,6 +42,9 @@ from tests.core.mission_support import (
 from tests.workitems.flow import BASIS, Flow, contract, give_card, stamp
 
 PUBLISH = "ext.mwportal.context.package_publish"
+PUBLISHED = "ext.mwportal.context.package_published"
+RECONCILE = "ext.mwportal.mission.coordinator_reconcile"
+ASSIGNED = "mission.coordinator.assigned"
 EXPIRE = "ext.mwportal.mission.coordinator_lease_expire"
 # §15.1: the Agent Commands whose authority derives from the Coordinator lease.
 LEASE_KINDS = [
@@ -64,6 +68,34 @@ def renew(by: AgentKey, group: str, epoch: int | None = None, seconds: int | Non
 def assign(by: AgentKey, group: str, replacement: AgentKey, seconds: int = 600) -> dict[str, Any]:
     payload = {"coordinatorId": replacement.urn, "leaseSeconds": seconds}
     return by.send("mission.assign_coordinator", group, payload, expected_revision=group_revision(group))
+
+
+def appointment(group: str) -> tuple[int, dict[str, Any]]:
+    """The sequence and payload of the Group's latest ``mission.coordinator.assigned``."""
+    event = GroupEvent.objects.filter(group_id=group, type=ASSIGNED).order_by("-sequence").first()
+    assert event is not None
+    return event.sequence, event.body
+
+
+def head(group: str) -> int:
+    return Group.objects.values_list("last_sequence", flat=True).get(id=group)
+
+
+def reconcile(
+    by: AgentKey, group: str, epoch: int | None = None, membership_epoch: int | None = None, **changes: Any
+) -> dict[str, Any]:
+    """The replacement cites the package its appointment named, processed through the head (§7.2)."""
+    _, body = appointment(group)
+    payload = {"contextPackageId": body["contextPackageId"], "contextPackageHash": body["contextPackageHash"],
+               "throughSequence": head(group), **changes}  # fmt: skip
+    fence = {"membership_epoch": membership_epoch} if membership_epoch else {}
+    return by.send(RECONCILE, group, payload, coordinator_epoch=epoch or epoch_of(group), **fence)
+
+
+def over_rest(path: str, by: AgentKey) -> dict[str, Any]:
+    response = http().get(f"{API}/{path}", **bearer(by.extra["token"]))
+    assert response.status_code == 200, response.content[:300]
+    return dict(response.json())
 
 
 def publish_package(flow: Flow) -> dict[str, Any]:
@@ -126,7 +158,7 @@ def test_renewal_with_another_epoch_or_by_another_agent_is_stale_7_2(flow: Flow)
 def test_an_expired_lease_refuses_coordination_until_a_replacement_7_2(flow: Flow, cora: AgentKey) -> None:
     item = verified(flow)
     assert flow.item(item).state == "verified"
-    publish_package(flow)
+    assert not ContextPackage.objects.filter(group_id=flow.group).exists()  # it dies without publishing one
     renew(flow.coordinator, flow.group, seconds=1)
     time.sleep(1.2)
     refused(ErrorCode.WORK_LEASE_EXPIRED, flow.authorize)
@@ -136,6 +168,7 @@ def test_an_expired_lease_refuses_coordination_until_a_replacement_7_2(flow: Flo
     expired = GroupEvent.objects.get(group_id=flow.group, type=EXPIRE.replace("_expire", "_expired")).body
     assert (expired["coordinatorEpoch"], expired["coordinatorId"]) == (1, flow.coordinator.urn)
     assign(flow.owner, flow.group, cora)
+    reconcile(cora, flow.group)
     Flow({"group": flow.group, "mission": flow.mission}, flow.owner, cora, flow.worker, flow.worker2).send(
         cora, "work.authorize", str(uuid.uuid4()), {"contract": contract(goal="Fresh start")}, coordinator_epoch=2
     )
@@ -157,13 +190,15 @@ def test_a_replacement_gets_a_higher_epoch_and_a_signed_context_package_7_2(flow
     assert (str(mission.coordinator_id), mission.coordinator_epoch) == (cora.id, 2)
     assigned = GroupEvent.objects.get(group_id=flow.group, type="mission.coordinator.assigned").body
     assert (assigned["coordinatorEpoch"], assigned["previousCoordinatorId"]) == (2, flow.coordinator.urn)
-    assert assigned["contextPackageId"] == package["contextPackageId"]
-    # The replacement reads the signed package over REST, as a member of the Group.
-    url = f"{API}/groups/{urn(flow.group)}/context-packages/{package['contextPackageId']}"
-    response = http().get(url, **bearer(cora.extra["token"]))
-    assert response.status_code == 200, response.content[:300]
-    stored = ContextPackage.objects.get(package=package["contextPackageId"].removeprefix("urn:uuid:"))
-    assert stored.document == package
+    # The replacement's package is a new version, generated now; the Coordinator's is the version before
+    # it (§13.3: an update retains provenance to the previous version).
+    url = f"groups/{urn(flow.group)}/context-packages/{assigned['contextPackageId']}"
+    served = over_rest(url, cora)
+    generated = served["contextPackage"]
+    assert (generated["version"], generated["previousContextPackageId"]) == (2, package["contextPackageId"])
+    assert generated["generatedBy"] != flow.coordinator.actor
+    stored = ContextPackage.objects.get(package=assigned["contextPackageId"].removeprefix("urn:uuid:"))
+    assert stored.document == generated and stored.previous_package is not None
     # The former Coordinator lost the role; its Membership Epoch moved.
     old = Membership.objects.get(group_id=flow.group, agent_id=flow.coordinator.id)
     assert "coordinator" not in old.roles or not old.active
@@ -177,7 +212,6 @@ def test_a_replacement_gets_a_higher_epoch_and_a_signed_context_package_7_2(flow
 def test_the_former_coordinators_commands_are_stale_after_replacement_7_2(flow: Flow, cora: AgentKey) -> None:
     submitted_item = flow.drive_to("submitted")
     hashes = [held(flow.group, flow.worker)]
-    publish_package(flow)
     assign(flow.owner, flow.group, cora)
     # The former Coordinator signs with what it last knew: Membership Epoch 1, Coordinator Epoch 1.
     old = {"membership_epoch": 1, "coordinator_epoch": 1}
@@ -196,6 +230,8 @@ def test_the_former_coordinators_commands_are_stale_after_replacement_7_2(flow: 
     item = str(uuid.uuid4())
     refused(ErrorCode.AUTH_STALE_COORDINATOR, new.send, cora, "work.authorize", item,
             {"contract": contract(goal="Second pass")}, coordinator_epoch=1)  # fmt: skip
+    refused(ErrorCode.AUTH_STALE_COORDINATOR, reconcile, flow.coordinator, flow.group, epoch=1, membership_epoch=1)
+    reconcile(cora, flow.group)
     new.send(cora, "work.authorize", item, {"contract": contract(goal="Second pass")}, coordinator_epoch=2)
     new.send(cora, "work.accept_result", submitted_item,
              {"evidence": new.evidence(submitted_item, cora)}, coordinator_epoch=2)  # fmt: skip
@@ -205,7 +241,6 @@ def test_the_former_coordinators_commands_are_stale_after_replacement_7_2(flow: 
 
 @pytest.mark.parametrize("who", ["coordinator", "worker"])
 def test_only_the_mission_owner_or_policy_appoints_a_replacement_7_2(flow: Flow, cora: AgentKey, who: str) -> None:
-    publish_package(flow)
     by = flow.coordinator if who == "coordinator" else flow.worker
     refused(ErrorCode.AUTH_FORBIDDEN, assign, by, flow.group, cora)
     assert epoch_of(flow.group) == 1
@@ -217,10 +252,14 @@ def test_only_the_mission_owner_or_policy_appoints_a_replacement_7_2(flow: Flow,
 
 
 def test_a_replacement_needs_a_context_package_and_another_agent_7_2(flow: Flow, cora: AgentKey) -> None:
-    refused(ErrorCode.INVALID_STATE_TRANSITION, assign, flow.owner, flow.group, cora)
-    publish_package(flow)
     refused(ErrorCode.INVALID_COMMAND, assign, flow.owner, flow.group, flow.coordinator)
     assert epoch_of(flow.group) == 1
+    assert not ContextPackage.objects.filter(group_id=flow.group).exists()  # a refused appointment publishes none
+    assign(flow.owner, flow.group, cora)  # no package was published: the appointment generates one
+    _, assigned = appointment(flow.group)
+    package = ContextPackage.objects.get(group_id=flow.group)
+    assert (assigned["contextPackageId"], assigned["contextPackageHash"]) == (
+        urn(str(package.package)), f"sha256:{package.document_hash}")  # fmt: skip
 
 
 def _registered(kind: str) -> Any:
@@ -275,7 +314,6 @@ def test_the_replacement_becomes_the_mission_owner_of_the_former_coordinators_ch
 ) -> None:
     item = flow.authorize()
     child_mission, child_group = flow.create_child(item)
-    publish_package(flow)
     assign(flow.owner, flow.group, cora)
     owners = Membership.objects.filter(group_id=child_group, active=True)
     assert [str(m.agent_id) for m in owners if "mission_owner" in m.roles] == [cora.id]
@@ -289,3 +327,155 @@ def test_the_replacement_becomes_the_mission_owner_of_the_former_coordinators_ch
     cora.send("mission.cancel", child_group, cancel, expected_revision=group_revision(child_group))
     assert status(child_group) == "cancelled"
     assert Mission.objects.get(id=child_mission).status == "cancelled"
+
+
+def _packager(flow: Flow) -> dict[str, str]:
+    """The Organization's context packager Agent, as the test knows it: registered with the Organization."""
+    from missions.models import Agent
+
+    org = Group.objects.values_list("organization_id", flat=True).get(id=flow.group)
+    row = Agent.objects.get(organization_id=org, name="Context packager")
+    assert row.kind == "agent"
+    return {"type": "agent", "id": urn(str(row.id))}
+
+
+def test_a_coordinator_that_never_published_is_replaced_with_a_generated_signed_package_7_2_13_3(
+    flow: Flow, cora: AgentKey
+) -> None:
+    """§7.2: the replacement MUST receive a signed Context Package, though the dead Coordinator published none."""
+    done = verified(flow, "Tabulate the answers")
+    offered = flow.authorize(contract(goal="Chart the regional split"))
+    flow.offer(offered)
+    running = flow.authorize(contract(goal="Draft the conclusions"))
+    flow.offer(running, [flow.worker2])
+    flow.accept(running, flow.worker2)
+    flow.start(running, flow.worker2)
+    flow.submit(running, flow.worker2)
+    artifact = held(flow.group, flow.worker)
+    assert not ContextPackage.objects.filter(group_id=flow.group).exists()
+    before = head(flow.group)
+    assign(flow.owner, flow.group, cora)
+    sequence, assigned = appointment(flow.group)
+    # Published in the same transaction, just before the appointment that names it.
+    published = GroupEvent.objects.get(group_id=flow.group, sequence=before + 1)
+    assert (published.type, sequence) == (PUBLISHED, before + 2)
+    served = over_rest(f"groups/{urn(flow.group)}/context-packages/{assigned['contextPackageId']}", cora)
+    package = served["contextPackage"]
+    assert served["documentHash"] == assigned["contextPackageHash"] == published.body["documentHash"]
+    schemas.validate("context-package", package)
+    # Signed by the packager Agent, verified against its key as the Registry serves it.
+    assert package["generatedBy"] == _packager(flow)
+    binding = over_rest(f"keys/{package['signature']['keyId']}", cora)
+    assert binding["principal"] == package["generatedBy"]
+    body = {k: v for k, v in package.items() if k != "signature"}
+    Ed25519PublicKey.from_public_bytes(b64url_decode(binding["publicKey"])).verify(
+        b64url_decode(package["signature"]["value"]), jcs.canonicalize(body)
+    )
+    # Scope and source range: the whole Group log before the appointment; every cited Event is in it.
+    assert (package["missionId"], package["groupId"], package["version"]) == (urn(flow.mission), urn(flow.group), 1)
+    assert "workItemId" not in package and "previousContextPackageId" not in package
+    span = package["sourceEventRange"]
+    assert (span["fromSequence"], span["toSequence"]) == (1, before)
+    in_range = {urn(str(e)) for e in GroupEvent.objects.filter(group_id=flow.group, sequence__lte=before)
+                .values_list("event_id", flat=True)}  # fmt: skip
+    assert set(span["eventIds"]) <= in_range
+    # The WorkItems with their states and owners.
+    for item, state, owner in ((done, "verified", flow.worker), (offered, "offered", None),
+                               (running, "submitted", flow.worker2)):  # fmt: skip
+        line = next(line for line in package["summary"].splitlines() if urn(item) in line)
+        assert f"state={state}" in line and f"owner={owner.urn if owner else 'none'}" in line
+    # Each decision cites the Event it came from; each authorization is one of them.
+    authorized = {
+        urn(str(e)): b["workItem"]["workItemId"]
+        for e, b in GroupEvent.objects.filter(group_id=flow.group, type="work.authorized").values_list(
+            "event_id", "body"
+        )
+    }
+    cited = {d["sourceEventIds"][0]: d["description"] for d in package["decisions"]}
+    for event_id, item in authorized.items():
+        assert item in cited[event_id] and event_id in span["eventIds"]
+    assert artifact in package["artifactHashes"]
+    assert [q for q in package["unresolvedQuestions"] if urn(running) in q]  # its result awaits review
+    assert not [q for q in package["unresolvedQuestions"] if urn(done) in q]
+    mission = Mission.objects.get(id=flow.mission)
+    assert mission.objective in package["summary"] and package["constraints"]
+
+
+def test_the_former_coordinator_is_stale_after_a_replacement_without_a_package_7_2(flow: Flow, cora: AgentKey) -> None:
+    item = flow.authorize()
+    assign(flow.owner, flow.group, cora)
+    body = {"candidateAgentIds": [flow.worker.urn], "offerExpiresInSeconds": 600, "selectionBasis": BASIS}
+    old = {"membership_epoch": 1, "coordinator_epoch": 1}  # what it last knew
+    refused(ErrorCode.AUTH_STALE_COORDINATOR, flow.send, flow.coordinator, "work.offer", item, body, **old)
+    refused(ErrorCode.AUTH_STALE_COORDINATOR, reconcile, flow.coordinator, flow.group, epoch=1, membership_epoch=1)
+
+
+def test_a_replacement_assigns_nothing_until_it_reconciles_7_2(
+    flow: Flow, cora: AgentKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """§7.2: it MUST reconcile current WorkItem state before issuing new assignments."""
+    waiting = flow.authorize()
+    assign(flow.owner, flow.group, cora)
+    monkeypatch.setattr("tests.workitems.flow.COORDINATOR_EPOCH", 2)  # the Flow helpers sign with Cora's epoch
+    new = Flow({"group": flow.group, "mission": flow.mission}, flow.owner, cora, flow.worker, flow.worker2)
+    # Before reconciling: no authorization, no offer, no child Mission.
+    for attempt in (lambda: new.authorize(), lambda: new.offer(waiting), lambda: new.create_child(waiting)):
+        refused(Because(ErrorCode.INVALID_STATE_TRANSITION, "coordinator-not-reconciled"), attempt)
+    # A reconciliation must cite the package its appointment named, through at least the appointment.
+    sequence, assigned = appointment(flow.group)
+    other = publish_package(Flow({"group": flow.group, "mission": flow.mission}, flow.owner, cora, flow.worker,
+                                 flow.worker2))  # fmt: skip
+    refused(ErrorCode.INVALID_COMMAND, reconcile, cora, flow.group, contextPackageId=other["contextPackageId"])
+    refused(ErrorCode.INVALID_COMMAND, reconcile, cora, flow.group, contextPackageHash="sha256:" + "0" * 64)
+    refused(ErrorCode.INVALID_COMMAND, reconcile, cora, flow.group, throughSequence=sequence - 1)
+    refused(ErrorCode.INVALID_COMMAND, reconcile, cora, flow.group, throughSequence=head(flow.group) + 1)
+    refused(ErrorCode.AUTH_STALE_COORDINATOR, reconcile, cora, flow.group, epoch=1)
+    refused(ErrorCode.AUTH_STALE_COORDINATOR, reconcile, flow.worker, flow.group)
+    refused(ErrorCode.INVALID_STATE_TRANSITION, new.offer, waiting)
+    reconcile(cora, flow.group, throughSequence=sequence)
+    done = GroupEvent.objects.get(group_id=flow.group, type=RECONCILE + "d").body
+    assert (done["coordinatorId"], done["coordinatorEpoch"], done["contextPackageId"]) == (
+        cora.urn, 2, assigned["contextPackageId"])  # fmt: skip
+    refused(ErrorCode.INVALID_STATE_TRANSITION, reconcile, cora, flow.group)  # once per epoch
+    new.offer(waiting)
+    new.authorize(contract(goal="Replanned"))
+    assert flow.item(waiting).state == "offered"
+
+
+def test_the_first_coordinator_has_nothing_to_reconcile_7_2(flow: Flow) -> None:
+    flow.authorize()  # epoch 1 planned from the start: no reconciliation gates it
+    package = publish_package(flow)
+    payload = {"contextPackageId": package["contextPackageId"], "contextPackageHash": "sha256:" + "0" * 64,
+               "throughSequence": head(flow.group)}  # fmt: skip
+    refused(ErrorCode.INVALID_STATE_TRANSITION, flow.coordinator.send, RECONCILE, flow.group, payload,
+            coordinator_epoch=1)  # fmt: skip
+
+
+@pytest.fixture
+def older_organization(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Organization is created as before the context packager existed (no Organization-owned Agents)."""
+    monkeypatch.setattr("missions.handlers.organization.AGENTS", {})
+
+
+def test_the_packager_is_registered_on_first_use_in_an_older_organization_and_once_7_2(
+    older_organization: None, flow: Flow, cora: AgentKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An Organization made before the packager existed gets it, key bound in the Registry, at its first
+    replacement (in that transaction); later replacements reuse it (idempotent)."""
+    from missions.models import Agent, SigningKey
+    from missions.service_keys import AGENTS
+
+    org = str(Group.objects.values_list("organization_id", flat=True).get(id=flow.group))
+    assert not Agent.objects.filter(organization_id=org, name="Context packager").exists()
+    monkeypatch.setattr("missions.handlers.organization.AGENTS", AGENTS)  # this build's code runs
+    assign(flow.owner, flow.group, cora)
+    packager = _packager(flow)
+    assert SigningKey.objects.filter(principal_type="agent", principal_id=packager["id"]).count() == 1
+    reconcile(cora, flow.group)
+    assign(flow.owner, flow.group, give_card(make_agent("acme", "Cy Coordinator", ["coordinator"])))
+    assert _packager(flow) == packager
+    assert SigningKey.objects.filter(principal_id=packager["id"]).count() == 1
+    _, assigned = appointment(flow.group)
+    second = ContextPackage.objects.get(package=assigned["contextPackageId"].removeprefix("urn:uuid:"))
+    # The generated packages form one chain: version 2 names the first replacement's.
+    assert (second.version, second.document["generatedBy"]) == (2, packager)

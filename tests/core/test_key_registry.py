@@ -437,10 +437,17 @@ def test_an_organization_comes_with_its_service_principals_keys_bound_DESIGN_4(d
             ed25519.public_key(key.seed),
         )
         assert Agent.objects.get(id=service_keys.principal_id(org_id, role)).kind == "service"
+    # Its context packager (§7.2: it signs a replacement Coordinator's Context Package) is an Agent Principal.
+    packager = service_keys.principal_id(org_id, service_keys.CONTEXT_PACKAGER)
+    key = service_keys.service_key(org_id, service_keys.CONTEXT_PACKAGER)
+    binding = registry.resolve(key.key_id)
+    assert (binding.principal, binding.public_key) == (Principal("agent", f"urn:uuid:{packager}"),
+                                                       ed25519.public_key(key.seed))  # fmt: skip
+    assert Agent.objects.get(id=packager).kind == "agent"
     first = GroupEvent.objects.get(group_id=admin_group, sequence=1)
     assert first.type == "ext.mwportal.admin.organization_created"
     verified = verify_event(first.document.encode(), registry)
     assert verified.principal.id == f"urn:uuid:{service_keys.principal_id(org_id, service_keys.GROUP_AUTHORITY)}"
     # Created once: the same slug answers the existing Organization, and nothing is bound twice.
     assert create_organization("bootstrap", "Bootstrap") == (org_id, admin_group)
-    assert SigningKey.objects.filter(organization=organization).count() == 2
+    assert SigningKey.objects.filter(organization=organization).count() == 3

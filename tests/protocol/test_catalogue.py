@@ -94,6 +94,7 @@ PROJECT_COMMANDS = {
     "ext.mwportal.extension.profile_register",
     "ext.mwportal.extension.profile_pin",
     "ext.mwportal.mission.coordinator_lease_expire",
+    "ext.mwportal.mission.coordinator_reconcile",
 }
 ORGANIZATION_SCOPED = {
     "ext.missionweaveprotocol.registry.agent_card_register": "ext.missionweaveprotocol.registry.agent_card_registered",
@@ -190,6 +191,11 @@ def command_examples() -> dict[str, dict[str, Any]]:
         },
         "mission.request_changes": {"missionRevision": 2, "feedback": "More tests."},
         "ext.mwportal.mission.coordinator_lease_expire": {"coordinatorEpoch": 2},
+        "ext.mwportal.mission.coordinator_reconcile": {
+            "contextPackageId": uid(26),
+            "contextPackageHash": H,
+            "throughSequence": 9,
+        },
         "mission.cancel": {"reason": "no longer needed"},
         "mission.terminate": {"reason": "cannot be done"},
         "membership.change": {"principal": AGENT, "roles": ["worker", "reviewer"], "provisional": True},

@@ -237,7 +237,8 @@ MISSIONS = (
         {**_COORDINATOR, "leaseSeconds": SECONDS},
         issuers=("mission_owner", "service"),
         aggregate="mission",
-        events=("mission.coordinator.assigned",),
+        # The generated Context Package the replacement receives is published first (§7.2).
+        events=(f"{PROJECT}.context.package_published", "mission.coordinator.assigned"),
         summary="A replacement Coordinator with a higher Coordinator Epoch (§7.2).",
         example={"coordinatorId": ex.uid(45), "leaseSeconds": 300},
         oneOf=_ONE_COORDINATOR["oneOf"],
@@ -262,6 +263,19 @@ MISSIONS = (
         cas=True,
         summary="The control plane records that the Coordinator lease of an epoch ran out unrenewed (§7.2).",
         example={"coordinatorEpoch": 1},
+    ),
+    define(
+        f"{PROJECT}.mission.coordinator_reconcile",
+        {"contextPackageId": ID, "contextPackageHash": HASH, "throughSequence": POSITIVE},
+        issuers=("coordinator",),
+        aggregate="mission",
+        events=(f"{PROJECT}.mission.coordinator_reconciled",),
+        summary=(
+            "A replacement Coordinator cites the signed Context Package its appointment named and the Group"
+            " sequence it has processed through (at or past the appointment); until it has, its work.authorize,"
+            " work.offer and mission.create_child are refused (§7.2: it reconciles before new assignments)."
+        ),
+        example={"contextPackageId": ex.uid(30), "contextPackageHash": ex.HASH, "throughSequence": 12},
     ),
     define(
         "mission.submit_for_approval",

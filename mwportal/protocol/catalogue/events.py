@@ -131,6 +131,18 @@ MISSIONS = (
         example={"coordinatorId": ex.COORDINATOR["id"], "coordinatorEpoch": 1, "leaseExpiresAt": ex.T1},
     ),
     fact(
+        f"{PROJECT}.mission.coordinator_reconciled",
+        {"coordinatorId": ID, "coordinatorEpoch": POSITIVE, "contextPackageId": ID, "throughSequence": POSITIVE},
+        aggregate="mission",
+        summary="The replacement Coordinator of this epoch reconciled; it may issue new assignments (§7.2).",
+        example={
+            "coordinatorId": ex.uid(45),
+            "coordinatorEpoch": 2,
+            "contextPackageId": ex.uid(30),
+            "throughSequence": 12,
+        },
+    ),
+    fact(
         "mission.submitted_for_approval",
         {"missionId": ID, "missionRevision": POSITIVE, "artifactHashes": array(HASH, min_items=1, unique=True)},
         aggregate="mission",
