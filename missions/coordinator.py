@@ -128,7 +128,7 @@ def fence(
             f"the Coordinator lease of epoch {epoch} has expired; the MissionOwner appoints a replacement (§7.2)",
             details={"coordinatorEpoch": epoch, "reason": "coordinator-lease-expired"},
         )
-    if doc.kind in ASSIGNING_KINDS and not reconciled(group_id, epoch):
+    if doc.kind in ASSIGNING_KINDS and epoch > 1 and not reconciled(group_id, epoch):  # epoch 1: mission.create
         raise ProtocolError(
             ErrorCode.INVALID_STATE_TRANSITION,
             f"the replacement Coordinator of epoch {epoch} reconciles the Group's WorkItem state before new "
