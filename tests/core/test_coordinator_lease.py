@@ -11,6 +11,8 @@ the Coordinator Epoch.
 
 from __future__ import annotations
 
+import json
+import stat
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -462,15 +464,19 @@ def test_the_packager_is_registered_on_first_use_in_an_older_organization_and_on
 ) -> None:
     """An Organization made before the packager existed gets it, key bound in the Registry, at its first
     replacement (in that transaction); later replacements reuse it (idempotent)."""
+    from missions import service_keys
     from missions.models import Agent, SigningKey
-    from missions.service_keys import AGENTS
 
     org = str(Group.objects.values_list("organization_id", flat=True).get(id=flow.group))
     assert not Agent.objects.filter(organization_id=org, name="Context packager").exists()
-    monkeypatch.setattr("missions.handlers.organization.AGENTS", AGENTS)  # this build's code runs
+    monkeypatch.setattr("missions.handlers.organization.AGENTS", service_keys.AGENTS)  # this build's code runs
     assign(flow.owner, flow.group, cora)
     packager = _packager(flow)
     assert SigningKey.objects.filter(principal_type="agent", principal_id=packager["id"]).count() == 1
+    # Its key is a DESIGN §4 key file beside the services' (mode 0600), naming the Agent.
+    path = service_keys.key_dir() / org / "context-packager.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert json.loads(path.read_text())["principal"] == packager
     reconcile(cora, flow.group)
     assign(flow.owner, flow.group, give_card(make_agent("acme", "Cy Coordinator", ["coordinator"])))
     assert _packager(flow) == packager
