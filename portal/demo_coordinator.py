@@ -31,6 +31,15 @@ live demo's WorkItems go past ``submitted``:
   verified since the last decision: ``mission.submit_for_approval`` (§7.3)
   with the Artifact hashes of the verified results, so the MissionOwner
   approves in the portal.
+- its Coordinator lease (§7.2): ``mission.renew_coordinator`` with its
+  current Coordinator Epoch once half the lease has run (the expiry and its
+  start are those of the last ``mission.coordinator.renewed`` or
+  ``mission.coordinator.assigned``; a Mission whose lease it has not seen
+  renewed yet, from ``mission.created``, is renewed on first sight), so a
+  demo left running outlives the lease. It follows the lease: once the
+  MissionOwner assigns another Coordinator, or the lease lapsed
+  (``ext.mwportal.mission.coordinator_lease_expired``), it sends nothing for
+  that Mission until a lease is assigned to it again.
 
 It polls every ``--interval`` seconds (2 by default), logs one line per
 action, and outlives portal restarts (a refused connection is retried; a stale
@@ -95,6 +104,9 @@ FENCED = "ext.mwportal.work.ownership_fenced"
 CLOSED = frozenset({"mission.approved", "mission.cancelled", "mission.terminated"})
 # Refusals a new session answers (§6.3): the token or the Session Epoch is no longer the current one.
 SESSION_ERRORS = frozenset({"AUTH_REQUIRED", "AUTH_STALE_SESSION"})
+LEASE_EXPIRED = "ext.mwportal.mission.coordinator_lease_expired"
+# The lease is renewed once this share of it has run (§7.2: the Coordinator keeps its lease alive).
+RENEW_AT = 0.5
 
 
 def _ambiguous(payload: dict[str, Any]) -> bool:
@@ -160,6 +172,12 @@ class GroupState:
     closed: bool = False
     verified_since_decision: bool = False
     submit_refused_at: int | None = None  # the sequence a submission was refused at
+    lease_granted: float | None = None  # epoch seconds: when the current lease was renewed or assigned
+    lease_expires: float | None = None  # epoch seconds; None: not seen since mission.created (renew at once)
+    lease_lapsed: bool = False  # the current epoch's lease expired unrenewed: a new assignment is needed
+    lapse_told: bool = False  # the lapse was logged
+    group_revision: int | None = None  # the Group revision the last renewal cited (§15.3)
+    renew_refused_at: int | None = None  # the sequence a renewal was refused at
 
     def fold(self, event: dict[str, Any]) -> None:
         kind, payload = event["kind"], event["payload"]
@@ -171,8 +189,13 @@ class GroupState:
             self.coordinator_epoch = int(mission["coordinator"]["coordinatorEpoch"])
         elif kind == "mission.coordinator.assigned":
             self.coordinator, self.coordinator_epoch = payload["coordinatorId"], int(payload["coordinatorEpoch"])
+            self.lease(event)
         elif kind == "mission.coordinator.renewed":
             self.coordinator_epoch = int(payload["coordinatorEpoch"])
+            self.lease(event)
+            self.group_revision = int(event.get("aggregateRevision") or 0) or self.group_revision
+        elif kind == LEASE_EXPIRED and int(payload["coordinatorEpoch"]) == self.coordinator_epoch:
+            self.lease_lapsed = True
         elif kind == "artifact.published":
             self.artifacts[payload["artifact"]["artifactId"]] = payload["artifact"]["contentHash"]
         elif kind == "mission.submitted_for_approval":
@@ -209,6 +232,21 @@ class GroupState:
             item.submitted, item.submitter, item.review = payload, event["actor"]["id"], None
         elif kind == "work.result.accepted":
             self.verified_since_decision = True
+
+    def lease(self, event: dict[str, Any]) -> None:
+        """A lease renewed or assigned: its start (the Event's time) and expiry (§7.2)."""
+        self.lease_granted = float(parse_timestamp(event["occurredAt"]).epoch_seconds)
+        self.lease_expires = float(parse_timestamp(event["payload"]["leaseExpiresAt"]).epoch_seconds)
+        self.lease_lapsed, self.lapse_told, self.renew_refused_at = False, False, None
+
+    def renewal_due(self, now: float) -> bool:
+        """Half the current lease has run, or its expiry is not known yet; not after a refusal
+        until a new Event arrives."""
+        if self.lease_lapsed or self.renew_refused_at == self.after:
+            return False
+        if self.lease_expires is None or self.lease_granted is None:
+            return True
+        return now >= self.lease_granted + RENEW_AT * (self.lease_expires - self.lease_granted)
 
     def fold_offers(self, kind: str, payload: dict[str, Any], item_id: str) -> None:
         """What the offers, the review pipeline and the fencing of an owner tell about a WorkItem."""
@@ -456,6 +494,30 @@ class Coordinator:
             self.log(f"work.accept_result {item_id} accepted (aggregate revision {receipt['aggregateRevision']})")
             return
 
+    def renew(self, state: GroupState, membership: int) -> None:
+        """``mission.renew_coordinator`` (§7.2) with the current Coordinator Epoch, for the lease's own
+        period; the Group revision it cites is the last one seen, or the one a conflict names (§15.3)."""
+        revision = state.group_revision or 1
+        for _ in range(2):
+            try:
+                self.send(state, "mission.renew_coordinator", {}, membership, expected_revision=revision)
+            except Refused as exc:
+                current = exc.document.get("currentRevision")
+                if exc.code == "REVISION_CONFLICT" and isinstance(current, int) and current != revision:
+                    revision = current
+                    continue
+                if exc.code in SESSION_ERRORS:
+                    raise
+                state.renew_refused_at = state.after
+                state.lease_lapsed = state.lease_lapsed or exc.code == "WORK_LEASE_EXPIRED"
+                self.log(f"mission.renew_coordinator {state.mission} refused: {exc}")
+                return
+            state.group_revision = revision
+            self.read_events(state)  # its mission.coordinator.renewed names the new expiry
+            expires = format_timestamp(datetime.fromtimestamp(state.lease_expires or 0, UTC))
+            self.log(f"mission.renew_coordinator {state.mission}: epoch {state.coordinator_epoch} until {expires}")
+            return
+
     def submit_mission(self, state: GroupState, membership: int) -> None:
         hashes = state.artifact_hashes()
         state.submit_refused_at = state.after
@@ -496,7 +558,16 @@ class Coordinator:
             state = self.groups.setdefault(group, GroupState(group))
             self.read_events(state)
             if state.closed or state.coordinator != self.agent or state.coordinator_epoch is None:
+                continue  # another Agent holds the lease now (§7.2): nothing more from this one
+            if state.lease_lapsed:
+                if not state.lapse_told:
+                    self.log(f"lease of {state.mission} expired: waiting for the MissionOwner to assign one (§7.2)")
+                    state.lapse_told = True
                 continue
+            if state.renewal_due(time.time()):
+                self.renew(state, membership)
+                if state.lease_lapsed:
+                    continue
             waiting = [
                 (item_id, item)
                 for item_id, item in state.items.items()

@@ -6,27 +6,32 @@ signed Commands (§15.1): ``work.accept_result`` for a submitted WorkItem once
 the review pipeline passed it, a reviewer Agent other than the submitter
 included where a criterion requires one (§10.2, §13.2), ``work.offer`` for
 what nobody can take as it stands (§10.3, §10.4), and
-``mission.submit_for_approval`` once every WorkItem is verified (§7.3). The
-review pipeline runs as each submission commits (``MWP_REVIEW_ON_SUBMIT``
-inline).
+``mission.submit_for_approval`` once every WorkItem is verified (§7.3), and
+``mission.renew_coordinator`` before its lease runs out, until another
+Coordinator is assigned (§7.2). The review pipeline runs as each submission
+commits (``MWP_REVIEW_ON_SUBMIT`` inline).
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import pytest
 
 from artifacts.models import ReviewRequest
-from missions.models import GroupEvent
+from missions.models import GroupEvent, Mission
+from missions.tasks import expire_coordinator_leases
 from mwportal.protocol.command import Key
 from mwportal.protocol.ids import urn
+from mwportal.protocol.values import parse_timestamp
 from portal.demo_coordinator import Coordinator
-from tests.conftest import AgentKey, add_member
+from tests.conftest import AgentKey, add_member, make_agent
+from tests.core.test_coordinator_lease import assign, publish_package, renew
 from tests.protocol.normative import normative_problems, require_bundle
 from tests.worker.conftest import portal, portal_env  # noqa: F401 (the daphne fixture)
-from tests.workitems.flow import Flow, contract, survey_mission
+from tests.workitems.flow import Flow, contract, give_card, survey_mission
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -81,13 +86,16 @@ def test_a_coordinator_pass_accepts_the_submitted_result_and_submits_the_mission
     cited = GroupEvent.objects.get(group_id=mission["group"], type="work.submitted").body["evidence"][0]
     assert submitted.body["artifactHashes"] == cited["artifactHashes"]
     assert submitted.as_wire()["actor"] == {"type": "agent", "id": coordinator.urn}
-    # One line per action: the session, the acceptance and the submission.
-    assert [line.split(" ")[0] for line in lines] == ["session", "work.accept_result", "mission.submit_for_approval"]
+    # One line per action: the session, the lease renewed on first sight (§7.2: its expiry is not
+    # in mission.created), the acceptance and the submission.
+    assert [line.split(" ")[0] for line in lines] == [
+        "session", "mission.renew_coordinator", "work.accept_result", "mission.submit_for_approval"
+    ]  # fmt: skip
 
     # A second pass finds nothing left to do: no Command is sent twice.
     agent.run_once()
     assert kinds(mission["group"]) == log
-    assert len(lines) == 3, lines
+    assert len(lines) == 4, lines
 
 
 def test_the_coordinator_verifies_every_event_it_folds_spec_6_4_15_2(
@@ -312,3 +320,117 @@ def test_an_offer_that_expired_unanswered_is_offered_again_spec_10_3(
     offers = GroupEvent.objects.filter(group_id=mission["group"], type="work.offer.created")
     assert offers.filter(aggregate_id=expired).count() == 2, lines
     assert offers.filter(aggregate_id=still_open).count() == 1, lines
+
+
+def renewals(group: str) -> list[dict[str, Any]]:
+    return [e.as_wire() for e in GroupEvent.objects.filter(group_id=group, type="mission.coordinator.renewed")]
+
+
+def test_the_coordinator_renews_its_lease_at_half_its_period_with_its_epoch_spec_7_2(
+    portal: Any,  # noqa: F811
+    org: dict[str, str],
+    mission: dict[str, str],
+    coordinator: AgentKey,
+) -> None:
+    """A demo left running outlives its lease: once half of it has run the Coordinator sends
+    ``mission.renew_coordinator`` with its current Coordinator Epoch, so the beat never records
+    an expiry; before that it sends none."""
+    group = mission["group"]
+    renew(coordinator, group, seconds=4)  # a 4 s lease, the Mission's period from now on
+    lines: list[str] = []
+    agent = coordinator_of(portal.url, coordinator, org, lines)
+
+    agent.run_once()
+    agent.run_once()
+    assert len(renewals(group)) == 1, lines  # under half the lease has run: nothing to renew
+
+    deadline = time.monotonic() + 6
+    while len(renewals(group)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        agent.run_once()
+    first, *renewed = renewals(group)
+    assert len(renewed) == 2, lines
+    for event in renewed:
+        assert event["actor"] == {"type": "agent", "id": coordinator.urn}
+        assert event["payload"]["coordinatorEpoch"] == 1
+        lease = parse_timestamp(event["payload"]["leaseExpiresAt"]).epoch_seconds
+        assert 3 <= lease - parse_timestamp(event["occurredAt"]).epoch_seconds <= 5  # the Mission's period kept
+    expiries = [parse_timestamp(e["payload"]["leaseExpiresAt"]).epoch_seconds for e in (first, *renewed)]
+    assert expiries == sorted(expiries) and expiries[-1] > expiries[0]
+    # Past the first lease's expiry, the lease is alive: the beat has nothing to record.
+    time.sleep(max(0.0, expiries[0] + 1 - time.time()))
+    agent.run_once()
+    assert expire_coordinator_leases() == 0
+    assert "ext.mwportal.mission.coordinator_lease_expired" not in kinds(group)
+    assert lines[0].startswith("session") and {line.split(" ")[0] for line in lines[1:]} == {
+        "mission.renew_coordinator"
+    }, lines
+
+
+def test_a_replaced_coordinator_sends_nothing_for_that_mission_spec_7_2(
+    portal: Any,  # noqa: F811
+    org: dict[str, str],
+    mission: dict[str, str],
+    owner: AgentKey,
+    coordinator: AgentKey,
+    worker: AgentKey,
+    worker2: AgentKey,
+) -> None:
+    """The MissionOwner assigns another Coordinator: the former one follows the lease and sends
+    nothing for that Mission, no renewal once its old lease's half has run, no offer of an open
+    WorkItem (which would be AUTH_STALE_COORDINATOR); the new Coordinator renews its own."""
+    group = mission["group"]
+    renew(coordinator, group, seconds=3)
+    publish_package(Flow(mission, owner, coordinator, worker, worker2))  # what a replacement receives
+    cora = give_card(make_agent("acme", "Cora Coordinator", ["coordinator"]))
+    lines: list[str] = []
+    former = coordinator_of(portal.url, coordinator, org, lines)
+    former.run_once()  # it knew the Mission as its own
+    told = len(lines)
+    assign(owner, group, cora, seconds=4)
+    # An open WorkItem, authorized by Cora at her epoch: what a Coordinator would offer.
+    Flow(mission, owner, cora, worker, worker2).send(cora, "work.authorize", str(uuid.uuid4()),
+                                                     {"contract": contract()}, coordinator_epoch=2)  # fmt: skip
+    log = kinds(group)
+
+    time.sleep(2)  # past half of the former lease
+    former.run_once()
+    former.run_once()
+
+    assert kinds(group) == log, lines
+    assert len(lines) == told, lines
+    assert urn(group) not in former.coordinated_groups()  # the coordinator role moved to Cora (§7.2)
+
+    # The Agent that holds the lease now keeps it: half of its lease has run, it renews.
+    successor = coordinator_of(portal.url, cora, org, [])
+    successor.run_once()
+    (renewed,) = [e for e in renewals(group) if e["actor"]["id"] == cora.urn]
+    epoch = Mission.objects.values_list("coordinator_epoch", flat=True).get(group_id=group)
+    assert renewed["payload"]["coordinatorEpoch"] == epoch == 2
+
+
+def test_a_lapsed_lease_is_not_renewed_and_nothing_is_sent_for_that_mission_spec_7_2(
+    portal: Any,  # noqa: F811
+    org: dict[str, str],
+    mission: dict[str, str],
+    owner: AgentKey,
+    coordinator: AgentKey,
+    worker: AgentKey,
+    worker2: AgentKey,
+) -> None:
+    """An expired lease (the beat recorded it) is the MissionOwner's to replace (§7.2): the
+    Coordinator logs it once and sends nothing for that Mission, no renewal and no offer."""
+    group = mission["group"]
+    Flow(mission, owner, coordinator, worker, worker2).authorize()  # open: what a Coordinator would offer
+    renew(coordinator, group, seconds=1)
+    time.sleep(1.5)
+    assert expire_coordinator_leases() == 1
+    lines: list[str] = []
+    agent = coordinator_of(portal.url, coordinator, org, lines)
+    log = kinds(group)
+
+    agent.run_once()
+    agent.run_once()
+
+    assert kinds(group) == log, lines
+    assert [line.split(" ")[0] for line in lines] == ["session", "lease"], lines
