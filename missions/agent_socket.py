@@ -83,7 +83,7 @@ from .consumers import CLOSE_POLICY, CLOSE_SESSION_REPLACED, CLOSE_UNAUTHENTICAT
 from .delivery import agent_channel
 from .feed import Event
 from .hub import Subscription, get_hub
-from .models import Agent, AgentCursor, AgentPresence, Group
+from .models import Agent, AgentCursor, AgentPresence, Group, Membership
 from .ws_limits import Limits, TokenBucket, client_address, unauthenticated
 
 log = logging.getLogger(__name__)
@@ -106,9 +106,29 @@ def _mentions(payload: dict[str, Any]) -> set[str]:
     return {m["id"] if isinstance(m, dict) else m for m in mentions if isinstance(m, str | dict)} - {None}
 
 
+# The Group's important announcements (§8): its Mission's lifecycle and its archival.
+ANNOUNCEMENT_PREFIXES = ("mission.", "group.archived")
+
+
+def is_announcement(event: Event, payload: dict[str, Any], agent_urn: str) -> bool:
+    """An Event every Worker asking for announcements is sent live (§8): the Mission's lifecycle
+    (created, Coordinator assigned, submitted, approved, cancelled, terminated...), the Group's
+    archival, and what is addressed to the subscriber itself (a change of its own Membership,
+    an offer naming it as a candidate)."""
+    kind = str(event.get("kind", ""))
+    if kind.startswith(ANNOUNCEMENT_PREFIXES):
+        return True
+    if kind in ("membership.changed", "membership.ended"):
+        member = payload.get("membership", {}).get("member") or payload.get("principal") or {}
+        return isinstance(member, dict) and member.get("id") == agent_urn
+    if kind == "work.offer.created":
+        return agent_urn in payload.get("candidateAgentIds", [])
+    return False
+
+
 def attention_filter(attention: dict[str, Any] | None, agent_urn: str) -> Callable[[Event], bool] | None:
     """The live delivery a SUBSCRIBE's ``attention`` asks for (§8, §17.2):
-    an Event is sent when it is an announcement the client asked for, or
+    an Event is sent when it is an announcement the client asked for (``is_announcement``), or
     when it passes every filter given (``eventKinds``, ``conversationIds``,
     ``workItemIds``, ``mentionsOnly``). None: everything. Authorization and
     the durable history do not change; the Events left out only move the
@@ -124,7 +144,7 @@ def attention_filter(attention: dict[str, Any] | None, agent_urn: str) -> Callab
     def wants(event: Event) -> bool:
         payload = event.get("payload")
         payload = payload if isinstance(payload, dict) else {}
-        if announcements and payload.get("announcement") is True:
+        if announcements and is_announcement(event, payload, agent_urn):
             return True
         if kinds is not None and event.get("kind") not in kinds:
             return False
@@ -160,6 +180,17 @@ def _store_presence(agent_id: str, capacity: dict[str, Any], connected: bool) ->
     AgentPresence.objects.update_or_create(
         agent_id=agent_id, defaults={"capacity": capacity, "connected": connected, "updated_at": timezone.now()}
     )
+
+
+def _visibility_floor(agent: Agent, group_id: str) -> int:
+    """The sequence a subscription of ``agent`` replays after at the earliest (§8): one before its
+    Membership's visibility start (0 without a restricted Membership; access is checked on subscribing)."""
+    start = (
+        Membership.objects.filter(group_id=group_id, agent=agent, active=True)
+        .values_list("visibility_start", flat=True)
+        .first()
+    )
+    return max(int(start or 0) - 1, 0)
 
 
 def _agent_row(agent_id: str) -> Agent:
@@ -382,10 +413,16 @@ class AgentConsumer(EventStream):
             )
         for group_id, entry in wanted:
             try:
+                # §8: replay starts at the member's visibility start, whatever afterSequence asks.
+                try:
+                    floor = await database_sync_to_async(_visibility_floor)(self.agent, group_id)
+                except Exception:
+                    log.exception("the visibility start of %s could not be read", group_id)
+                    raise internal_error() from None
                 await self.start_stream(
                     self.agent,
                     group_id,
-                    entry["afterSequence"],
+                    max(entry["afterSequence"], floor),
                     window=self.limits.group_window,
                     wants=attention_filter(entry.get("attention"), self.agent_urn),
                     on_pause=self._paused,

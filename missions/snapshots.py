@@ -58,7 +58,7 @@ DECISION_KINDS = frozenset(
 
 def group_state(group_id: str) -> dict[str, Any]:
     """The Group's state as a Worker restores it, in normative shapes where the protocol has one."""
-    from .handlers.common import WIRE_TYPE, main_conversation_id, membership_doc
+    from .handlers.common import WIRE_TYPE, main_conversation_id, row_membership_docs
     from .handlers.missions import mission_document
 
     group = Group.objects.get(id=group_id)
@@ -77,16 +77,11 @@ def group_state(group_id: str) -> dict[str, Any]:
         }
         kinds = dict(Agent.objects.filter(memberships__group_id=group_id).values_list("id", "kind"))
         state["memberships"] = [
-            membership_doc(
-                group_id=group_id,
-                mission_id=str(row.id),
-                member={"type": WIRE_TYPE[kinds[m.agent_id]], "id": urn(str(m.agent_id))},
-                role=role,
-                epoch=m.epoch,
-                now=m.updated_at,
-            )
+            doc
             for m in Membership.objects.filter(group_id=group_id, active=True).order_by("agent_id")
-            for role in sorted(m.roles)
+            for doc in row_membership_docs(
+                m, str(row.id), {"type": WIRE_TYPE[kinds[m.agent_id]], "id": urn(str(m.agent_id))}
+            )
         ]
     if group.kind == Group.KIND_ADMIN:
         org = Organization.objects.get(id=group.organization_id)

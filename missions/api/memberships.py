@@ -15,7 +15,7 @@ from typing import Any
 
 from mwportal.protocol.ids import urn
 
-from ..handlers.common import actor_doc, membership_doc
+from ..handlers.common import actor_doc, row_membership_docs
 from ..models import Agent, Group, Membership, Mission
 
 
@@ -27,17 +27,7 @@ def membership_documents(principal: Agent) -> list[dict[str, Any]]:
     missions = dict(Mission.objects.filter(group_id__in=[m.group_id for m in rows]).values_list("group_id", "id"))
     member = actor_doc(principal.kind, str(principal.id))
     return [
-        membership_doc(
-            group_id=str(m.group_id),
-            mission_id=str(missions[m.group_id]),
-            member=member,
-            role=role,
-            epoch=m.epoch,
-            now=m.updated_at,
-        )
-        for m in rows
-        if m.group_id in missions
-        for role in sorted(m.roles)
+        doc for m in rows if m.group_id in missions for doc in row_membership_docs(m, str(missions[m.group_id]), member)
     ]
 
 

@@ -124,3 +124,24 @@ def membership_doc(
     if context_package_id is not None:
         doc["contextPackageId"] = urn(context_package_id)
     return doc
+
+
+def row_membership_docs(row: Any, mission_id: str, member: dict[str, str]) -> list[dict[str, Any]]:
+    """The normative Memberships of a stored ``Membership`` row, one per role (sorted): its state
+    (``provisional`` until an offer's acceptance activates it), epoch, visibility start, Context
+    Package and provisional expiry, as reads and snapshots serve them."""
+    return [
+        membership_doc(
+            group_id=str(row.group_id),
+            mission_id=mission_id,
+            member=member,
+            role=role,
+            epoch=row.epoch,
+            now=row.updated_at,
+            state="provisional" if row.provisional else ("active" if row.active else "ended"),
+            visibility_start=row.visibility_start,
+            context_package_id=row.context_package_id or None,
+            provisional_expires=row.provisional_expires_at,
+        )  # fmt: skip
+        for role in sorted(row.roles)
+    ]

@@ -16,10 +16,20 @@ import time_machine
 from django.utils import timezone
 
 from missions.models import Group, GroupEvent, Membership
-from missions.snapshots import snapshot_now
+from missions.snapshots import group_state, snapshot_now
 from mwportal.protocol.command import format_timestamp
 from mwportal.protocol.ids import urn
-from tests.api.support import COMMANDS, error_of, events_url, http, normative, post_json, show, snapshot_url
+from tests.api.support import (
+    COMMANDS,
+    MEMBERSHIPS,
+    error_of,
+    events_url,
+    http,
+    normative,
+    post_json,
+    show,
+    snapshot_url,
+)
 from tests.artifacts.conftest import Artifacts, give_card
 from tests.artifacts.test_context import package_doc, package_url, publish
 from tests.conftest import AgentKey, group_revision, make_agent, make_person
@@ -208,6 +218,9 @@ def test_a_provisional_member_receives_its_offer_and_context_package_and_activat
     shown = http().get(package_url(g, package["contextPackageId"]), **auth(jit))
     assert shown.status_code == 200 and shown.json()["contextPackage"] == package
     assert page(g, jit)[0] == before + 1  # no history before its grant
+    [mine] = [m for m in http().get(MEMBERSHIPS, **auth(jit)).json()["memberships"] if m["groupId"] == urn(g)]
+    assert mine == normative("membership", mine) and mine["state"] == "provisional"
+    assert mine["visibilityStartSequence"] == before + 1
     # Step 3: accepting activates the Membership (a new epoch) and creates ownership.
     epoch = Membership.objects.get(group_id=g, agent_id=jit.id).epoch
     stale = jit.command("message.post", g, {"messageId": urn(uuid.uuid4()), "conversationId": urn(uuid.uuid4()),
@@ -221,6 +234,8 @@ def test_a_provisional_member_receives_its_offer_and_context_package_and_activat
     assert (active["state"], active["membershipEpoch"]) == ("active", epoch + 1)
     error_of(post_json(http(), COMMANDS, stale), 409, "MEMBERSHIP_STALE")
     created(message(jit, g))  # an active member speaks in the Group
+    [restored] = [m for m in group_state(g)["memberships"] if m["member"]["id"] == jit.urn]
+    assert (restored["state"], restored["visibilityStartSequence"]) == ("active", before + 1)
 
 
 def test_a_provisional_member_can_do_nothing_but_take_or_decline_its_offer_8(
