@@ -11,7 +11,7 @@ from typing import Any
 
 from missions.authority import HandlerContext
 from missions.keyregistry import DjangoRegistry
-from missions.models import AgentCard, Organization
+from missions.models import Organization
 from mwportal.protocol import ErrorCode, ProtocolError, jcs, malformed
 from mwportal.protocol.ids import bare
 from mwportal.protocol.values import parse_timestamp
@@ -57,12 +57,19 @@ def same_id(value: str, expected: str, field: str, problem: str) -> None:
         raise malformed(field, problem)
 
 
-def check_card_version(agent_id: str, version: int, field: str) -> None:
-    """``version`` is one of the Agent's published Agent Card versions. An
-    Agent that has published none yet cites version 1, its registration."""
-    cards = AgentCard.objects.filter(agent_id=agent_id)
-    if not cards.filter(version=version).exists() and not (version == 1 and not cards.exists()):
-        raise malformed(field, f"the Agent has no Agent Card version {version}")
+def check_pinned_producer(pins: dict[str, Any] | None, producer: dict[str, Any], field: str) -> None:
+    """§6.1: an Artifact records the Agent Card and capability versions that produced it, which are the
+    ones the WorkItem's assignment pinned: ``agentCardVersion`` equal, ``capabilities`` the same set."""
+    if pins is None:  # never after an acceptance, which every lease follows
+        raise malformed(f"{field}/agentCardVersion", "the WorkItem has no pinned assignment")
+    if producer["agentCardVersion"] != pins["agentCardVersion"]:
+        raise malformed(
+            f"{field}/agentCardVersion", f"the assignment pinned Agent Card version {pins['agentCardVersion']}"
+        )
+    named = sorted((c["id"], c["version"]) for c in producer["capabilities"])
+    if named != sorted((c["id"], c["version"]) for c in pins["capabilities"]):
+        shown = ", ".join(f"{c['id']}@{c['version']}" for c in pins["capabilities"])
+        raise malformed(f"{field}/capabilities", f"the assignment pinned the capability versions {shown}")
 
 
 def in_group(group_id: str, hashes: list[str]) -> set[str]:

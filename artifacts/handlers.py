@@ -30,7 +30,7 @@ from workitems.content import Content, install
 from workitems.handlers import check_lease
 from workitems.models import Submission, WorkItem
 
-from .guards import check_card_version, in_group, instant, not_found, same_id, verify_signed
+from .guards import check_pinned_producer, in_group, instant, not_found, same_id, verify_signed
 from .models import Artifact, ArtifactSource, Blob, BlobGroup, Evidence
 from .review import review_after_commit
 from .store import CONTENT_STORE, hex_of, missing_blobs, wire_hash
@@ -101,7 +101,7 @@ def publish_artifact(ctx: HandlerContext) -> Decision:
     same_id(manifest["missionId"], str(item.mission_id), f"{where}/missionId", "must be the WorkItem's Mission")
     producer = manifest["producer"]
     same_id(producer["agentId"], ctx.actor.id, f"{where}/producer/agentId", "the producer publishes its own manifest")
-    check_card_version(ctx.actor.id, producer["agentCardVersion"], f"{where}/producer/agentCardVersion")
+    check_pinned_producer(item.pins, producer, f"{where}/producer")  # the pinned card and capabilities (§6.1)
     verify_signed(ctx, manifest, "artifact", where)
     artifact_id = bare(manifest["artifactId"], f"{where}/artifactId")
     sha = hex_of(manifest["contentHash"], f"{where}/contentHash")

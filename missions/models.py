@@ -96,6 +96,32 @@ class AgentCard(models.Model):
         return f"{self.agent_id} card v{self.version}"
 
 
+class CapabilityRecord(models.Model):
+    """The Registry's performance record of one Agent's one capability version (PROTOCOL §6.1).
+
+    Kept apart from the Agent Card (a card version never changes) and never
+    folded into one global score: one row per (Agent, capability ID, version),
+    counting the outcomes of the WorkItems whose assignment pinned it.
+    """
+
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="capability_records")
+    capability_id = models.CharField(max_length=200)
+    capability_version = models.CharField(max_length=100)
+    completed = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["agent", "capability_id", "capability_version"], name="capabilityrecord_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id} {self.capability_id}@{self.capability_version}"
+
+
 class AgentSession(models.Model):
     """An authenticated Agent Session; a new one fences every older epoch (MWP-WRK-014)."""
 
@@ -488,6 +514,7 @@ class AdmissionRecord(models.Model):
 
     def __str__(self) -> str:
         return self.admission_record_id
+
 
 class PolicyLogEntry(models.Model):
     """One entry of an Organization's authoritative Policy Log (PROTOCOL §6.4, §20).

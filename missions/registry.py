@@ -121,6 +121,13 @@ SessionReplacedHook = Callable[[Any, str, int], list[tuple[Any, list[Any]]]]
 session_replaced_hooks: list[SessionReplacedHook] = []
 
 
+# Called by ``ext.missionweaveprotocol.registry.agent_card_register`` inside its transaction with the handler
+# context, the Agent's id, its new card version and that card's capabilities; each returns the consequences in
+# other Groups (§6.1: an incompatible upgrade checkpoints the Agent's active work and needs renewed acceptance).
+CardRegisteredHook = Callable[[Any, str, int, list[dict[str, Any]]], list[tuple[Any, list[Any]]]]
+card_registered_hooks: list[CardRegisteredHook] = []
+
+
 # Called by ``membership.end`` inside its transaction with the handler
 # context and the removed Agent's id; each returns Events for the same Group
 # (the workitems app revokes the removed member's leases and ownership).

@@ -218,8 +218,29 @@ def mission(owner: AgentKey, coordinator: AgentKey, worker: AgentKey, worker2: A
     return {"group": group_id, "mission": mission_id}
 
 
+# The verified capabilities the Organization's Registry gives a test Worker before it joins a Group to execute
+# (§6.1: accepting work needs them on its Organization-signed Agent Card): the flows' summaries and the review
+# pipeline's review WorkItems.
+WORKER_CAPABILITIES = (("text.summarize", "1.2.0"), ("mwportal.review", "1.0.0"))
+
+
+def give_worker_card(agent: AgentKey) -> AgentKey:
+    """The Registry's Agent Card for a test Worker with ``WORKER_CAPABILITIES``, each with verification Evidence,
+    unless the Agent already has a card."""
+    from missions.handlers.sessions import capability, issue_agent_card
+    from missions.models import AgentCard
+
+    if not AgentCard.objects.filter(agent_id=agent.id).exists():
+        evidence = [urn(uuid.uuid4())]
+        issue_agent_card(agent.id, [capability(i, v, verified_evidence=evidence) for i, v in WORKER_CAPABILITIES])
+    return agent
+
+
 def add_member(by: AgentKey, group_id: str, member: AgentKey, roles: list[str]) -> dict[str, Any]:
-    """``membership.change`` granting ``roles`` (compare-and-set on the Group revision, §15.3)."""
+    """``membership.change`` granting ``roles`` (compare-and-set on the Group revision, §15.3). An Agent that
+    joins to execute (worker, reviewer) first gets its Worker card (``give_worker_card``) if it has none."""
+    if member.actor["type"] == "agent" and {"worker", "reviewer"} & set(roles):
+        give_worker_card(member)
     return by.send(
         "membership.change",
         group_id,

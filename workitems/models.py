@@ -86,6 +86,10 @@ class WorkItem(models.Model):
     offered_under_grant = models.ForeignKey(
         "DelegationGrant", null=True, blank=True, on_delete=models.PROTECT, related_name="offered_items"
     )
+    # What the last acceptance pinned (§6.1): {"agentId", "agentCardVersion", "capabilities": [capabilityRef]},
+    # the owner's Agent Card version and the card's version of every required capability; kept after the
+    # ownership ends, so the outcome is recorded against the capability versions that produced it.
+    pins = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 

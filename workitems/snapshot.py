@@ -73,9 +73,11 @@ def work_item_state(item: WorkItem, created_by: dict[str, str], cards: dict[str,
     if item.state in _OWNED and accepted is not None and item.ownership_epoch:
         owner = item.owner_id or accepted.agent_id
         accepted_at = when(accepted.closed_at or item.updated_at)
+        pins = item.pins or {}  # what the acceptance pinned (§6.1)
         doc["owner"] = {
-            "agentId": urn(owner), "agentCardVersion": cards.get(str(owner), 1),
-            "capabilityPins": item.contract["requiredCapabilities"], "ownershipEpoch": item.ownership_epoch,
+            "agentId": urn(owner), "agentCardVersion": pins.get("agentCardVersion", cards.get(str(owner), 1)),
+            "capabilityPins": pins.get("capabilities", item.contract["requiredCapabilities"]),
+            "ownershipEpoch": item.ownership_epoch,
             "ownershipLeaseId": urn(ownership_lease_id(item)), "acceptedAt": accepted_at,
         }  # fmt: skip
         doc["selectionBasis"] = item.selection_basis or accepted.selection_basis

@@ -10,6 +10,7 @@ serialises that Agent's sessions and card versions.
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 from datetime import UTC, datetime
 from typing import Any
@@ -27,7 +28,7 @@ from ..delivery import session_notice
 from ..guards import refuse
 from ..keyregistry import DjangoRegistry
 from ..models import Agent, AgentCard, AgentSession, Organization, SigningKey
-from ..registry import command, session_replaced_hooks
+from ..registry import card_registered_hooks, command, session_replaced_hooks
 from .common import payload_id, principal_in, stamp
 
 SESSION_OPEN = "ext.missionweaveprotocol.identity.session_open"
@@ -111,6 +112,7 @@ def register_agent_card(ctx: HandlerContext) -> Decision:
     agent = _organization_agent(ctx, agent_id, "/payload/card/agentId", lock=True)
     _verify_card_signature(org, card)
     _check_card_keys(org, agent, card)
+    _refuse_credentials(card)
     principal_in(str(org.id), card["owner"], "/payload/card/owner")
     current = AgentCard.objects.filter(agent_id=agent_id).order_by("-version").values_list("version", flat=True).first()
     current = current or 0
@@ -131,8 +133,63 @@ def register_agent_card(ctx: HandlerContext) -> Decision:
         published_at=ctx.now,
         document=card,
     )
+    also = [c for hook in card_registered_hooks for c in hook(ctx, agent_id, version, card["capabilities"])]
     ref = AggregateRef("agent", agent_id, version)
-    return Decision([Emit(AGENT_CARD_REGISTERED, ref, {"agentId": urn(agent_id), "version": version})], ref)
+    return Decision([Emit(AGENT_CARD_REGISTERED, ref, {"agentId": urn(agent_id), "version": version})], ref, also=also)
+
+
+# What a card must not carry (§6.1: no reusable credentials). A member whose name, lowercased without
+# "-" and "_", is one of these, anywhere in the card but its signature (the schema closes every object
+# except a capability's ``constraints`` and ``extensions``, where such a member could hide) ...
+CREDENTIAL_NAMES = frozenset(
+    {
+        "password", "passwd", "passphrase", "secret", "clientsecret", "token", "accesstoken", "refreshtoken",
+        "bearertoken", "sessiontoken", "apikey", "apitoken", "privatekey", "credential", "credentials",
+        "authorization", "cookie", "seed",
+    }
+)  # fmt: skip
+# ... and any string that is one: a PEM private key, an HTTP ``Bearer``/``Basic`` authorization value (the
+# scheme and one token, nothing else), or a URI with a password in its userinfo (``wss://user:pass@host``).
+_CREDENTIAL_TEXT = re.compile(
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----|^\s*(?:bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}\s*$"
+    r"|^[a-z][a-z0-9+.-]*://[^/@\s]*:[^/@\s]*@",
+    re.IGNORECASE,
+)
+
+
+def credential_in(value: Any, pointer: str = "") -> str | None:
+    """The JSON pointer of the first credential-looking member or string of ``value``, else None."""
+    if isinstance(value, dict):
+        for name, member in value.items():
+            here = f"{pointer}/{name}"
+            if here == "/signature":
+                continue  # the Organization's signature over the card, public by construction
+            if re.sub(r"[-_]", "", str(name)).lower() in CREDENTIAL_NAMES:
+                return here
+            found = credential_in(member, here)
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for i, member in enumerate(value):
+            found = credential_in(member, f"{pointer}/{i}")
+            if found is not None:
+                return found
+    elif isinstance(value, str) and _CREDENTIAL_TEXT.search(value):
+        return pointer
+    return None
+
+
+def _refuse_credentials(card: dict[str, Any]) -> None:
+    """§6.1: an Agent Card never carries reusable credentials (``CREDENTIAL_NAMES``, ``_CREDENTIAL_TEXT``)."""
+    found = credential_in(card)
+    if found is not None:
+        field = f"/payload/card{found}"
+        raise refuse(
+            ErrorCode.INVALID_COMMAND,
+            f"{field}: an Agent Card must not carry credentials (§6.1)",
+            field=field,
+            reason="credential-in-card",
+        )
 
 
 def _verify_card_signature(org: Organization, card: dict[str, Any]) -> None:

@@ -49,6 +49,15 @@ def hex_of(content: bytes) -> str:
     return hashlib.sha256(content).hexdigest()
 
 
+def producer_of(item_id: str, agent: AgentKey) -> dict[str, Any]:
+    """A manifest's ``producer``: what ``agent``'s acceptance of the WorkItem pinned, its Agent Card version and
+    capability versions (§6.1); for a WorkItem it does not hold, its first card and the contract's capability."""
+    pins = WorkItem.objects.filter(id=item_id).values_list("pins", flat=True).first()
+    if pins and pins["agentId"] == agent.urn:
+        return dict(pins)
+    return {"agentId": agent.urn, "agentCardVersion": 1, "capabilities": [CAPABILITY]}
+
+
 def contract(**overrides: Any) -> dict[str, Any]:
     """A complete normative Work Contract (§10.1, ``work-contract.schema.json``)."""
     base: dict[str, Any] = {
@@ -276,7 +285,7 @@ class Artifacts:
             "sizeBytes": len(content),
             "mediaType": media_type,
             "schemaUri": "https://schemas.example.org/summary",
-            "producer": {"agentId": agent.urn, "agentCardVersion": 1, "capabilities": [CAPABILITY]},
+            "producer": producer_of(item_id, agent),
             "missionId": urn(self.mission),
             "groupId": urn(self.group),
             "workItemId": urn(item_id),

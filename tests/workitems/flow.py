@@ -242,7 +242,10 @@ class Flow:
     def publish(self, item_id: str, sha: str, agent: AgentKey | None = None, lease_id: str | None = None) -> str:
         """``artifact.publish`` of stored bytes under the current lease; the Artifact ID (urn)."""
         agent = agent or self.worker
+        # The producer is what the acceptance pinned: card and capability versions (§6.1).
+        pins = self.item(item_id).pins or {}
         cards = AgentCard.objects.filter(agent_id=agent.id).order_by("-version").values_list("version", flat=True)
+        producer = {"agentId": agent.urn, "agentCardVersion": cards.first() or 1, "capabilities": [CAPABILITY]}
         manifest = {
             "artifactId": urn(uuid.uuid4()),
             "contentHash": "sha256:" + sha,
@@ -250,7 +253,7 @@ class Flow:
             "sizeBytes": Blob.objects.get(pk=sha).size,
             "mediaType": "text/markdown",
             "schemaUri": "https://schemas.example.org/summary",
-            "producer": {"agentId": agent.urn, "agentCardVersion": cards.first() or 1, "capabilities": [CAPABILITY]},
+            "producer": dict(pins) if pins.get("agentId") == agent.urn else producer,
             "missionId": urn(self.mission),
             "groupId": urn(self.group),
             "workItemId": urn(item_id),

@@ -7,10 +7,11 @@ decorators and hooks run on import (``WorkitemsConfig.ready`` imports this).
 re-exported here.
 """
 
-from . import delegation, execution, expiry, lifecycle, offers, outcomes, results
+from . import cards, delegation, execution, expiry, lifecycle, offers, outcomes, results
 from .common import check_lease, item_ref, lease_document, load_item, token_digest
 
 __all__ = [
+    "cards",
     "check_lease",
     "delegation",
     "execution",

@@ -11,7 +11,7 @@ from django.conf import settings
 from governance import limits
 from missions.authority import AggregateRef, Decision, Emit, HandlerContext
 from missions.handlers.memberships import activate_provisional
-from missions.models import AgentCard, Approval, Membership, Mission
+from missions.models import Approval, Membership, Mission
 from missions.registry import command
 from mwportal.protocol import ErrorCode
 from mwportal.protocol.ids import bare, urn
@@ -24,6 +24,7 @@ from ..hooks import acceptance_checks
 from ..models import Offer, WorkItem
 from ..models import WorkProposal as Proposal
 from ..wire import moment, refuse, when
+from .cards import pin
 from .common import (
     COORDINATING,
     EXECUTING,
@@ -431,6 +432,7 @@ def accept_offer(ctx: HandlerContext) -> Decision:
         raise refuse(ErrorCode.INVALID_STATE_TRANSITION, "the offer is for an older contract version")
     for check in acceptance_checks:  # an open essential ambiguity (§10.1, conversations)
         check(ctx, item)
+    pins = pin(ctx.actor.id, item.contract)  # the Organization-verified card, not the Worker's word (§6.1)
     mine.status, mine.closed_at = "accepted", ctx.now
     mine.save(update_fields=["status", "closed_at"])
     withdrawn = withdraw_offers(item, ctx.now)
@@ -440,6 +442,7 @@ def accept_offer(ctx: HandlerContext) -> Decision:
     item.owner_expires_at = item.start_by
     item.accepted_contract_revision = item.contract_revision
     item.selection_basis = mine.selection_basis
+    item.pins = pins
     item.state = sm.QUEUED
     save(item, ctx.now)
     payload: dict[str, Any] = {
@@ -447,21 +450,16 @@ def accept_offer(ctx: HandlerContext) -> Decision:
         "assigneeId": urn(ctx.actor.id),
         "ownershipEpoch": item.ownership_epoch,
         "ownershipLeaseExpiresAt": when(item.start_by),
-        "agentCardVersion": _card_version(ctx.actor.id),
+        "agentCardVersion": pins["agentCardVersion"],
         "ownershipLease": ownership_lease(item, ctx.actor.session_epoch or 1, ctx.now),
         "contractVersion": item.contract_revision,
         "selectionBasis": mine.selection_basis,
         "withdrawnAgentIds": withdrawn,
+        "capabilityPins": pins["capabilities"],
     }
     # §8 step 3: a just-in-time member's acceptance activates its Membership.
     activated, notices = activate_provisional(ctx)
     return Decision([emit("work.offer.accepted", item, payload), *activated], item_ref(item), notices=notices)
-
-
-def _card_version(agent_id: str) -> int:
-    """The Agent Card version the winner holds (1 before it published one)."""
-    version = AgentCard.objects.filter(agent_id=agent_id).order_by("-version").values_list("version", flat=True).first()
-    return int(version or 1)
 
 
 @command("ext.mwportal.work.offer_decline", group_roles=EXECUTING)

@@ -17,6 +17,7 @@ from .model import (
     APPROVAL,
     ARTIFACT,
     CANDIDATES,
+    CAPABILITY_PINS,
     CHECKPOINT,
     CONTEXT_PACKAGE,
     COOPERATION_OVERRIDE_GRANT,
@@ -279,8 +280,14 @@ WORK = (
             # The ownership lease in full: its start-by deadline is what a Worker must honour (§11.3).
             "ownershipLease": LEASE,
         },
-        # The losing candidates' offers are withdrawn in the same transition (§10.3).
-        {"contractVersion": POSITIVE, "selectionBasis": SELECTION_BASIS, "withdrawnAgentIds": ids()},
+        # The losing candidates' offers are withdrawn in the same transition (§10.3); the acceptance pins
+        # the card's version of every required capability with agentCardVersion (§6.1).
+        {
+            "contractVersion": POSITIVE,
+            "selectionBasis": SELECTION_BASIS,
+            "withdrawnAgentIds": ids(),
+            "capabilityPins": CAPABILITY_PINS,
+        },
         aggregate="work_item",
         example={
             "workItemId": ex.WORK_ITEM,
@@ -589,7 +596,8 @@ EXTENSIONS = (
     fact(
         f"{PROJECT}.work.ownership_fenced",
         {"workItemId": ID, "ownershipEpoch": POSITIVE, "reason": text(200)},
-        {"agentId": ID},
+        # agentCardVersion: the card whose incompatible upgrade fenced the ownership (§6.1).
+        {"agentId": ID, "agentCardVersion": POSITIVE},
         aggregate="work_item",
         summary="The owner loses its Ownership Epoch; its later Commands are stale (§11.5).",
         example={"workItemId": ex.WORK_ITEM, "ownershipEpoch": 1, "reason": "start_by_missed"},

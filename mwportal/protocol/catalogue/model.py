@@ -219,6 +219,8 @@ COOPERATION_POLICY = enum(
 
 SELECTION_BASIS = pointer("work-item", "/properties/selectionBasis")
 PROGRESS = pointer("work-item", "/properties/progress")
+# What an assignment pins of the owner's Agent Card (§6.1): the card's version of every required capability.
+CAPABILITY_PINS = pointer("work-item", "/properties/owner/properties/capabilityPins")
 DELEGATION_GRANT = pointer("membership", "/properties/delegationGrants/items")
 APPROVAL_POLICY = pointer("mission", "/properties/approvalPolicy")
 MESSAGE_CONTENT = pointer("message", "/properties/content")
