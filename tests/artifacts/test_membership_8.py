@@ -289,3 +289,34 @@ def test_a_provisional_grant_needs_a_context_package_of_the_group_and_an_agent_c
     error_of(grant(art.coordinator, g, art.worker, ["worker", "reviewer"], provisional=True,
                    contextPackageId=package["contextPackageId"]), 422, "INVALID_STATE_TRANSITION")  # fmt: skip
     assert not Membership.objects.filter(group_id=g, agent_id=jit.id).exists()
+
+
+# --- Organization services (§8, §15.1) ----------------------------------------------------------
+
+
+def test_an_organization_service_command_carries_no_membership_epoch_and_holds_no_membership_8(
+    art: Artifacts,
+) -> None:
+    from missions.authority import accept
+    from missions.commands import group_service_command
+    from missions.models import Agent
+
+    g = art.group
+    command = group_service_command("mission.terminate", g, {"reason": "policy"}, expected_revision=group_revision(g))
+    assert command.doc.membership_epoch is None  # authorized by Organization policy, no invented epoch
+    accept(command)
+    assert GroupEvent.objects.filter(group_id=g, type="mission.terminated").exists()
+    service = Agent.objects.filter(organization_id=Group.objects.get(id=g).organization_id, kind=Agent.KIND_SERVICE)
+    assert not Membership.objects.filter(group_id=g, agent__in=service).exists()
+
+
+def test_a_service_principal_is_granted_no_membership_8(art: Artifacts) -> None:
+    from missions.models import Agent
+
+    service = Agent.objects.filter(organization_id=Group.objects.get(id=art.group).organization_id,
+                                   kind=Agent.KIND_SERVICE).first()  # fmt: skip
+    assert service is not None
+    actor = {"type": "service", "id": urn(service.id)}
+    response = post(art.owner, "membership.change", art.group, {"principal": actor, "roles": ["observer"]},
+                    expected_revision=group_revision(art.group))  # fmt: skip
+    error_of(response, 400, "INVALID_COMMAND")
