@@ -49,3 +49,15 @@ def visible_from(agent: Agent, group: Group) -> int:
         .first()
     )
     return int(start or 0)
+
+
+def replay_floor(agent: Agent, group_id: str) -> int:
+    """The sequence a WebSocket subscription of ``agent`` replays after at the earliest (§8): one
+    before its Membership's visibility start (0 without a restricted Membership; whether it may
+    read the Group at all is checked on subscribing)."""
+    start = (
+        Membership.objects.filter(group_id=group_id, agent=agent, active=True)
+        .values_list("visibility_start", flat=True)
+        .first()
+    )
+    return max(int(start or 0) - 1, 0)

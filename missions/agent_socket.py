@@ -73,7 +73,7 @@ from mwportal.protocol.handshake import ServerHandshake
 from mwportal.protocol.ids import bare, urn
 from mwportal.protocol.values import is_absolute_uri
 
-from .access import access_group
+from .access import access_group, replay_floor
 from .api.sessions import agent_key_resolver
 from .auth import session_expires_at
 from .authority import accept_document
@@ -83,7 +83,7 @@ from .consumers import CLOSE_POLICY, CLOSE_SESSION_REPLACED, CLOSE_UNAUTHENTICAT
 from .delivery import agent_channel
 from .feed import Event
 from .hub import Subscription, get_hub
-from .models import Agent, AgentCursor, AgentPresence, Group, Membership
+from .models import Agent, AgentCursor, AgentPresence, Group
 from .ws_limits import Limits, TokenBucket, client_address, unauthenticated
 
 log = logging.getLogger(__name__)
@@ -180,17 +180,6 @@ def _store_presence(agent_id: str, capacity: dict[str, Any], connected: bool) ->
     AgentPresence.objects.update_or_create(
         agent_id=agent_id, defaults={"capacity": capacity, "connected": connected, "updated_at": timezone.now()}
     )
-
-
-def _visibility_floor(agent: Agent, group_id: str) -> int:
-    """The sequence a subscription of ``agent`` replays after at the earliest (§8): one before its
-    Membership's visibility start (0 without a restricted Membership; access is checked on subscribing)."""
-    start = (
-        Membership.objects.filter(group_id=group_id, agent=agent, active=True)
-        .values_list("visibility_start", flat=True)
-        .first()
-    )
-    return max(int(start or 0) - 1, 0)
 
 
 def _agent_row(agent_id: str) -> Agent:
@@ -415,7 +404,7 @@ class AgentConsumer(EventStream):
             try:
                 # §8: replay starts at the member's visibility start, whatever afterSequence asks.
                 try:
-                    floor = await database_sync_to_async(_visibility_floor)(self.agent, group_id)
+                    floor = await database_sync_to_async(replay_floor)(self.agent, group_id)
                 except Exception:
                     log.exception("the visibility start of %s could not be read", group_id)
                     raise internal_error() from None

@@ -39,7 +39,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from mwportal.protocol import ErrorCode, ProtocolError, frames
 from mwportal.protocol.ids import bare, urn
 
-from .access import access_group
+from .access import access_group, replay_floor
 from .api.groups import cursor_too_old
 from .direct_send import direct_sender
 from .feed import Event
@@ -331,6 +331,8 @@ class GroupUIConsumer(EventStream):
             after = int(text)
         else:
             after = max(await database_sync_to_async(_head)(group_id) - UI_BACKLOG, 0)
+        # §8: a person whose visibility starts later replays from there, as an Agent does.
+        after = max(after, await database_sync_to_async(replay_floor)(agent, group_id))
         await self.start_stream(agent, group_id, after)
 
     async def receive_frame(self, frame: frames.Frame) -> None:

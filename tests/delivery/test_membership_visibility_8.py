@@ -116,3 +116,24 @@ def test_a_workers_attention_filter_sends_its_workitem_and_its_announcements_liv
     assert [e["payload"]["candidateAgentIds"] for e in got_wanda[2:]] == [[worker.urn], [worker2.urn]]
     assert got_wanda[-1]["workItemId"] == urn(mine)
     assert [(e["kind"], e["workItemId"]) for e in got_walt] == [("work.offer.created", urn(mine))]
+
+
+def test_a_late_joining_persons_portal_stream_starts_at_its_visibility_start_8(
+    daphne: Daphne, mission: dict[str, str], owner: AgentKey
+) -> None:
+    """The portal's read-only stream (``/ws/ui/groups/...``) replays a person's history from its
+    visibility start too; an unrestricted observer replays it all."""
+    from tests.delivery.test_ui_socket import person, stream
+
+    g = mission["group"]
+    late_cookie, late_id = person("lena")
+    full_cookie, full_id = person("fred")
+    cut = head(g)
+    for who, after in ((late_id, cut), (full_id, 0)):
+        owner.send("membership.change", g, {"principal": {"type": "human", "id": urn(who)}, "roles": ["observer"],
+                   "visibilityAfterSequence": after}, expected_revision=group_revision(g))  # fmt: skip
+    top = head(g)
+    late, _ = asyncio.run(stream(daphne, g, late_cookie, top))
+    full, _ = asyncio.run(stream(daphne, g, full_cookie, top))
+    assert [f["event"]["sequence"] for f in late if f["frameType"] == "EVENT"] == list(range(cut + 1, top + 1))
+    assert [f["event"]["sequence"] for f in full if f["frameType"] == "EVENT"] == list(range(1, top + 1))
