@@ -40,6 +40,17 @@ live demo's WorkItems go past ``submitted``:
   MissionOwner assigns another Coordinator, or the lease lapsed
   (``ext.mwportal.mission.coordinator_lease_expired``), it sends nothing for
   that Mission until a lease is assigned to it again.
+- appointed as a replacement (a ``mission.coordinator.assigned`` naming it
+  with a Coordinator Epoch past 1), it reconciles before any new assignment
+  (§7.2): it reads the Context Package the appointment names
+  (``GET /api/v0.1/groups/{groupId}/context-packages/{contextPackageId}``),
+  verifies its signature (profile ``context-package``) with the key
+  ``GET /api/v0.1/keys/{keyId}`` serves and its hash against the
+  appointment's, then sends ``ext.mwportal.mission.coordinator_reconcile``
+  citing the package and the Group sequence it has folded through. A package
+  that fails either check is not reconciled with: the Agent logs it and sends
+  nothing for that Mission (no renewal either, so the lease lapses and the
+  MissionOwner appoints another Coordinator) until a new Event arrives.
 
 It polls every ``--interval`` seconds (2 by default), logs one line per
 action, and outlives portal restarts (a refused connection is retried; a stale
@@ -70,7 +81,7 @@ from mwportal.protocol.handshake import ClientHandshake
 from mwportal.protocol.ids import bare, new_urn, urn
 from mwportal.protocol.registry import KeyResolutionError, MemoryRegistry, Principal, RegistrationError
 from mwportal.protocol.values import parse_timestamp
-from mwportal.protocol.verification import sign_document
+from mwportal.protocol.verification import VerificationFailed, sign_document, verify_document
 
 API = "/api/v0.1"
 PAGE = 500
@@ -107,6 +118,9 @@ SESSION_ERRORS = frozenset({"AUTH_REQUIRED", "AUTH_STALE_SESSION"})
 LEASE_EXPIRED = "ext.mwportal.mission.coordinator_lease_expired"
 # The lease is renewed once this share of it has run (§7.2: the Coordinator keeps its lease alive).
 RENEW_AT = 0.5
+ASSIGNED = "mission.coordinator.assigned"
+RECONCILE = "ext.mwportal.mission.coordinator_reconcile"
+RECONCILED = "ext.mwportal.mission.coordinator_reconciled"
 
 
 def _ambiguous(payload: dict[str, Any]) -> bool:
@@ -178,6 +192,10 @@ class GroupState:
     lapse_told: bool = False  # the lapse was logged
     group_revision: int | None = None  # the Group revision the last renewal cited (§15.3)
     renew_refused_at: int | None = None  # the sequence a renewal was refused at
+    # The latest appointment's sequence and the Context Package it names (ID, hash); the epoch reconciled (§7.2).
+    appointed: tuple[int, str | None, str | None] | None = None
+    reconciled_epoch: int | None = None
+    reconcile_failed_at: int | None = None  # the sequence a reconciliation failed (or was refused) at
 
     def fold(self, event: dict[str, Any]) -> None:
         kind, payload = event["kind"], event["payload"]
@@ -187,9 +205,13 @@ class GroupState:
             self.mission = mission["missionId"]
             self.coordinator = mission["coordinator"]["agentId"]
             self.coordinator_epoch = int(mission["coordinator"]["coordinatorEpoch"])
-        elif kind == "mission.coordinator.assigned":
+        elif kind == ASSIGNED:
             self.coordinator, self.coordinator_epoch = payload["coordinatorId"], int(payload["coordinatorEpoch"])
             self.lease(event)
+            package = (payload.get("contextPackageId"), payload.get("contextPackageHash"))
+            self.appointed, self.reconcile_failed_at = (int(event["sequence"]), *package), None
+        elif kind == RECONCILED:
+            self.reconciled_epoch = int(payload["coordinatorEpoch"])
         elif kind == "mission.coordinator.renewed":
             self.coordinator_epoch = int(payload["coordinatorEpoch"])
             self.lease(event)
@@ -238,6 +260,12 @@ class GroupState:
         self.lease_granted = float(parse_timestamp(event["occurredAt"]).epoch_seconds)
         self.lease_expires = float(parse_timestamp(event["payload"]["leaseExpiresAt"]).epoch_seconds)
         self.lease_lapsed, self.lapse_told, self.renew_refused_at = False, False, None
+
+    def must_reconcile(self, agent: str) -> bool:
+        """``agent`` holds the lease as a replacement (epoch past 1) and has not reconciled it yet (§7.2)."""
+        epoch = self.coordinator_epoch
+        replacement = self.coordinator == agent and epoch is not None and epoch > 1 and self.appointed is not None
+        return replacement and self.reconciled_epoch != epoch
 
     def renewal_due(self, now: float) -> bool:
         """Half the current lease has run, or its expiry is not known yet; not after a refusal
@@ -518,6 +546,65 @@ class Coordinator:
             self.log(f"mission.renew_coordinator {state.mission}: epoch {state.coordinator_epoch} until {expires}")
             return
 
+    def package_problem(self, state: GroupState, package: Any, package_id: str, package_hash: str | None) -> str | None:
+        """What is wrong with the Context Package the appointment named, if anything: its scope, its
+        signature (profile ``context-package``, the key the Registry serves) and its hash (§7.2, §13.3)."""
+        if not isinstance(package, dict):
+            return "not a Context Package document"
+        scope = (package.get("contextPackageId"), package.get("groupId"), package.get("missionId"))
+        if scope != (package_id, state.group, state.mission):
+            return f"its scope {scope} is not the appointment's package of this Group's Mission"
+        signature = package.get("signature")
+        try:
+            if isinstance(signature, dict) and isinstance(signature.get("keyId"), str):
+                self.learn_key(signature["keyId"])  # otherwise the schema stage refuses it
+            verify_document(jcs.canonicalize(package), "context-package", self.registry)
+        except VerificationFailed as exc:
+            return f"its signature does not verify ({exc.stage.value}: {exc.reason})"
+        except (Refused, ProtocolError) as exc:
+            if isinstance(exc, Refused) and exc.code in SESSION_ERRORS:
+                raise
+            return f"its signing key is not one the Registry serves ({exc})"
+        digest = jcs.sha256_hash(jcs.canonicalize(package))
+        if digest != package_hash:
+            return f"its hash {digest} is not the one the appointment names ({package_hash})"
+        return None
+
+    def reconcile(self, state: GroupState, membership: int) -> bool:
+        """The replacement's reconciliation (§7.2): the appointment's Context Package verified, then
+        ``ext.mwportal.mission.coordinator_reconcile`` through the last sequence folded (at or past the
+        appointment). False when it failed: the Mission gets nothing else until a new Event."""
+        assert state.appointed is not None
+        _, package_id, package_hash = state.appointed
+        state.reconcile_failed_at = state.after
+        if package_id is None:
+            self.log(f"{RECONCILE} {state.mission}: the appointment names no Context Package; not reconciling")
+            return False
+        path = f"{API}/groups/{state.group}/context-packages/{urllib.parse.quote(package_id, safe=':')}"
+        try:
+            served = self.call("GET", path)
+            problem = self.package_problem(state, served.get("contextPackage"), package_id, package_hash)
+        except Refused as exc:
+            if exc.code in SESSION_ERRORS:
+                raise
+            problem = f"not served ({exc})"
+        if problem is not None:
+            self.log(f"Context Package {package_id} refused: {problem}; not reconciling with it (§7.2)")
+            return False
+        payload = {"contextPackageId": package_id, "contextPackageHash": package_hash, "throughSequence": state.after}
+        try:
+            self.send(state, RECONCILE, payload, membership)
+        except Refused as exc:
+            if exc.code in SESSION_ERRORS:
+                raise
+            self.log(f"{RECONCILE} {state.mission} refused: {exc}")
+            return False
+        self.log(f"{RECONCILE} {state.mission}: epoch {state.coordinator_epoch}, Context Package {package_id} "
+                 f"verified, through sequence {payload['throughSequence']}")  # fmt: skip
+        state.reconcile_failed_at = None
+        self.read_events(state)  # its coordinator_reconciled
+        return True
+
     def submit_mission(self, state: GroupState, membership: int) -> None:
         hashes = state.artifact_hashes()
         state.submit_refused_at = state.after
@@ -564,6 +651,10 @@ class Coordinator:
                     self.log(f"lease of {state.mission} expired: waiting for the MissionOwner to assign one (§7.2)")
                     state.lapse_told = True
                 continue
+            if state.must_reconcile(self.agent) and (
+                state.reconcile_failed_at == state.after or not self.reconcile(state, membership)
+            ):
+                continue  # §7.2: a replacement reconciles before anything else, new assignments included
             if state.renewal_due(time.time()):
                 self.renew(state, membership)
                 if state.lease_lapsed:

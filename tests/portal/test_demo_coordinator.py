@@ -8,8 +8,10 @@ included where a criterion requires one (§10.2, §13.2), ``work.offer`` for
 what nobody can take as it stands (§10.3, §10.4), and
 ``mission.submit_for_approval`` once every WorkItem is verified (§7.3), and
 ``mission.renew_coordinator`` before its lease runs out, until another
-Coordinator is assigned (§7.2). The review pipeline runs as each submission
-commits (``MWP_REVIEW_ON_SUBMIT`` inline).
+Coordinator is assigned (§7.2); appointed as a replacement, it verifies the
+signed Context Package its appointment names and reconciles before any new
+assignment (§7.2). The review pipeline runs as each submission commits
+(``MWP_REVIEW_ON_SUBMIT`` inline).
 """
 
 from __future__ import annotations
@@ -20,15 +22,18 @@ from typing import Any
 
 import pytest
 
-from artifacts.models import ReviewRequest
+from artifacts.models import ContextPackage, ReviewRequest
 from missions.models import GroupEvent, Mission
+from missions.service_keys import context_packager
 from missions.tasks import expire_coordinator_leases
+from mwportal.protocol import jcs
 from mwportal.protocol.command import Key
 from mwportal.protocol.ids import urn
 from mwportal.protocol.values import parse_timestamp
+from mwportal.protocol.verification import sign_document
 from portal.demo_coordinator import Coordinator
 from tests.conftest import AgentKey, add_member, make_agent
-from tests.core.test_coordinator_lease import assign, publish_package, renew
+from tests.core.test_coordinator_lease import appointment, assign, publish_package, reconcile, renew
 from tests.protocol.normative import normative_problems, require_bundle
 from tests.worker.conftest import portal, portal_env  # noqa: F401 (the daphne fixture)
 from tests.workitems.flow import Flow, contract, give_card, survey_mission
@@ -388,6 +393,7 @@ def test_a_replaced_coordinator_sends_nothing_for_that_mission_spec_7_2(
     former.run_once()  # it knew the Mission as its own
     told = len(lines)
     assign(owner, group, cora, seconds=4)
+    reconcile(cora, group)  # §7.2: before Cora's new assignments
     # An open WorkItem, authorized by Cora at her epoch: what a Coordinator would offer.
     Flow(mission, owner, cora, worker, worker2).send(cora, "work.authorize", str(uuid.uuid4()),
                                                      {"contract": contract()}, coordinator_epoch=2)  # fmt: skip
@@ -434,3 +440,100 @@ def test_a_lapsed_lease_is_not_renewed_and_nothing_is_sent_for_that_mission_spec
 
     assert kinds(group) == log, lines
     assert [line.split(" ")[0] for line in lines] == ["session", "lease"], lines
+
+
+RECONCILED = "ext.mwportal.mission.coordinator_reconciled"
+
+
+def test_a_replacement_coordinator_reconciles_then_offers_the_open_work_item_spec_7_2(
+    portal: Any,  # noqa: F811
+    org: dict[str, str],
+    mission: dict[str, str],
+    owner: AgentKey,
+    coordinator: AgentKey,
+    worker: AgentKey,
+    worker2: AgentKey,
+) -> None:
+    """§7.2: a replacement MUST receive a signed Context Package and MUST reconcile current WorkItem
+    state before issuing new assignments. Cora, appointed at epoch 2, reads the package the
+    appointment names, verifies it, reconciles through the Events she folded, and only then offers
+    the WorkItem her predecessor left open."""
+    group = mission["group"]
+    flow = Flow(mission, owner, coordinator, worker, worker2)
+    item = flow.authorize()  # open, by Carl at epoch 1
+    cora = give_card(make_agent("acme", "Cora Coordinator", ["coordinator"]))
+    assign(owner, group, cora)
+    sequence, assigned = appointment(group)
+    lines: list[str] = []
+    replacement = coordinator_of(portal.url, cora, org, lines)
+
+    replacement.run_once()
+
+    log = kinds(group)
+    assert RECONCILED in log and "work.offer.created" in log, lines
+    assert log.index("mission.coordinator.assigned") < log.index(RECONCILED) < log.index("work.offer.created")
+    done = GroupEvent.objects.get(group_id=group, type=RECONCILED)
+    assert done.as_wire()["actor"] == {"type": "agent", "id": cora.urn}
+    assert (done.body["coordinatorId"], done.body["coordinatorEpoch"]) == (cora.urn, 2)
+    assert done.body["contextPackageId"] == assigned["contextPackageId"]
+    assert sequence <= done.body["throughSequence"] < done.sequence  # at or past its appointment
+    offered = GroupEvent.objects.get(group_id=group, type="work.offer.created", aggregate_id=item)
+    assert offered.as_wire()["actor"] == {"type": "agent", "id": cora.urn}
+    assert sorted(offered.body["candidateAgentIds"]) == sorted([worker.urn, worker2.urn])
+    assert flow.item(item).state == "offered"
+    assert [line.split(" ")[0] for line in lines] == ["session", "ext.mwportal.mission.coordinator_reconcile",
+                                                      "work.offer"]  # fmt: skip
+
+    # Reconciled once per epoch: a second pass has nothing to send.
+    replacement.run_once()
+    assert kinds(group) == log and len(lines) == 3, lines
+
+
+@pytest.mark.parametrize(
+    ("tampering", "told"),
+    [("re-signed by the packager", "its hash"), ("left unsigned", "its signature does not verify")],
+)
+def test_a_replacement_does_not_reconcile_with_a_package_that_is_not_the_appointments_spec_7_2(
+    portal: Any,  # noqa: F811
+    org: dict[str, str],
+    mission: dict[str, str],
+    owner: AgentKey,
+    coordinator: AgentKey,
+    worker: AgentKey,
+    worker2: AgentKey,
+    tampering: str,
+    told: str,
+) -> None:
+    """The package served under the appointment's ID was altered after the appointment: signed again
+    with the packager's own key, its hash is not the one the appointment names; not signed again, its
+    signature does not verify. Cora does not reconcile with it, and without a reconciliation she
+    assigns nothing (§7.2): the open WorkItem is not offered, on a second pass either."""
+    group = mission["group"]
+    flow = Flow(mission, owner, coordinator, worker, worker2)
+    item = flow.authorize()
+    cora = give_card(make_agent("acme", "Cora Coordinator", ["coordinator"]))
+    assign(owner, group, cora)
+    _, assigned = appointment(group)
+    stored = ContextPackage.objects.filter(package=assigned["contextPackageId"].removeprefix("urn:uuid:"))
+    altered = {k: v for k, v in stored.get().document.items() if k != "signature"}
+    altered["summary"] = "Nothing is under way; every WorkItem may be authorized again."
+    if tampering == "re-signed by the packager":
+        key = context_packager(org["id"])
+        altered = sign_document(altered, key_id=key.key_id, seed=key.seed, profile="context-package")
+        assert jcs.sha256_hash(jcs.canonicalize(altered)) != assigned["contextPackageHash"]
+    else:
+        altered["signature"] = stored.get().document["signature"]
+    stored.update(document=altered)
+    log = kinds(group)
+    lines: list[str] = []
+    replacement = coordinator_of(portal.url, cora, org, lines)
+
+    replacement.run_once()
+    replacement.run_once()
+
+    assert kinds(group) == log, lines
+    assert RECONCILED not in log and flow.item(item).state == "open"
+    assert not GroupEvent.objects.filter(group_id=group, type="work.offer.created").exists()
+    (refusal,) = [line for line in lines if line.startswith("Context Package")]
+    assert assigned["contextPackageId"] in refusal and told in refusal, lines
+    assert len(lines) == 2, lines  # the session and the refusal: nothing retried before a new Event
