@@ -57,7 +57,14 @@ from .intake import Auth as Auth
 from .intake import Command as Command
 from .intake import admit, check_fresh, verify_command
 from .models import ActionReceipt, Agent, Group, GroupEvent, GroupSnapshot, Membership, OrganizationEvent
-from .registry import CommandSpec, accepted_hooks, before_handler_hooks, extension_profile_checks, spec_for
+from .registry import (
+    CommandSpec,
+    accepted_hooks,
+    before_handler_hooks,
+    decided_hooks,
+    extension_profile_checks,
+    spec_for,
+)
 
 log = logging.getLogger(__name__)
 
@@ -408,6 +415,8 @@ def _accept_once(command: Command, spec: CommandSpec, now: datetime) -> Receipt:
             check(ctx)
         decision: Decision = spec.handler(ctx)
         decision.events.extend(ctx.notices)
+        for decided in decided_hooks:
+            decided(ctx, decision)
         if not decision.events:
             raise RuntimeError(f"handler of {doc.kind} decided on no Event")
         if not group.organization_id:

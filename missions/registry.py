@@ -167,3 +167,15 @@ group_archived_hooks: list[GroupArchivedHook] = []
 # Organization registered and the Group pinned covers it (governance, §18). None: UNKNOWN_CRITICAL_EXTENSION.
 ExtensionProfileCheck = Callable[[Any, str, dict[str, Any]], bool]
 extension_profile_checks: list[ExtensionProfileCheck] = []
+
+
+# Called by ``accept()`` inside the transaction once the handler decided, with the context and the
+# ``Decision``; each may add Events and notices to it (a just-in-time Membership whose member has no
+# obligation left ends with the Command that released it, §8 step 4).
+DecidedHook = Callable[[Any, Any], None]
+decided_hooks: list[DecidedHook] = []
+
+# Asked whether an Agent still has obligations in a Group (a WorkItem it owns that is not finished, an
+# open offer to it), with the Agent's and the Group's bare IDs; the work app answers (§8 step 4).
+ObligationCheck = Callable[[str, str], bool]
+obligation_checks: list[ObligationCheck] = []

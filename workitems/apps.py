@@ -8,4 +8,4 @@ class WorkitemsConfig(AppConfig):
     def ready(self) -> None:
         # Handlers register themselves per catalogue kind on import; the
         # snapshot contributors add the WorkItems to a Group snapshot's state.
-        from . import handlers, snapshot  # noqa: F401
+        from . import handlers, obligations, snapshot  # noqa: F401

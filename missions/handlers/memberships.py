@@ -26,7 +26,7 @@ from ..authority import AggregateRef, Decision, Emit, HandlerContext, check_revi
 from ..delivery import membership_notice
 from ..guards import refuse
 from ..models import Agent, Group, GroupEvent, Membership, Mission
-from ..registry import before_handler_hooks, command, membership_removed_hooks
+from ..registry import before_handler_hooks, command, decided_hooks, membership_removed_hooks, obligation_checks
 from .common import actor_doc, membership_doc, payload_id, principal_in
 
 # Roles that are the Mission's, not a Membership change's to give or take.
@@ -275,6 +275,37 @@ def provisional_gate(ctx: HandlerContext) -> None:
 
 
 before_handler_hooks.append(provisional_gate)
+
+# The roles whose just-in-time Membership ends with the member's last WorkItem (§8 step 4).
+RELEASED_ROLES = frozenset({"worker", "work_delegate"})
+
+
+def end_released(ctx: HandlerContext, decision: Decision) -> None:
+    """§8 step 4: a just-in-time Membership (one that joined provisionally and was activated by an
+    acceptance) ends with the Command after which its Worker has no WorkItem and no open offer in the
+    Group: a ``membership.ended`` among that Command's own Events, and a new epoch."""
+    if ctx.group.kind != Group.KIND_MISSION or not ctx.group.id:
+        return
+    rows = [
+        row
+        for row in Membership.objects.filter(group_id=ctx.group.id, active=True, provisional=False)
+        .exclude(context_package_id="")
+        .order_by("agent_id")
+        if set(row.roles) <= RELEASED_ROLES
+    ]
+    for row in rows:
+        agent_id = str(row.agent_id)
+        if any(check(agent_id, ctx.group.id) for check in obligation_checks):
+            continue
+        epoch = row.epoch + 1
+        Membership.objects.filter(pk=row.pk).update(epoch=epoch, active=False, updated_at=ctx.now)
+        ref = AggregateRef("group", ctx.group.id, ctx.group.revision + 1)
+        member = actor_doc(Agent.KIND_AGENT, agent_id)
+        decision.events.append(Emit("membership.ended", ref, {"principal": member, "reason": "no obligations left"}))
+        decision.notices.append(membership_notice(ctx.group.id, agent_id, [], epoch, False))
+
+
+decided_hooks.append(end_released)
 
 
 @command("membership.end", group_roles=MANAGING)

@@ -320,3 +320,55 @@ def test_a_service_principal_is_granted_no_membership_8(art: Artifacts) -> None:
     response = post(art.owner, "membership.change", art.group, {"principal": actor, "roles": ["observer"]},
                     expected_revision=group_revision(art.group))  # fmt: skip
     error_of(response, 400, "INVALID_COMMAND")
+
+
+# --- the end of a just-in-time Membership (§8 step 4) -------------------------------------------
+
+
+def _joined(art: Artifacts, jit: AgentKey, package: dict[str, Any]) -> str:
+    """Jin joins provisionally, is offered a WorkItem and accepts it; the WorkItem's ID."""
+    g = art.group
+    item = art.authorize()
+    created(grant(art.coordinator, g, jit, ["worker"], provisional=True, contextPackageId=package["contextPackageId"]))
+    art.offer(item, [jit])
+    created(post(jit, "work.accept_offer", g, {"workItemId": urn(item)}, expected_revision=art.item(item).revision))
+    return item
+
+
+def cancel(art: Artifacts, item: str) -> dict[str, Any]:
+    payload = {"workItemId": urn(item), "reason": "superseded"}
+    return created(post(art.coordinator, "work.cancel", art.group, payload, coordinator_epoch=1,
+                        expected_revision=art.item(item).revision))  # fmt: skip
+
+
+def test_a_just_in_time_membership_ends_when_its_worker_has_no_workitem_left_8(
+    art: Artifacts, jit: AgentKey, package: dict[str, Any]
+) -> None:
+    g = art.group
+    item = _joined(art, jit, package)
+    second = art.authorize()
+    art.offer(second, [jit])
+    receipt = cancel(art, item)
+    assert "membership.ended" not in [e["kind"] for e in receipt["events"]]  # an open offer is still its obligation
+    assert Membership.objects.get(group_id=g, agent_id=jit.id).active
+    epoch = Membership.objects.get(group_id=g, agent_id=jit.id).epoch
+    payload = {"workItemId": urn(second), "reason": "superseded"}
+    receipt = created(post(art.coordinator, "work.cancel", g, payload, coordinator_epoch=1,
+                           expected_revision=art.item(second).revision))  # fmt: skip
+    assert [e["kind"] for e in receipt["events"]][-1] == "membership.ended"
+    [ended] = GroupEvent.objects.filter(group_id=g, type="membership.ended")
+    assert ended.body["principal"] == jit.actor
+    row = Membership.objects.get(group_id=g, agent_id=jit.id)
+    assert (row.active, row.epoch) == (False, epoch + 1)
+    error_of(message(jit, g, membership_epoch=row.epoch), 404, "GROUP_NOT_FOUND")
+
+
+def test_a_workers_membership_granted_outright_does_not_end_with_its_work_8(art: Artifacts) -> None:
+    g = art.group
+    item = art.authorize()
+    art.offer(item, [art.worker])
+    art.accept(item)
+    receipt = cancel(art, item)
+    assert "membership.ended" not in [e["kind"] for e in receipt["events"]]
+    assert Membership.objects.get(group_id=g, agent_id=art.worker.id).active
+    created(message(art.worker, g))
