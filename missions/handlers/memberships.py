@@ -11,6 +11,13 @@ The MissionOwner's and the current Coordinator's roles are the Mission's
 grants them to anyone else nor takes them away, and ``membership.end`` does
 not end them. Membership rows need no lock of their own: every change to a
 Group's Memberships holds that Group's row lock.
+
+Just in time (§8 steps 1-4): a provisional Membership names the candidate's
+Context Package and an expiry, lets it do nothing but take or decline its
+offer (``provisional_gate``), is activated by the acceptance
+(``activate_provisional``) and ends with the Command after which its Worker
+owes nothing in the Group (``end_released``). ``visibilityStartSequence``
+bounds what the member reads (``missions.access``).
 """
 
 from __future__ import annotations
