@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.db.models import Exists, OuterRef, Q
+from django.utils import timezone
 
 from mwportal.protocol import ErrorCode, ProtocolError
 
@@ -27,7 +28,9 @@ def access_group(agent: Agent, group_id: str) -> Group:
 
     One query decides both "exists" and "visible", so an unseen Group does
     not cost a second query that an absent one would not (timing)."""
-    membership = Membership.objects.filter(group_id=OuterRef("pk"), agent=agent, active=True)
+    # A provisional Membership past its expiry reads nothing more (§8): it lapsed with its offer.
+    current = Q(provisional=False) | Q(provisional_expires_at__gt=timezone.now())
+    membership = Membership.objects.filter(current, group_id=OuterRef("pk"), agent=agent, active=True)
     visible = Q(kind=Group.KIND_ADMIN, organization_id=agent.organization_id) | (
         ~Q(kind=Group.KIND_ADMIN) & Q(Exists(membership))
     )

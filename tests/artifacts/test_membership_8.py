@@ -268,6 +268,10 @@ def test_an_expired_provisional_membership_cannot_accept_8(
             jit, "work.accept_offer", g, {"workItemId": urn(item)}, expected_revision=art.item(item).revision
         )
         assert error_of(response, 403, "MEMBERSHIP_REQUIRED")["details"]["reason"] == "provisional_expired"
+        # Nor does it read the Group any more, nor its Context Package.
+        error_of(http().get(events_url(g), **auth(jit)), 404, "GROUP_NOT_FOUND")
+        error_of(http().get(package_url(g, package["contextPackageId"]), **auth(jit)), 404, "GROUP_NOT_FOUND")
+    assert http().get(events_url(g), **auth(jit)).status_code == 200  # before its expiry it did
     assert art.item(item).owner_id is None
 
 
