@@ -87,6 +87,9 @@ class WorkRow:
     resolution_required: str | None
     late_results: int
     updated_sequence: int
+    # What the owner's acceptance pinned (§6.1), JSON text: {"agentId", "agentCardVersion", "capabilities"};
+    # an Artifact's manifest names them as its producer. None: no acceptance seen.
+    pins: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -429,7 +432,15 @@ def _offer_accepted(row: WorkRow, event: Event) -> dict[str, Any]:
         "start_by": payload["ownershipLease"].get("startBy"),
         "accepted_contract_revision": payload.get("contractVersion", row.contract_revision),
         "offered_to": _EMPTY_LIST, "offer_expires_at": None,  # every other offer is withdrawn (§10.3)
+        "pins": _pins(payload["assigneeId"], payload["agentCardVersion"], payload.get("capabilityPins")),
     }  # fmt: skip
+
+
+def _pins(agent: str, card_version: int, capabilities: list[dict[str, str]] | None) -> str | None:
+    """The ``pins`` column: the Agent Card and capability versions an acceptance pinned (§6.1)."""
+    if capabilities is None:
+        return None
+    return text({"agentId": agent, "agentCardVersion": card_version, "capabilities": capabilities})
 
 
 def _offer_declined(row: WorkRow, event: Event) -> dict[str, Any]:
@@ -720,6 +731,7 @@ def restore(
             offer_expires_at=max((o["expiresAt"] for o in pending), default=None),
             child_mission=None, child_group=None, child_failure_policy=None, resolution_required=None,
             late_results=0, updated_sequence=sequence, **contract_columns(item["contract"]),
+            pins=_pins(owner["agentId"], owner["agentCardVersion"], owner.get("capabilityPins")) if owner else None,
         )  # fmt: skip
         rows.append(replace(row, execution_approved=_gate_open(row)))
     rows.sort(key=lambda r: r.workitem)

@@ -54,9 +54,11 @@ def artifact_manifest(
     group: str,
     workitem: str,
     contract: Mapping[str, Any],
+    pins: Mapping[str, Any],
     now: datetime,
 ) -> dict[str, Any]:
-    """The signed Artifact manifest (artifact.schema.json) of content this Agent produced."""
+    """The signed Artifact manifest (artifact.schema.json) of content this Agent produced, its producer the
+    Agent Card and capability versions its acceptance pinned (``pins``, §6.1)."""
     deliverables = contract.get("requiredDeliverables") or []
     schema = next((d["schema"] for d in deliverables if d.get("mediaType") == media_type), None)
     schema = schema or (deliverables[0]["schema"] if deliverables else OCTET_SCHEMA)
@@ -67,11 +69,10 @@ def artifact_manifest(
         "sizeBytes": size,
         "mediaType": media_type,
         "schemaUri": schema,
-        # The Agent Card version this Worker runs under (it publishes no other).
         "producer": {
             "agentId": agent,
-            "agentCardVersion": 1,
-            "capabilities": list(contract.get("requiredCapabilities") or []),
+            "agentCardVersion": pins["agentCardVersion"],
+            "capabilities": list(pins["capabilities"]),
         },  # fmt: skip
         "missionId": mission,
         "groupId": group,

@@ -13,7 +13,7 @@ from typing import Any
 
 from .projection import CheckpointRow, GroupMeta, OutboxRow, WorkRow
 
-SCHEMA_VERSION = "2"  # 2: MWP 0.1 Event documents, Cursors by Event ID
+SCHEMA_VERSION = "3"  # 2: MWP 0.1 Event documents, Cursors by Event ID; 3: pinned card versions
 
 
 def _columns(cls: type) -> tuple[str, ...]:

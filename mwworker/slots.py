@@ -206,10 +206,13 @@ class Slots(Admission, Leases, Offline):
     async def _publish(self, slot: _Slot, ctx: SlotContext, content_hash: str) -> str:
         """``artifact.publish`` of the signed manifest of content this slot stored; its Artifact ID."""
         size, media_type = slot.artifacts.get(content_hash, (0, "application/octet-stream"))
+        row = self.store.row(slot.group, slot.workitem)
+        if row is None or row.pins is None:
+            raise LeaseLost(f"{slot.workitem}: no acceptance pinned this Worker's card versions (§6.1)")
         manifest = artifact_manifest(
             content_hash, size=size, media_type=media_type, key=self.identity.key, agent=self.me, portal=self.portal,
             mission=str(ctx.mission["id"]), group=ctx.group, workitem=ctx.workitem, contract=ctx.contract,
-            now=utcnow(),
+            pins=json.loads(row.pins), now=utcnow(),
         )  # fmt: skip
         await self._lease_command(slot, "artifact.publish", {"artifact": manifest})
         return str(manifest["artifactId"])

@@ -325,7 +325,8 @@ class World:
             self.emit(g, "work.offer.accepted", payload(
                 "work.offer.accepted", workItemId=wid, assigneeId=item.owner, ownershipEpoch=item.ownership_epoch,
                 ownershipLeaseExpiresAt=lease["expiresAt"], ownershipLease=lease,
-                contractVersion=item.contract["contractVersion"]), actor={"type": "agent", "id": item.owner},
+                contractVersion=item.contract["contractVersion"],
+                capabilityPins=item.contract["requiredCapabilities"]), actor={"type": "agent", "id": item.owner},
                 item=item)  # fmt: skip
         elif (item.state == "queued" and item.contract["executionApproval"] != "not_required"
               and item.approved != item.contract["contractVersion"]):  # fmt: skip

@@ -203,8 +203,8 @@ def test_restored_rows_agree_with_the_history_on_everything_the_snapshot_carries
         assert set(by_history) == set(by_snapshot)
         for item, row in by_snapshot.items():
             for field in WorkRow.__dataclass_fields__:
-                if field in NOT_IN_SNAPSHOT or (field == "ownership_epoch" and row.owner is None):
-                    continue  # a WorkItem object carries its Ownership Epoch in its owner only
+                if field in NOT_IN_SNAPSHOT or (field in ("ownership_epoch", "pins") and row.owner is None):
+                    continue  # a WorkItem object carries its Ownership Epoch and pins (§6.1) in its owner only
                 assert getattr(by_history[item], field) == getattr(row, field), (group, item, field)
             with_start_by += row.start_by is not None
             checked += 1

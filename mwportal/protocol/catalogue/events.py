@@ -296,6 +296,7 @@ WORK = (
             "ownershipLeaseExpiresAt": ex.T1,
             "agentCardVersion": 1,
             "ownershipLease": ex.lease("ownership"),
+            "capabilityPins": [ex.CAPABILITY],
         },
     ),
     fact(
