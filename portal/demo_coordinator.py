@@ -96,7 +96,6 @@ STATE_AFTER = {
     "work.checkpointed": "queued",
     "work.blocked": "blocked",
     "work.unblocked": "queued",
-    "ext.mwportal.work.attempt_failed": "queued",
     "ext.missionweaveprotocol.core.work_execution_lease_revoked": "queued",
     "ext.mwportal.work.lease_expired": "failed",
     "mission.child.created": "blocked",

@@ -42,7 +42,6 @@ _STATE_AFTER: dict[str, str | None] = {
     "work.result.accepted": "verified",
     "work.failed": "failed",
     "work.cancelled": "cancelled",
-    "ext.mwportal.work.attempt_failed": "queued",
     "ext.mwportal.work.lease_expired": "queued",
     "ext.missionweaveprotocol.core.work_execution_lease_revoked": "queued",
 }

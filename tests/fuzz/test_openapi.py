@@ -153,6 +153,8 @@ def real(owner: AgentKey, coordinator: AgentKey, worker: AgentKey, worker2: Agen
         "uploadId": resumable.json()["uploadId"],
         "workItemId": urn(item),
         "keyId": worker.key.key_id,
+        # Wanda's own Agent: her card is served to her Organization (§6.1).
+        "agentId": worker.urn,
         "contextPackageId": package["contextPackageId"],
         "sequence": str(snapshot.sequence),
     }
