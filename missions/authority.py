@@ -633,19 +633,23 @@ def check_revision(doc: CommandDoc, current: int) -> None:
 # --- appending ---------------------------------------------------------------------------------
 
 
-def _check_emit(emit: Emit) -> None:
-    """Every payload the Group Authority writes is one its catalogue admits (DESIGN §2)."""
+def _check_emit(command_kind: str, emit: Emit) -> None:
+    """Every Event the Group Authority writes is one its catalogue admits (DESIGN §2): a kind the Command's
+    definition says it yields (what the Worker's fold and OpenAPI readers trust), with a payload its schema
+    admits."""
     try:
         _catalogue.validate_payload(emit.kind, emit.payload)
     except (_catalogue.PayloadError, _catalogue.UnknownKind) as exc:
         raise RuntimeError(f"a handler emitted a {emit.kind} payload the catalogue refuses: {exc}") from None
+    if emit.kind not in _catalogue.command(command_kind).events:
+        raise RuntimeError(f"{command_kind} appended {emit.kind}, which its catalogue definition does not yield")
 
 
 def _event_document(
     doc: CommandDoc, emit: Emit, organization_id: str, now_text: str, position: tuple[str, int, int] | None
 ) -> tuple[str, dict[str, Any]]:
     """``(event_id, signed document)`` of one Emit; ``position`` is (group, sequence, revision)."""
-    _check_emit(emit)
+    _check_emit(doc.kind, emit)
     event_id = emit.event_id or str(uuid.uuid4())
     authority = service_keys.group_authority(organization_id)
     spec = spec_for(doc.kind)

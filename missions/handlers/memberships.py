@@ -25,7 +25,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from mwportal.protocol import ErrorCode
+from mwportal.protocol import ErrorCode, catalogue
 from mwportal.protocol.fields import parse_time
 from mwportal.protocol.ids import urn
 
@@ -292,6 +292,11 @@ def end_released(ctx: HandlerContext, decision: Decision) -> None:
     acceptance) ends with the Command after which its Worker has no WorkItem and no open offer in the
     Group: a ``membership.ended`` among that Command's own Events, and a new epoch."""
     if ctx.group.kind != Group.KIND_MISSION or not ctx.group.id:
+        return
+    if "membership.ended" not in catalogue.command(ctx.command.kind).events:
+        # Only a Command the catalogue says may end a Membership releases obligations (a result
+        # accepted, a WorkItem cancelled or failed, an offer declined or withdrawn, a Mission ended);
+        # every other kind's Events stay what its definition yields, and it costs no query here.
         return
     rows = [
         row
