@@ -202,7 +202,8 @@ def test_it_has_no_import_cycles() -> None:
 
 
 def test_it_keeps_the_layer_order() -> None:
-    """DESIGN §2: protocol < missions < governance < workitems < conversations < artifacts < portal; a lower app never imports a higher one."""
+    """DESIGN §2: protocol < missions < governance < workitems < conversations < artifacts < portal;
+    a lower app never imports a higher one."""
     rank = {name: i for i, name in enumerate(LAYERS)}
     violations = set()
     where = {}
