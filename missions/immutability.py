@@ -110,3 +110,40 @@ def install_organization(schema_editor: Any) -> None:
 def drop_organization(schema_editor: Any) -> None:
     for sql in organization_drop_sql(schema_editor.connection.vendor):
         schema_editor.execute(sql, None)
+
+
+# -- append-only tables: the Registry's keys and validity, the Admission Log, the Policy Log --------
+
+
+def append_only_install_sql(vendor: str, tables: tuple[str, ...], function: str) -> list[str]:
+    """Triggers refusing UPDATE and DELETE on ``tables``. On PostgreSQL each set has its own ``function``, so
+    lifting one set (``append_only_drop_sql``) leaves the others in place."""
+    if vendor == "postgresql":
+        return [
+            f"""
+            CREATE OR REPLACE FUNCTION {function}() RETURNS trigger AS $$
+            BEGIN
+                RAISE EXCEPTION 'append-only: % refused on %', TG_OP, TG_TABLE_NAME
+                    USING ERRCODE = 'integrity_constraint_violation';
+            END;
+            $$ LANGUAGE plpgsql;
+            """
+        ] + [
+            f"CREATE TRIGGER mwp_{t}_append_only BEFORE UPDATE OR DELETE ON {t} "
+            f"FOR EACH ROW EXECUTE FUNCTION {function}();"
+            for t in tables
+        ]
+    return [
+        f"CREATE TRIGGER mwp_{t}_no_{op.lower()} BEFORE {op} ON {t} "
+        f"BEGIN SELECT RAISE(ABORT, 'append-only: {op} refused on {t}'); END;"
+        for t in tables
+        for op in ("UPDATE", "DELETE")
+    ]
+
+
+def append_only_drop_sql(vendor: str, tables: tuple[str, ...], function: str) -> list[str]:
+    if vendor == "postgresql":
+        return [f"DROP TRIGGER IF EXISTS mwp_{t}_append_only ON {t};" for t in tables] + [
+            f"DROP FUNCTION IF EXISTS {function}();"
+        ]
+    return [f"DROP TRIGGER IF EXISTS mwp_{t}_no_{op.lower()};" for t in tables for op in ("UPDATE", "DELETE")]

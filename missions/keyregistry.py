@@ -43,6 +43,7 @@ from mwportal.protocol.registry import (
 )
 from mwportal.protocol.values import Timestamp, b64url_decode, b64url_encode, parse_timestamp
 
+from .immutability import append_only_drop_sql, append_only_install_sql
 from .models import Organization, SigningKey, SigningKeyValidity
 
 
@@ -241,40 +242,16 @@ class DjangoRegistry:
 # installing the same triggers whatever the models become.
 APPEND_ONLY_TABLES = ("missions_signingkey", "missions_signingkeyvalidity", "missions_admissionrecord")
 
-_PG_FUNCTION = """
-CREATE OR REPLACE FUNCTION mwp_refuse_registry_change() RETURNS trigger AS $$
-BEGIN
-    RAISE EXCEPTION 'append-only: % refused on %', TG_OP, TG_TABLE_NAME
-        USING ERRCODE = 'integrity_constraint_violation';
-END;
-$$ LANGUAGE plpgsql;
-"""
+_FUNCTION = "mwp_refuse_registry_change"
 
 
 def install_sql(vendor: str) -> list[str]:
     """Triggers refusing UPDATE and DELETE on the key, validity and admission tables."""
-    if vendor == "postgresql":
-        return [_PG_FUNCTION] + [
-            f"CREATE TRIGGER mwp_{t}_append_only BEFORE UPDATE OR DELETE ON {t} "
-            "FOR EACH ROW EXECUTE FUNCTION mwp_refuse_registry_change();"
-            for t in APPEND_ONLY_TABLES
-        ]
-    return [
-        f"CREATE TRIGGER mwp_{t}_no_{op.lower()} BEFORE {op} ON {t} "
-        f"BEGIN SELECT RAISE(ABORT, 'append-only: {op} refused on {t}'); END;"
-        for t in APPEND_ONLY_TABLES
-        for op in ("UPDATE", "DELETE")
-    ]
+    return append_only_install_sql(vendor, APPEND_ONLY_TABLES, _FUNCTION)
 
 
 def drop_sql(vendor: str) -> list[str]:
-    if vendor == "postgresql":
-        return [f"DROP TRIGGER IF EXISTS mwp_{t}_append_only ON {t};" for t in APPEND_ONLY_TABLES] + [
-            "DROP FUNCTION IF EXISTS mwp_refuse_registry_change();"
-        ]
-    return [
-        f"DROP TRIGGER IF EXISTS mwp_{t}_no_{op.lower()};" for t in APPEND_ONLY_TABLES for op in ("UPDATE", "DELETE")
-    ]
+    return append_only_drop_sql(vendor, APPEND_ONLY_TABLES, _FUNCTION)
 
 
 def install_append_only(schema_editor: Any) -> None:

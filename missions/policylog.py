@@ -25,6 +25,7 @@ from mwportal.protocol import ProtocolError
 from mwportal.protocol.command import format_timestamp
 from mwportal.protocol.ids import urn
 
+from .immutability import append_only_drop_sql, append_only_install_sql
 from .models import Agent, PolicyLogEntry
 
 KINDS = frozenset(
@@ -186,38 +187,16 @@ def entries(organization_id: str | uuid.UUID, *, after: int = 0, limit: int = 20
 
 # -- append-only ------------------------------------------------------------------------------
 
-_PG_FUNCTION = """
-CREATE OR REPLACE FUNCTION mwp_refuse_policy_log_change() RETURNS trigger AS $$
-BEGIN
-    RAISE EXCEPTION 'append-only: % refused on %', TG_OP, TG_TABLE_NAME
-        USING ERRCODE = 'integrity_constraint_violation';
-END;
-$$ LANGUAGE plpgsql;
-"""
+_FUNCTION = "mwp_refuse_policy_log_change"
 
 
 def install_sql(vendor: str) -> list[str]:
     """Triggers refusing UPDATE and DELETE on the Policy Log."""
-    if vendor == "postgresql":
-        return [
-            _PG_FUNCTION,
-            f"CREATE TRIGGER mwp_{TABLE}_append_only BEFORE UPDATE OR DELETE ON {TABLE} "
-            "FOR EACH ROW EXECUTE FUNCTION mwp_refuse_policy_log_change();",
-        ]
-    return [
-        f"CREATE TRIGGER mwp_{TABLE}_no_{op.lower()} BEFORE {op} ON {TABLE} "
-        f"BEGIN SELECT RAISE(ABORT, 'append-only: {op} refused on {TABLE}'); END;"
-        for op in ("UPDATE", "DELETE")
-    ]
+    return append_only_install_sql(vendor, (TABLE,), _FUNCTION)
 
 
 def drop_sql(vendor: str) -> list[str]:
-    if vendor == "postgresql":
-        return [
-            f"DROP TRIGGER IF EXISTS mwp_{TABLE}_append_only ON {TABLE};",
-            "DROP FUNCTION IF EXISTS mwp_refuse_policy_log_change();",
-        ]
-    return [f"DROP TRIGGER IF EXISTS mwp_{TABLE}_no_{op.lower()};" for op in ("UPDATE", "DELETE")]
+    return append_only_drop_sql(vendor, (TABLE,), _FUNCTION)
 
 
 def install(schema_editor: Any) -> None:

@@ -21,50 +21,13 @@ from hypothesis import strategies as st
 from mwportal.protocol import catalogue
 from mwportal.protocol.catalogue import PayloadError, UnknownKind
 from mwportal.protocol.schemas import is_valid
+from tests.test_core_kinds_evidence import COMMAND_KINDS, EVENT_KINDS
 
 from .bundle import bundle_root
 
-CORE_COMMANDS_SPEC_15_1 = {
-    "mission.create", "mission.assign_coordinator",
-    "mission.renew_coordinator", "mission.submit_for_approval",
-    "mission.approve", "mission.request_changes",
-    "mission.cancel", "mission.terminate",
-    "mission.create_child", "mission.create_follow_up",
-    "membership.change", "membership.end",
-    "membership.grant_delegation",
-    "message.post", "message.correct",
-    "message.retract", "message.redact",
-    "work.propose", "work.authorize",
-    "work.offer", "work.accept_offer",
-    "work.start", "work.checkpoint",
-    "work.block", "work.unblock",
-    "work.submit", "work.accept_result",
-    "work.fail", "work.cancel",
-    "artifact.publish", "approval.grant_execution",
-    "policy.grant_cooperation_override",
-}  # fmt: skip
-
-CORE_EVENTS_SPEC_15_2 = {
-    "mission.created", "mission.coordinator.assigned",
-    "mission.coordinator.renewed", "mission.submitted_for_approval",
-    "mission.approved", "mission.changes_requested",
-    "mission.cancelled", "mission.terminated",
-    "mission.child.created", "mission.follow_up.created",
-    "membership.changed", "membership.ended",
-    "membership.delegation.granted",
-    "message.posted", "message.corrected",
-    "message.retracted", "message.redacted",
-    "work.proposed", "work.authorized",
-    "work.offer.created", "work.offer.accepted",
-    "work.contract.revised", "work.started",
-    "work.progressed", "work.checkpointed",
-    "work.blocked", "work.unblocked",
-    "work.submitted", "work.result.accepted",
-    "work.failed", "work.cancelled",
-    "artifact.published", "approval.execution.granted",
-    "policy.cooperation_override.granted",
-    "group.snapshot.created", "group.archived",
-}  # fmt: skip
+# §15.1's and §15.2's lists of core kinds, written out once for the tests (tests/test_core_kinds_evidence.py).
+CORE_COMMANDS_SPEC_15_1 = set(COMMAND_KINDS)
+CORE_EVENTS_SPEC_15_2 = set(EVENT_KINDS)
 
 # §15.1's reference-core extensions (registration, session, dependency insertion, lease renewal,
 # usage recording, archival), then the project's own profile.
