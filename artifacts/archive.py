@@ -1,8 +1,8 @@
 """The encrypted audit archive of an archived Group (PROTOCOL §7.4) and the final snapshot's Artifact references.
 
-§7.4: archival produces a signed final snapshot containing decisions,
-WorkItems, Approvals and Artifact references, and the original audit log is
-retained ENCRYPTED under Organization policy. Once
+§7.4: archiving yields a signed final snapshot listing the decisions,
+WorkItems, Approvals and Artifact references, and the original audit log
+stays kept, ENCRYPTED, as Organization policy says. Once
 ``ext.missionweaveprotocol.core.group_archive`` commits
 (``missions.registry.group_archived_hooks``), the Group's audit bundle
 (``artifacts.audit.export_audit``: every signed Event, snapshot, manifest,

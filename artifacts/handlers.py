@@ -78,10 +78,11 @@ def store_content(ctx: HandlerContext) -> Decision:
 def publish_artifact(ctx: HandlerContext) -> Decision:
     """Publish the producer's signed manifest of content this Group holds, under the current lease.
 
-    The manifest (``artifact.schema.json``) binds content hash, media type
-    and schema, producer Agent and Agent Card version, Mission/Group/WorkItem,
-    source hashes, tool/model/capability versions, creation time,
-    classification, size and retrieval URI (§13.1). Refused: a signature
+    The manifest (``artifact.schema.json``, §13.1) signs ``contentHash``,
+    ``mediaType``, ``schemaUri``, ``producer`` (Agent, its card and
+    capability versions), ``missionId``/``groupId``/``workItemId``,
+    ``sourceArtifactHashes``, ``toolVersions``/``modelVersions``,
+    ``createdAt``, ``classification``, ``sizeBytes`` and ``uri``. Refused: a signature
     that is not the producer's key in the Registry (AUTH_INVALID_SIGNATURE);
     content or a source not held by this Group (INVALID_COMMAND, reason
     not_found: Group content never enters another Mission by default,

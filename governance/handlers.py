@@ -7,8 +7,8 @@ Command's Mission, Group, actor, kind and Action ID; the policy it escalates is
 matched by ``governance.limits.enforce`` against the limit the Command exceeds.
 It is consumed in the transaction that accepts the target Command (a
 conditional update: a concurrent second use finds it consumed), linked in the
-Policy Log to the accepted Event. An idempotent retry of the accepted Command
-answers with its stored receipt before any of this runs (§15.1).
+Policy Log with the Event it let through. Retrying the accepted Command with
+the same content gets its stored receipt back before any of this runs (§15.1).
 """
 
 from __future__ import annotations

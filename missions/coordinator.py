@@ -23,8 +23,8 @@ has moved, yet what it is told is that its Coordinator Epoch is fenced):
 Such a Command from anyone but the current Coordinator, or with another epoch,
 is AUTH_STALE_COORDINATOR; under an expired lease it is WORK_LEASE_EXPIRED.
 
-§7.2 also says a replacement "MUST reconcile current WorkItem state before
-issuing new assignments". A Coordinator appointed by
+§7.2 also has a replacement bring itself up to date with the WorkItems'
+current state before it hands out any new assignment. A Coordinator appointed by
 ``mission.assign_coordinator`` (whose ``mission.coordinator.assigned`` names
 the signed Context Package it receives) issues ``work.authorize``,
 ``work.offer`` and ``mission.create_child`` only once its

@@ -1,7 +1,7 @@
 """docs/core-kinds.md names positive and negative evidence for every core kind and transition row (PROTOCOL §22).
 
-§22: a reference implementation claims full conformance only when automated
-positive and negative evidence covers every core Command kind (§15.1), every
+§22: a reference implementation may call itself fully conformant only if
+automated tests, positive and negative, reach every core Command kind (§15.1), every
 core Event kind (§15.2) and every transition row of §7.1 and §10.2, and
 otherwise reports the narrower verified subset. The four lists below are
 written out from the specification's text (never read from the catalogue or

@@ -2,8 +2,8 @@
 
 ``TRANSITIONS[(state, transition)]`` is the set of states the transition may
 lead to. ``check_transition()`` is the one guard every WorkItem handler calls
-first: anything the table does not list is INVALID_STATE_TRANSITION (§10.2:
-"Implementations MUST reject transitions not permitted by this table").
+first: anything the table does not list is INVALID_STATE_TRANSITION (§10.2
+refuses every transition outside the table).
 
 Rows that the table gives as conditions ("with no live owner", "when
 required") are checked by the handlers; the table says only which states a

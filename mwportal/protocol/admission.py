@@ -377,7 +377,7 @@ def validate_record(
     the six-stage evidence; ``acceptedBy`` equal to the service the log
     authenticated; ``trustedAcceptedAt`` inside the key's interval. With
     ``candidate`` (the append path), a record under the candidate's logical
-    key that differs in document kind, key ID or Principal is a conflict.
+    key is a conflict when its document kind, key ID or Principal differs.
     """
     if not isinstance(record_bytes, (bytes, bytearray, memoryview)):
         raise AdmissionFailed(Reason.RECORD_SCHEMA_INVALID, f"record is a {type(record_bytes).__name__}, not bytes")

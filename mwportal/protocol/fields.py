@@ -53,8 +53,8 @@ def format_time(value: datetime) -> str:
 def attempt_key(mission_id: str, workitem_id: str, ownership_epoch: int, operation_id: str) -> str:
     """The stable idempotency key of an external operation (spec 16; MWP-WRK-031).
 
-    Derived from Mission ID, WorkItem ID, Ownership Epoch and the logical
-    operation ID only, so every retry of the same operation under the same
+    Built only from the Mission ID, the WorkItem ID, the Ownership Epoch and
+    the logical operation ID, so every retry of the same operation under the same
     ownership sends the same key, and a new owner's attempt a different one.
     """
     material = "\x1f".join([mission_id, workitem_id, str(ownership_epoch), operation_id])

@@ -2,8 +2,8 @@
 exactly as the Registry registered it, verifiable with the Registry's public key; never credentials; read only
 inside the Agent's Organization.
 
-§6.1: "The Organization MUST issue, verify, version, and sign each Agent Card ... An Agent Card MUST NOT contain
-reusable credentials or grant access to tools or business data."
+§6.1, in short: every Agent Card is issued, checked, versioned and signed by the Organization, and a card
+carries no reusable credential and opens no access to tools or business data.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ downloaded them. Now only the control plane issues
 the bytes. Every test drives the REST API (``POST /api/v0.1/commands``,
 ``/api/v0.1/artifacts``) as the attacker would.
 
-Forwarded packages (spec 13.3, "Group content MUST NOT enter another
-Mission's context by default"): forwarding copies the package *document*,
+Forwarded packages (spec 13.3: by default, what a Group holds stays out of
+any other Mission's context): forwarding copies the package *document*,
 whose Artifact hashes are citations; the bytes stay readable only in the
 Groups they were uploaded into, as the cited Events stay readable only to
 the source Group's members. A receiving Group gets the bytes only when

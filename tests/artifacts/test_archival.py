@@ -2,11 +2,11 @@
 nothing accepted afterwards, archival triggered by beat after the Organization's retention delay and by
 ``mwp archive``, and the audit log kept encrypted at rest (AES-256-GCM) and still verifiable.
 
-§7.4: "Archival MUST produce a signed final snapshot containing decisions, WorkItems, approvals, and
-Artifact references. The original encrypted audit log is retained according to Organization policy."
-§15.2: "group.snapshot.created and group.archived are core archival facts emitted atomically by the
-Organization-owned ext.missionweaveprotocol.core.group_archive Command after its signed snapshot and
-policy-log linkage validate."
+§7.4, in short: archiving yields a signed final snapshot that lists the decisions, WorkItems, approvals and
+Artifact references, and the encrypted audit log stays kept for as long as Organization policy says.
+§15.2, in short: group.snapshot.created and group.archived are appended together, in one step, by the
+ext.missionweaveprotocol.core.group_archive Command the Organization owns, and only once the signed snapshot
+and its link to the policy log have been validated.
 """
 
 from __future__ import annotations

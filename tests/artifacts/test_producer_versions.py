@@ -1,6 +1,6 @@
 """Every Artifact records the producing Agent Card and capability versions (PROTOCOL §6.1, §13.1).
 
-§6.1: "Every Artifact MUST record the producing Agent Card and capability versions." They are the versions
+§6.1: an Artifact carries the versions of the Agent Card and capabilities that produced it. They are the versions
 the WorkItem's assignment pinned (``work.offer.accepted``'s ``agentCardVersion`` and ``capabilityPins``): a
 manifest naming others is refused, at the member that differs.
 """

@@ -1,9 +1,9 @@
 """What an Agent Card holds, and what it never holds (PROTOCOL §6.1).
 
-§6.1: "The Organization MUST issue, verify, version, and sign each Agent Card." "The Agent Card MUST separate:
-stable identity ...; versioned Organization-governed capabilities with declared input/output schemas,
-constraints, and verification Evidence; and maximum supported concurrency." "An Agent Card MUST NOT contain
-reusable credentials."
+§6.1, in short: the Organization issues, checks, versions and signs every Agent Card; a card keeps apart the
+Agent's stable identity, its versioned capabilities (governed by the Organization, each with input/output
+schemas, constraints and verification Evidence) and the most concurrent work it supports; and a card holds no
+reusable credential.
 
 What the Registry refuses as a credential (``missions.handlers.sessions``), written out here: a member named
 (case and ``-``/``_`` aside) password, passwd, passphrase, secret, client_secret, token, access_token,

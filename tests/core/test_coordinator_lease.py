@@ -415,7 +415,7 @@ def test_the_former_coordinator_is_stale_after_a_replacement_without_a_package_7
 def test_a_replacement_assigns_nothing_until_it_reconciles_7_2(
     flow: Flow, cora: AgentKey, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """§7.2: it MUST reconcile current WorkItem state before issuing new assignments."""
+    """§7.2: a replacement catches up with the WorkItems' current state before it assigns anything."""
     waiting = flow.authorize()
     assign(flow.owner, flow.group, cora)
     monkeypatch.setattr("tests.workitems.flow.COORDINATOR_EPOCH", 2)  # the Flow helpers sign with Cora's epoch

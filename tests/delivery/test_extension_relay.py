@@ -1,6 +1,6 @@
 """A noncritical extension no one here understands is kept and relayed byte-equivalently on ``/mwp/0.1``
-(PROTOCOL §18: "An unknown noncritical extension MAY be retained and relayed without interpretation"; §21:
-"Implementations MUST preserve an unknown noncritical extension byte-equivalently for canonical relay").
+(PROTOCOL §18: a noncritical extension nobody recognises may be kept and passed on uninterpreted; §21: such
+an extension is passed on byte for byte so the canonical relay stays intact).
 The REST side is ``tests/governance/test_extension_profiles.py``."""
 
 from __future__ import annotations

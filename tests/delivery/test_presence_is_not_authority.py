@@ -1,5 +1,5 @@
-"""A Presence Record is never an acceptance or a lease renewal (PROTOCOL §6.2: "A stale Presence Record
-MUST NOT be treated as an assignment acceptance or lease renewal").
+"""A Presence Record is never an acceptance or a lease renewal (PROTOCOL §6.2: presence, above all an
+out-of-date one, neither accepts an assignment nor renews a lease).
 
 A Worker reports itself online with free slots in a PING on ``/mwp/0.1`` while it holds an offer and an
 Execution Lease. The offer stays unaccepted and the lease keeps its expiry, and the beat expires the lease

@@ -1,7 +1,7 @@
 """A Presence Record never makes a Worker eligible (PROTOCOL §6.1, §6.2).
 
-§6.2: "A stale Presence Record MUST NOT be treated as an assignment acceptance or lease renewal"; §6.1: "An
-Agent MUST NOT be trusted merely because it self-declares a capability." A Worker reports itself online with
+§6.2: an out-of-date Presence Record counts neither as accepting an assignment nor as renewing a lease; §6.1:
+claiming a capability does not by itself make an Agent trusted. A Worker reports itself online with
 free slots and the capability ``available`` in a PING on ``/mwp/0.1``, as of two hours ago (stale) or now; its
 Organization-signed Agent Card does not verify the capability, so its acceptance is refused either way and
 nothing is owned. Only a card the Registry registers with the capability makes the same acceptance succeed.

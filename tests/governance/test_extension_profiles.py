@@ -1,9 +1,9 @@
 """Extension Profiles (PROTOCOL §18, §21) through the REST binding: registration of a signed, Organization-approved
 profile, Groups pinning major versions, UNKNOWN_CRITICAL_EXTENSION, and noncritical extensions kept as sent.
 
-§18: "Each profile MUST declare a globally unique profile URI, semantic version, schema URI and hash, required
-capabilities, criticality, and Organization approval signature. A Group pins the supported major versions of
-profiles it uses. Extension kinds MUST use the ext.<organization>.<profile>.<name> namespace."
+§18, in short: a profile names a globally unique profile URI, a semantic version, a schema URI with its hash,
+the capabilities it requires, its criticality and the Organization's approval signature; each Group fixes the
+major versions of the profiles it relies on; an extension kind lives under ext.<organization>.<profile>.<name>.
 """
 
 from __future__ import annotations

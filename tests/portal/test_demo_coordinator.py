@@ -399,8 +399,8 @@ def leave_open_and_appoint_cora(flow: Flow) -> tuple[str, AgentKey]:
 
 
 def test_a_replacement_coordinator_reconciles_then_offers_the_open_work_item_spec_7_2(demo: Demo, flow: Flow) -> None:
-    """§7.2: a replacement MUST receive a signed Context Package and MUST reconcile current WorkItem
-    state before issuing new assignments. Cora, appointed at epoch 2, reads the package the
+    """§7.2: a replacement gets a signed Context Package and brings itself up to date with the
+    WorkItems' current state before any new assignment. Cora, appointed at epoch 2, reads the package the
     appointment names, verifies it, reconciles through the Events she folded, and only then offers
     the WorkItem her predecessor left open."""
     item, cora = leave_open_and_appoint_cora(flow)

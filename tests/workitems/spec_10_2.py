@@ -15,7 +15,7 @@ NONE = "none"
 PROPOSAL = "open Work Proposal"
 STATES = ("open", "offered", "queued", "active", "blocked", "submitted", "verified", "failed", "cancelled")
 UNFINISHED = ("open", "offered", "queued", "active", "blocked", "submitted")
-# "`verified` and `cancelled` are terminal for that WorkItem revision."
+# §10.2: no transition leaves `verified` or `cancelled` within the same WorkItem revision.
 TERMINAL = ("verified", "cancelled")
 
 # PROTOCOL §10.2, in the table's order: (current states, transition, next states).
@@ -46,8 +46,8 @@ ROWS: tuple[tuple[tuple[str, ...], str, tuple[str, ...]], ...] = (
 # The rows with a Command of their own (the transition is its kind).
 COMMAND_ROWS = {name: (froms, tos) for froms, name, tos in ROWS if "." in name and " " not in name}
 
-# PROTOCOL §11.3, in as many words: "Opening a replacement Agent Session MUST revoke that
-# Agent's active leases and return affected WorkItems to `queued`" (the table's active -> queued edge).
+# PROTOCOL §11.3: when an Agent opens a replacement Session, its active leases are revoked and the
+# WorkItems they covered go back to `queued` (the table's active -> queued edge).
 SESSION_REPLACEMENT_11_3: tuple[tuple[str, ...], tuple[str, ...]] = (("active",), ("queued",))
 
 # How the code's table names the rows that have no Command (its internal names; the

@@ -1,10 +1,10 @@
 """Agent Cards in assignments, through ``POST /api/v0.1/commands`` (PROTOCOL §6.1).
 
-§6.1: "An Agent MUST NOT be trusted merely because it self-declares a capability." "Assignments MUST pin the
-Agent Card version and every required capability version. A compatible in-place upgrade MAY continue under
-Organization policy. An incompatible upgrade MUST checkpoint active work and obtain renewed acceptance before
-execution continues." "The Registry SHOULD maintain capability-specific, contextual performance records
-separately from Agent Cards ... SHOULD NOT reduce performance to one opaque global reputation score."
+§6.1, in short: a capability the Agent merely claims earns it no trust; an assignment records the Agent Card
+version and the version of each capability the contract needs; an upgrade that stays compatible may carry on in
+place if Organization policy allows, while an incompatible one first checkpoints the running work and needs a
+fresh acceptance before execution resumes; performance records are kept per capability and context, apart from
+the cards, and never collapsed into a single global reputation number.
 
 The rules written out here (the oracle): a card capability serves a required one when the IDs are equal, the
 major versions are equal and the card's version is not older; an upgrade is compatible for an assignment when

@@ -1,7 +1,7 @@
 """One-shot Cooperation Override Grants (PROTOCOL §15.1, §20) through the REST binding:
 issued only by the MissionOwner or the Organization's policy service, cited by
-``cooperationOverrideGrantId``, verified against the Command's Mission, Group, actor,
-kind, Action ID and exceeded policy, consumed with the accepted target, and both
+``cooperationOverrideGrantId``, checked against the Mission, Group, actor, kind and
+Action ID of the Command and the policy it exceeds, consumed with the accepted target, and both
 issuance and consumption in the Policy Log."""
 
 from __future__ import annotations

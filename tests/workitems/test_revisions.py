@@ -1,7 +1,7 @@
 """A stale ``expectedRevision`` on any WorkItem Command (PROTOCOL §10.2, §15.3).
 
-§10.2: "Implementations MUST reject transitions not permitted by this table and
-the current aggregate revision"; §15.3: a Command whose ``expectedRevision`` is
+§10.2: a transition the table does not allow, or one at another than the
+current aggregate revision, is refused; §15.3: a Command whose ``expectedRevision`` is
 not the current revision is REVISION_CONFLICT and MUST NOT be partially applied.
 For every Command kind about a WorkItem, the same Command in a state where the
 table permits it is refused with a stale revision (nothing written, the state

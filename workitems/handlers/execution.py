@@ -142,8 +142,8 @@ def renew_lease(ctx: HandlerContext) -> Decision:
 
 @command(sm.USAGE, group_roles=EXECUTING, actors=("agent", "service"))
 def record_usage(ctx: HandlerContext) -> Decision:
-    """A nonzero usage delta against one WorkItem, Ownership Epoch and Execution
-    Lease, charged to the WorkItem and its Mission in one transition (§12)."""
+    """A nonzero usage delta for one WorkItem under one Ownership Epoch and one
+    Execution Lease, charged to the WorkItem and its Mission in one transition (§12)."""
     item = load_item(ctx)
     sm.check_transition(item.state, sm.USAGE)
     lease = _service_lease(ctx, item) if ctx.command.actor_type == "service" else check_lease(ctx, item)
