@@ -92,7 +92,8 @@ class Demo:
         return self.events("work.offer.created", aggregate_id=item)
 
     def renewals(self) -> list[dict[str, Any]]:
-        return [e.as_wire() for e in self.events("mission.coordinator.renewed")]
+        """The ``mission.coordinator.renewed`` Events, in sequence order (PostgreSQL keeps no other)."""
+        return [e.as_wire() for e in self.events("mission.coordinator.renewed").order_by("sequence")]
 
     def actions(self) -> list[str]:
         """What each log line is about: the session, the Command kind sent, a lease or a refusal."""
