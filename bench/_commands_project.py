@@ -203,7 +203,13 @@ def drive_to_active(group: str, coordinator: Persona, agent: Persona, contract: 
 
     item = str(uuid.uuid4())
     wid = f"urn:uuid:{item}"
-    receipt = coordinator.send("work.authorize", group, {"workItemId": wid, "contract": contract}, work_item_id=item)
+    receipt = coordinator.send(
+        "work.authorize",
+        group,
+        {"workItemId": wid, "contract": contract},
+        work_item_id=item,
+        coordinator_epoch=COORDINATOR_EPOCH,  # §7.2: the Coordinator lease's epoch
+    )
     offer = {
         "workItemId": wid,
         "candidateAgentIds": [agent.urn],
