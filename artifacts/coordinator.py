@@ -30,14 +30,12 @@ and ``mission.create_child``.
 
 from __future__ import annotations
 
-from typing import Any
-
 from missions.authority import AggregateRef, Decision, Emit, GroupHead, HandlerContext, check_revision
 from missions.coordinator import ASSIGNED, RECONCILE, RECONCILED, expires_at, lease_seconds
-from missions.delivery import membership_notice
 from missions.guards import refuse
-from missions.handlers.common import actor_doc, membership_doc, stamp
+from missions.handlers.common import stamp
 from missions.handlers.coordinator import NON_TERMINAL, live_mission
+from missions.handlers.memberships import Notice, change_roles
 from missions.handlers.missions import coordinator_lease_id, coordinator_of
 from missions.models import GroupEvent, Membership, Mission
 from missions.registry import command
@@ -130,9 +128,6 @@ def reconcile(ctx: HandlerContext) -> Decision:
     return Decision([Emit(RECONCILED, ref, reconciled)], ref)
 
 
-Notice = tuple[str, dict[str, Any]]
-
-
 def _move_role(
     group_id: str, mission_id: str, role: str, old_id: str | None, new_id: str, ref: AggregateRef, ctx: HandlerContext
 ) -> tuple[list[Emit], list[Notice]]:
@@ -146,19 +141,12 @@ def _move_role(
         row = Membership.objects.filter(group_id=group_id, agent_id=agent_id).first()
         held = set(row.roles) if row is not None and row.active else set()
         roles = sorted(held - {role} if change == "drop" else held | {role})
-        epoch = (row.epoch + 1) if row is not None else 1
-        if row is None:
-            Membership.objects.create(group_id=group_id, agent_id=agent_id, roles=roles, updated_at=ctx.now)
-        else:
-            Membership.objects.filter(pk=row.pk).update(
-                roles=roles or row.roles, epoch=epoch, active=bool(roles), updated_at=ctx.now
-            )
-        doc = membership_doc(
-            group_id=group_id, mission_id=mission_id, member=actor_doc("agent", agent_id), role=role, epoch=epoch,
-            now=ctx.now, state="ended" if change == "drop" else "active",
-        )  # fmt: skip
-        events.append(Emit("membership.changed", ref, {"membership": doc}))
-        notices.append(membership_notice(group_id, agent_id, roles, epoch, bool(roles)))
+        state = "ended" if change == "drop" else "active"
+        emits, notice = change_roles(
+            ctx, group_id, agent_id, roles, row=row, ref=ref, mission_id=mission_id, changes=[(role, state)]
+        )
+        events.extend(emits)
+        notices.append(notice)
     return events, notices
 
 

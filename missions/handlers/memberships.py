@@ -187,37 +187,69 @@ def change_membership(ctx: HandlerContext) -> Decision:
     if held == set(roles) and (existing is None or visibility == existing.visibility_start):
         raise refuse(ErrorCode.INVALID_STATE_TRANSITION, "the Principal already holds exactly these roles")
     state = "provisional" if package_id else "active"
-    fields = {
-        "roles": roles, "active": True, "updated_at": ctx.now, "visibility_start": visibility,
-        "provisional": bool(package_id), "context_package_id": package_id, "provisional_expires_at": expires,
-    }  # fmt: skip
-    if existing is None:
-        epoch = 1
-        Membership.objects.create(group_id=ctx.group.id, agent_id=member_id, epoch=1, **fields)
-    else:
-        epoch = existing.epoch + 1
-        Membership.objects.filter(pk=existing.pk).update(epoch=epoch, **fields)
     ref = AggregateRef("group", ctx.group.id, ctx.group.revision + 1)
     mission_id = str(Mission.objects.values_list("id", flat=True).get(group_id=ctx.group.id))
-    actor = actor_doc(member.kind, member_id)
     changes = [(role, state) for role in roles] + [(role, "ended") for role in sorted(held - set(roles))]
+    provisional = {
+        "visibility_start": visibility, "provisional": bool(package_id), "context_package_id": package_id,
+        "provisional_expires_at": expires,
+    }  # fmt: skip
+    events, notice = change_roles(
+        ctx, ctx.group.id, member_id, roles, row=existing, ref=ref, mission_id=mission_id, changes=changes,
+        kind=member.kind, extra=provisional,
+    )  # fmt: skip
+    return Decision(events, ref, notices=[notice])
+
+
+Notice = tuple[str, dict[str, Any]]
+
+
+def change_roles(
+    ctx: HandlerContext,
+    group_id: str,
+    agent_id: str,
+    roles: list[str],
+    *,
+    row: Membership | None,
+    ref: AggregateRef,
+    mission_id: str,
+    changes: list[tuple[str, str]],
+    kind: str = Agent.KIND_AGENT,
+    extra: dict[str, Any] | None = None,
+) -> tuple[list[Emit], Notice]:
+    """The one write of a Membership's roles (§8): ``agent_id``'s Membership ``row`` in ``group_id`` (None:
+    none yet) now holds ``roles``. Every change moves its Membership Epoch; left with no role it ends (its
+    last roles stay on record). One ``membership.changed`` per ``(role, state)`` of ``changes``, and the
+    notice for the member's connections. ``extra``: the provisional-grant fields of membership.change."""
+    extra = extra or {}
+    fields = {
+        "roles": roles or (row.roles if row is not None else roles), "active": bool(roles), "updated_at": ctx.now,
+        **extra,
+    }  # fmt: skip
+    if row is None:
+        epoch = 1
+        Membership.objects.create(group_id=group_id, agent_id=agent_id, epoch=1, **fields)
+    else:
+        epoch = row.epoch + 1
+        Membership.objects.filter(pk=row.pk).update(epoch=epoch, **fields)
+    actor = actor_doc(kind, agent_id)
     docs = [
         membership_doc(
-            group_id=ctx.group.id,
+            group_id=group_id,
             mission_id=mission_id,
             member=actor,
             role=role,
             epoch=epoch,
             now=ctx.now,
             state=state,
-            visibility_start=visibility,
-            context_package_id=package_id or None,
-            provisional_expires=expires,
+            visibility_start=extra.get("visibility_start", 0),
+            context_package_id=extra.get("context_package_id") or None,
+            provisional_expires=extra.get("provisional_expires_at"),
         )  # fmt: skip
         for role, state in changes
     ]
     events = [Emit("membership.changed", ref, {"membership": doc}) for doc in docs]
-    return Decision(events, ref, notices=[membership_notice(ctx.group.id, member_id, roles, epoch, True)])
+    return events, membership_notice(group_id, agent_id, roles, epoch, bool(roles))
 
 
 def activate_provisional(ctx: HandlerContext) -> tuple[list[Emit], list[Any]]:
@@ -261,14 +293,9 @@ def provisional_gate(ctx: HandlerContext) -> None:
     ``provisionalExpiresAt`` has passed, not even that."""
     if ctx.actor.is_service or ctx.group.kind != Group.KIND_MISSION:
         return
-    found = list(
-        Membership.objects.filter(
-            group_id=ctx.group.id, agent_id=ctx.actor.id, active=True, provisional=True
-        ).values_list("provisional_expires_at", flat=True)[:1]
-    )
-    if not found:
+    if not ctx.actor.provisional:  # read with the actor's Membership (authority._load_actor)
         return
-    row = found[0]
+    row = ctx.actor.provisional_expires_at
     if row is not None and row <= ctx.now:
         raise refuse(
             ErrorCode.MEMBERSHIP_REQUIRED, "the provisional Membership has expired (§8)", reason="provisional_expired"
