@@ -135,6 +135,8 @@ class Actor:
     session_epoch: int
     membership_roles: frozenset[str] | None  # None: no active Membership
     membership_epoch: int | None
+    provisional: bool = False  # an active provisional Membership (§8), for ``provisional_gate``
+    provisional_expires_at: datetime | None = None
 
     @property
     def is_service(self) -> bool:
@@ -525,7 +527,8 @@ def _check_scope(spec: CommandSpec, group: GroupHead) -> None:
 def _load_actor(cur: Any, command: Command, spec: CommandSpec, group: GroupHead) -> Actor:
     doc = command.doc
     cur.execute(
-        f"SELECT a.id, a.organization_id, a.kind, a.org_roles, a.session_epoch, m.roles, m.epoch, m.active"
+        f"SELECT a.id, a.organization_id, a.kind, a.org_roles, a.session_epoch, m.roles, m.epoch, m.active,"
+        f" m.provisional, m.provisional_expires_at"
         f" FROM {_T_AGENT} a LEFT JOIN {_T_MEMBERSHIP} m ON m.agent_id = a.id AND m.group_id = %s"
         f" WHERE a.id = %s",
         [db_uuid(group.id) if group.id else None, db_uuid(doc.actor)],
@@ -550,7 +553,14 @@ def _load_actor(cur: Any, command: Command, spec: CommandSpec, group: GroupHead)
         session_epoch=row[4],
         membership_roles=frozenset(_json(row[5])) if active else None,
         membership_epoch=row[6] if active else None,
+        provisional=active and bool(row[8]),
+        provisional_expires_at=_from_db_time(row[9]) if active and row[8] else None,
     )
+
+
+def _from_db_time(value: Any) -> datetime | None:
+    """A datetime read through the raw cursor, aware as the ORM gives it (Django's SQLite converter gives it naive)."""
+    return timezone.make_aware(value, connection.timezone) if value and timezone.is_naive(value) else value
 
 
 # The administrative Group's implicit Membership: every Principal of the
